@@ -1,0 +1,92 @@
+"""Command line: ``python -m cmbench <command> key=value ...``.
+
+Every command takes Hydra overrides over ``configs/config.yaml`` (groups ``data/``, ``method/``,
+``backbone/``, ``scorer/``, ``experiment/``); ``-m`` / ``--multirun`` sweeps work for ``run``.
+Commands are looked up in :data:`COMMANDS` and imported lazily, so ``ls`` and ``validate`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from cmbench.errors import CMBenchError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+# command -> (module:function taking the resolved DictConfig and returning an exit code, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("cmbench.data.commands:validate", "check a manifest and its videos; list every problem"),
+    "prepare": ("cmbench.data.commands:prepare", "build MiniWorld or fetch the official CMBench dataset"),
+    "ls": ("cmbench.registry_listing:ls", "list what is registered in each config group"),
+    "score": ("cmbench.scoring.commands:score", "score a folder of <task_id>.mp4 continuations"),
+}
+
+USAGE = """usage: python -m cmbench <command> [key=value ...] [-m]
+
+commands:
+{commands}
+
+examples:
+  python -m cmbench validate data=cmbench data.root=/path/to/CMBench
+  python -m cmbench ls method
+"""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items())
+    return USAGE.format(commands=lines)
+
+
+def _resolve(command: str):
+    target, _ = COMMANDS[command]
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        import difflib
+
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        print(f"cmbench: unknown command '{command}'.{hint}\n\n{usage()}", file=sys.stderr)
+        return 2
+    func = _resolve(command)
+    if command == "ls":  # positional group names, no Hydra
+        return func(rest)
+    return _run_hydra(func, rest)
+
+
+def _run_hydra(func, overrides: list[str]) -> int:
+    """Run ``func(cfg)`` under Hydra (so ``-m`` sweeps and the usual override grammar work)."""
+    import hydra
+    from omegaconf import DictConfig
+
+    codes: list[int] = []
+
+    @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
+    def _app(cfg: DictConfig) -> None:
+        try:
+            codes.append(int(func(cfg) or 0))
+        except CMBenchError as err:
+            print(f"cmbench: error: {err}", file=sys.stderr)
+            codes.append(1)
+
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "cmbench", *overrides]
+    try:
+        _app()
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    finally:
+        sys.argv = saved
+    return max(codes, default=0)
