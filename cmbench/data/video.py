@@ -1,0 +1,202 @@
+"""Video I/O with OpenCV and the context preparation of the authors' runtime.
+
+Frames are always ``uint8 [F, H, W, 3]`` in RGB order.
+
+Context preparation (paper.md): decode, resample to the target fps by nearest index, resize, and pad
+by repeating the last frame so the latent frame count ``(F + 2 * stride - 2) // stride`` is a whole
+number of chunks (Wan VAE temporal stride 4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from cmbench.errors import CMBenchError
+
+
+class VideoError(CMBenchError):
+    """A video file is missing, unreadable or corrupt."""
+
+
+def probe_video(path: str | Path) -> tuple[int, float, int, int]:
+    """Read a video's header without decoding it.
+
+    Returns
+    -------
+    (frame_count, fps, height, width)
+        ``frame_count`` is the container's count (may be approximate for some codecs).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise VideoError(f"{path}: video file not found")
+    cap = cv2.VideoCapture(str(path))
+    try:
+        if not cap.isOpened():
+            raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
+        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+        fps = float(cap.get(cv2.CAP_PROP_FPS))
+        height = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+        width = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
+    finally:
+        cap.release()
+    if count <= 0 or fps <= 0:
+        raise VideoError(f"{path}: video has no frames or no frame rate (corrupt file?)")
+    return count, fps, height, width
+
+
+def read_video(path: str | Path) -> tuple[np.ndarray, float]:
+    """Decode a whole video.
+
+    Parameters
+    ----------
+    path : str or Path
+        Any container/codec OpenCV's FFmpeg backend reads (mp4, avi, ...).
+
+    Returns
+    -------
+    frames : ndarray, ``uint8 [F, H, W, 3]``, RGB
+    fps : float
+        The container's frame rate.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise VideoError(f"{path}: video file not found")
+    cap = cv2.VideoCapture(str(path))
+    frames = []
+    try:
+        if not cap.isOpened():
+            raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
+        fps = float(cap.get(cv2.CAP_PROP_FPS))
+        while True:
+            ok, bgr = cap.read()
+            if not ok:
+                break
+            frames.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    finally:
+        cap.release()
+    if not frames:
+        raise VideoError(f"{path}: no frame could be decoded (corrupt or empty video)")
+    if fps <= 0:
+        raise VideoError(f"{path}: video has no frame rate")
+    return np.stack(frames), fps
+
+
+def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "mp4v") -> Path:
+    """Encode frames to a video file (parent folders are created).
+
+    Parameters
+    ----------
+    path : str or Path
+        Output file; ``.mp4`` for the default codec.
+    frames : ndarray, ``uint8 [F, H, W, 3]``, RGB
+    fps : float
+    codec : str
+        FourCC understood by OpenCV's writer.
+
+    Returns
+    -------
+    Path of the written file.
+    """
+    path = Path(path)
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) == 0:
+        raise ValueError(f"frames must be non-empty uint8 [F, H, W, 3], got {frames.dtype} {frames.shape}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    height, width = frames.shape[1:3]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codec), float(fps), (width, height))
+    if not writer.isOpened():
+        raise VideoError(f"{path}: cannot open a video writer for codec {codec!r}")
+    try:
+        for frame in frames:
+            writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    finally:
+        writer.release()
+    return path
+
+
+def resample_indices(n_frames: int, src_fps: float, dst_fps: float) -> np.ndarray:
+    """Nearest-index resampling from ``src_fps`` to ``dst_fps``.
+
+    The output has ``round(n_frames * dst_fps / src_fps)`` frames (at least 1); output frame ``j``
+    shows the source frame nearest to time ``j / dst_fps``.
+
+    Returns
+    -------
+    ndarray, ``int64 [F_out]``
+    """
+    if n_frames <= 0 or src_fps <= 0 or dst_fps <= 0:
+        raise ValueError("resample_indices needs positive frame count and frame rates")
+    n_out = max(1, int(round(n_frames * dst_fps / src_fps)))
+    idx = np.floor(np.arange(n_out) * src_fps / dst_fps + 0.5).astype(np.int64)
+    return np.clip(idx, 0, n_frames - 1)
+
+
+def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Resize every frame (area interpolation when shrinking, bicubic when enlarging).
+
+    Parameters
+    ----------
+    frames : ndarray, ``uint8 [F, H, W, 3]``
+
+    Returns
+    -------
+    ndarray, ``uint8 [F, height, width, 3]``
+    """
+    if frames.shape[1:3] == (height, width):
+        return frames
+    shrink = height * width < frames.shape[1] * frames.shape[2]
+    interp = cv2.INTER_AREA if shrink else cv2.INTER_CUBIC
+    return np.stack([cv2.resize(f, (width, height), interpolation=interp) for f in frames])
+
+
+def latent_frame_count(n_pixel_frames: int, temporal_stride: int = 4) -> int:
+    """Latent frames a causal video VAE produces: ``(F + 2 * stride - 2) // stride`` (Wan: 1 + (F-1)/4)."""
+    return (n_pixel_frames + 2 * temporal_stride - 2) // temporal_stride
+
+
+def pad_to_chunks(frames: np.ndarray, chunk_latent_frames: int, temporal_stride: int = 4) -> np.ndarray:
+    """Repeat the last frame until the latent frame count is a multiple of the chunk size.
+
+    Parameters
+    ----------
+    frames : ndarray, ``[F, H, W, 3]``
+    chunk_latent_frames : int
+        Latent frames per chunk (4 for LingBot).
+    temporal_stride : int
+        The VAE's temporal stride (4 for Wan, 1 for a frame-wise tokenizer).
+
+    Returns
+    -------
+    ndarray, ``[F', H, W, 3]`` with ``F' >= F`` the smallest count whose latent count is a multiple of
+    ``chunk_latent_frames``.
+    """
+    n = len(frames)
+    target = n
+    while latent_frame_count(target, temporal_stride) % chunk_latent_frames:
+        target += 1
+    if target == n:
+        return frames
+    return np.concatenate([frames, np.repeat(frames[-1:], target - n, axis=0)])
+
+
+def prepare_context(
+    path: str | Path,
+    fps: float,
+    height: int,
+    width: int,
+    chunk_latent_frames: int,
+    temporal_stride: int = 4,
+) -> np.ndarray:
+    """Decode, resample by nearest index, resize, and pad to whole chunks (the authors' runtime).
+
+    Returns
+    -------
+    ndarray, ``uint8 [F, height, width, 3]``
+    """
+    frames, src_fps = read_video(path)
+    frames = frames[resample_indices(len(frames), src_fps, fps)]
+    frames = resize_frames(frames, height, width)
+    return pad_to_chunks(frames, chunk_latent_frames, temporal_stride)
