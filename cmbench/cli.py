@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import importlib
 import sys
-from pathlib import Path
 
+from cmbench.config_paths import CONFIG_DIR, user_config_dirs
 from cmbench.errors import CMBenchError
-
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 # command -> (module:function taking the resolved DictConfig and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -81,6 +79,10 @@ def _run_hydra(func, overrides: list[str]) -> int:
             print(f"cmbench: error: {err}", file=sys.stderr)
             codes.append(1)
 
+    extra = user_config_dirs()
+    if extra:
+        paths = ",".join(f"file://{p}" for p in extra)
+        overrides = [f"hydra.searchpath=[{paths}]", *overrides]
     saved = sys.argv
     sys.argv = [saved[0] if saved else "cmbench", *overrides]
     try:

@@ -1,0 +1,25 @@
+"""Where configs live: the package's ``configs/`` plus user folders named in ``CMBENCH_CONFIG_PATH``.
+
+A user folder has the same group layout (``method/``, ``backbone/``, ...). Configs placed there are
+found by every command and listed by ``ls``, so a method defined outside CMBench plugs in without
+editing it (its yaml names the user's class with ``_target_``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+GROUPS = ("data", "method", "backbone", "scorer", "experiment")
+
+
+def user_config_dirs() -> list[Path]:
+    """Folders from ``CMBENCH_CONFIG_PATH`` (``os.pathsep``-separated), in order."""
+    raw = os.environ.get("CMBENCH_CONFIG_PATH", "")
+    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def config_dirs() -> list[Path]:
+    """The package's config folder, then the user folders."""
+    return [CONFIG_DIR, *user_config_dirs()]

@@ -1,0 +1,169 @@
+"""The official manifest loader: records parsed, and every fault class reported with its location."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cmbench.data import ManifestError, load_manifest, validate_manifest
+from cmbench.data.spec import check_counts, counts, load_spec
+from official_fixture import build_official_layout, official_row, write_context_video, write_manifest
+
+
+def test_valid_official_layout_loads_every_field(tmp_path):
+    rows = build_official_layout(tmp_path)
+    tasks = load_manifest(tmp_path)
+    assert len(tasks) == 116
+    first = tasks[0]
+    assert first.task_id == rows[0]["task_id"] == "syn_001_reappear_01"
+    assert first.source == "synthetic" and first.task_type == "reappear"
+    assert first.video == "videos/synthetic/syn_001.mp4"
+    assert first.video_path == tmp_path / "videos/synthetic/syn_001.mp4"
+    assert first.context_clip_prompts == tuple(f"clip {i} of {first.video}" for i in range(6))
+    assert first.queries == ("red vase", "vase", "pot")
+    ref = first.references[0]
+    assert ref.timestamp_seconds == 0.5 and ref.frame_index == 8
+    assert ref.bbox_xyxy_normalized == (0.1, 0.2, 0.5, 0.6)
+    assert first.line == 1 and first.context_id == "videos/synthetic/syn_001"
+    assert counts(tasks) == {
+        "videos": 58,
+        "tasks": 116,
+        "reappear": 77,
+        "revisit": 39,
+        "by_source": {
+            "real": {"videos": 8, "tasks": 14, "reappear": 10, "revisit": 4},
+            "synthetic": {"videos": 50, "tasks": 102, "reappear": 67, "revisit": 35},
+        },
+    }
+    expected = load_spec("data_manifests/cmbench.yaml")["expected"]
+    assert check_counts("m", tasks, expected) == []
+
+
+def test_extension_fields_are_kept_and_round_trip(tmp_path):
+    write_context_video(tmp_path / "videos/synthetic/syn_001.mp4", 0)
+    row = official_row("syn_001_reappear_01", "videos/synthetic/syn_001.mp4", camera_plan=[0, 4, 8])
+    row["references"][0]["note"] = "left shelf"
+    write_manifest(tmp_path, [row])
+    (task,) = load_manifest(tmp_path)
+    assert task.extra == {"camera_plan": [0, 4, 8]}
+    assert task.references[0].extra == {"note": "left shelf"}
+    assert task.to_json() == row
+
+
+def test_reference_frame_from_index_or_timestamp():
+    from cmbench.data import Reference
+
+    ref = Reference(timestamp_seconds=1.5, bbox_xyxy_normalized=(0, 0, 1, 1), frame_index=23)
+    assert ref.frame_at(16.0) == 23
+    assert ref.frame_at(8.0, native=False) == 12
+    assert Reference(2.0, (0, 0, 1, 1)).frame_at(16.0) == 32
+
+
+def _problems(root: Path) -> list[str]:
+    _, problems = validate_manifest(root)
+    return [str(p) for p in problems]
+
+
+def _one(problems: list[str], *needles: str) -> str:
+    hits = [p for p in problems if all(n in p for n in needles)]
+    assert len(hits) == 1, f"expected one problem with {needles}, got {hits} among:\n" + "\n".join(problems)
+    return hits[0]
+
+
+def test_every_fault_class_is_reported_at_once(tmp_path):
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)  # 32 frames at 16 fps: 2 s
+    outside = tmp_path.parent / f"{tmp_path.name}_outside.mp4"
+    write_context_video(outside, 1)
+    (tmp_path / "videos/link.mp4").symlink_to(outside)
+    good = lambda i, **o: official_row(f"t{i:02d}", video, **o)  # noqa: E731
+    no_label = good(3)
+    del no_label["target_label"]
+    rows = [
+        good(1),  # line 1: fine
+        "{not json",  # line 2
+        no_label,  # line 3: missing field
+        good(4, scene=7),  # line 4: mistyped field
+        good(5, type="animated"),  # line 5: bad enum
+        good(6, task_type="recall"),  # line 6: bad enum
+        good(7, context_clip_prompts=[{"clip_prompt": "a"}] * 5),  # line 7: 5 prompts
+        good(8, references=[{"timestamp_seconds": 0.1, "bbox_xyxy_normalized": [0.2, 0.2, 1.3, 0.5]}]),  # outside
+        good(9, references=[{"timestamp_seconds": 0.1, "bbox_xyxy_normalized": [0.4, 0.2, 0.4, 0.5]}]),  # zero area
+        good(1),  # line 10: duplicate of line 1
+        official_row("t11", "videos/synthetic/missing.mp4"),  # line 11: video missing
+        official_row("t12", "../secret.mp4"),  # line 12: escapes with ..
+        official_row("t13", "/etc/passwd"),  # line 13: absolute
+        official_row("t14", "videos/link.mp4"),  # line 14: symlink out of the root
+        good(15, references=[{"timestamp_seconds": 9.5, "frame_index": 40, "bbox_xyxy_normalized": [0, 0, 1, 1]}]),
+        good(16, references=[{"timestamp_seconds": -1, "frame_index": 1.5, "bbox_xyxy_normalized": [0, 0, 1]}]),
+        good(17, target_aliases=["ok", 3]),
+        "[1, 2]",  # line 18: not an object
+    ]
+    write_manifest(tmp_path, rows)
+    problems = _problems(tmp_path)
+    m = str(tmp_path / "metadata.jsonl")
+    assert _one(problems, f"{m}:2:", "<json>", "invalid JSON")
+    assert _one(problems, f"{m}:3:", "target_label", "missing required field")
+    assert _one(problems, f"{m}:4:", "scene", "is an integer, expected a string")
+    assert _one(problems, f"{m}:5:", "type", "'animated'", "expected one of 'synthetic', 'real'")
+    assert _one(problems, f"{m}:6:", "task_type", "'recall'", "expected one of 'reappear', 'revisit'")
+    assert _one(problems, f"{m}:7:", "context_clip_prompts", "has 5 item(s), expected exactly 6")
+    assert _one(problems, f"{m}:8:", "bbox_xyxy_normalized", "outside [0, 1]")
+    assert _one(problems, f"{m}:9:", "bbox_xyxy_normalized", "zero or negative area")
+    assert _one(problems, f"{m}:10:", "task_id", "duplicate 't01' (first at line 1)")
+    assert _one(problems, f"{m}:11:", "video", "missing.mp4: video file not found")
+    assert _one(problems, f"{m}:12:", "video", "contains '..'")
+    assert _one(problems, f"{m}:13:", "video", "absolute path")
+    assert _one(problems, f"{m}:14:", "video", "outside the dataset root")
+    assert _one(problems, f"{m}:15:", "timestamp_seconds", "9.5 s, past the end", "2.000 s")
+    assert _one(problems, f"{m}:15:", "frame_index", "is 40, past the last frame", "32 frames")
+    assert _one(problems, f"{m}:16:", "timestamp_seconds", "expected a finite number >= 0")
+    assert _one(problems, f"{m}:16:", "frame_index", "expected an integer >= 0")
+    assert _one(problems, f"{m}:16:", "bbox_xyxy_normalized", "expected a list of 4 numbers")
+    assert _one(problems, f"{m}:17:", "target_aliases[1]", "expected a non-empty string")
+    assert _one(problems, f"{m}:18:", "<row>", "expected a JSON object")
+    assert not [p for p in problems if f"{m}:1:" in p]
+    assert len(problems) == 20
+    with pytest.raises(ManifestError) as err:
+        load_manifest(tmp_path)
+    assert len(err.value.problems) == 20 and "20 problem(s)" in str(err.value)
+
+
+def test_unreadable_video_and_mixed_source(tmp_path):
+    bad = tmp_path / "videos/real/real_001.mp4"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"this is not a video")
+    write_context_video(tmp_path / "videos/synthetic/syn_001.mp4", 0)
+    rows = [
+        official_row("a", "videos/real/real_001.mp4", source="real"),
+        official_row("b", "videos/synthetic/syn_001.mp4"),
+        official_row("c", "videos/synthetic/syn_001.mp4", source="real"),
+    ]
+    write_manifest(tmp_path, rows)
+    problems = _problems(tmp_path)
+    assert _one(problems, ":1:", "video", "real_001.mp4", "cannot open video")
+    assert _one(problems, ":3:", "type", "is 'real' but line 2 gives 'synthetic'")
+    assert len(problems) == 2
+
+
+def test_count_mismatch_names_each_count(tmp_path):
+    write_context_video(tmp_path / "videos/synthetic/syn_001.mp4", 0)
+    write_manifest(tmp_path, [official_row("a", "videos/synthetic/syn_001.mp4")])
+    tasks = load_manifest(tmp_path)
+    expected = load_spec("data_manifests/cmbench.yaml")["expected"]
+    problems = [str(p) for p in check_counts("m", tasks, expected)]
+    assert "m: <counts>.tasks: is 1, expected 116" in problems
+    assert "m: <counts>.real.videos: is 0, expected 8" in problems
+    assert "m: <counts>.synthetic.revisit: is 0, expected 35" in problems
+    assert len(problems) == 12
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symlinks")
+def test_symlink_inside_root_is_allowed(tmp_path):
+    write_context_video(tmp_path / "store/a.mp4", 0)
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos/a.mp4").symlink_to(tmp_path / "store/a.mp4")
+    write_manifest(tmp_path, [official_row("a", "videos/a.mp4")])
+    assert len(load_manifest(tmp_path)) == 1
