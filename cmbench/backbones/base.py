@@ -1,0 +1,164 @@
+"""The backbone contract: geometry and the :class:`Backbone` protocol (docs/architecture.md).
+
+A backbone turns pixels into latents and back, says what a task conditions on, and predicts the clean
+latents ``x0`` of one chunk given a noisy chunk and the KV cache. It never stores keys or values: for
+every layer it hands the chunk's rotated queries and keys to ``cache.attend(layer, q, k, v)``.
+
+Layouts: pixel video ``uint8 [F, H, W, 3]``; latents ``float [B, C, F, h, w]``; tokens of a chunk
+``[B, L, ...]`` with ``L = f * (h / ph) * (w / pw)``, frame-major, then row, then column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import torch
+
+from cmbench.cache.rope import RopeSpec
+from cmbench.errors import ConfigError
+
+if TYPE_CHECKING:  # the cache imports nothing from backbones; this import is for type hints only
+    from cmbench.cache.kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Shape facts about a backbone that the cache, methods and generation loop rely on.
+
+    Parameters
+    ----------
+    num_layers, num_heads, head_dim : int
+        Self-attention layers, heads per layer and channels per head.
+    latent_channels : int
+        ``C`` of the latents ``[B, C, F, h, w]``.
+    latent_height, latent_width : int
+        ``h`` and ``w`` of one latent frame.
+    rope : RopeSpec
+        Rotary layout of the keys (temporal axis first); ``rope.head_dim == head_dim``.
+    patch : tuple of int
+        DiT patch ``(pt, ph, pw)``; ``pt`` must be 1 (one token never spans two latent frames).
+    chunk_frames : int
+        Latent frames generated per AR chunk.
+    """
+
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    latent_channels: int
+    latent_height: int
+    latent_width: int
+    rope: RopeSpec
+    patch: tuple[int, int, int] = (1, 2, 2)
+    chunk_frames: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_heads", "head_dim", "latent_channels", "latent_height", "latent_width",
+                     "chunk_frames"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"geometry.{name} must be positive, got {getattr(self, name)}")
+        object.__setattr__(self, "patch", tuple(int(p) for p in self.patch))
+        pt, ph, pw = self.patch
+        if pt != 1:
+            raise ConfigError(f"geometry.patch must have temporal size 1, got {self.patch}")
+        if self.latent_height % ph or self.latent_width % pw:
+            raise ConfigError(
+                f"latent frame {self.latent_height}x{self.latent_width} is not divisible by patch {ph}x{pw}"
+            )
+        if self.rope.head_dim != self.head_dim:
+            raise ConfigError(f"rope covers {self.rope.head_dim} channels but head_dim is {self.head_dim}")
+
+    @property
+    def token_rows(self) -> int:
+        """Token grid rows per latent frame (``h / ph``)."""
+        return self.latent_height // self.patch[1]
+
+    @property
+    def token_cols(self) -> int:
+        """Token grid columns per latent frame (``w / pw``)."""
+        return self.latent_width // self.patch[2]
+
+    @property
+    def tokens_per_frame(self) -> int:
+        """Tokens of one latent frame."""
+        return self.token_rows * self.token_cols
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        """Tokens of one full chunk (``chunk_frames * tokens_per_frame``)."""
+        return self.chunk_frames * self.tokens_per_frame
+
+    @property
+    def values_per_token(self) -> int:
+        """Latent values one token covers (``C * ph * pw``)."""
+        return self.latent_channels * self.patch[1] * self.patch[2]
+
+    def tokenize(self, latents: torch.Tensor) -> torch.Tensor:
+        """Group latent values by DiT token.
+
+        Parameters
+        ----------
+        latents : Tensor, shape ``[B, C, f, h, w]``
+
+        Returns
+        -------
+        Tensor, shape ``[B, f * (h / ph) * (w / pw), C * ph * pw]``
+            Tokens frame-major, then row, then column; values channel-major within a token.
+        """
+        if latents.dim() != 5 or latents.shape[1] != self.latent_channels or tuple(latents.shape[3:]) != (
+            self.latent_height,
+            self.latent_width,
+        ):
+            raise ValueError(
+                f"latents must be [B, {self.latent_channels}, f, {self.latent_height}, {self.latent_width}], "
+                f"got {tuple(latents.shape)}"
+            )
+        b, c, f, _, _ = latents.shape
+        _, ph, pw = self.patch
+        x = latents.reshape(b, c, f, self.token_rows, ph, self.token_cols, pw)
+        return x.permute(0, 2, 3, 5, 1, 4, 6).reshape(b, f * self.tokens_per_frame, c * ph * pw)
+
+
+@runtime_checkable
+class Backbone(Protocol):
+    """What :mod:`cmbench.generation` needs from a video model (see docs/architecture.md)."""
+
+    geometry: Geometry
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Pixels ``uint8 [F, H, W, 3]`` -> latents ``float [1, C, F', h, w]``."""
+        ...
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``float [1, C, F', h, w]`` -> pixels ``uint8 [F, H, W, 3]``."""
+        ...
+
+    def condition(self, task: Any) -> Any:
+        """What a task conditions on (prompts, camera); passed unchanged to :meth:`denoise`.
+
+        It covers the whole timeline (context and continuation): ``denoise`` indexes it by absolute
+        latent frame through ``frame_start``.
+        """
+        ...
+
+    def denoise(self, x_t: torch.Tensor, t: float, cache: "KVCache", frame_start: int, cond: Any) -> torch.Tensor:
+        """Predict the clean chunk.
+
+        Parameters
+        ----------
+        x_t : Tensor, shape ``[B, C, f, h, w]``
+            The noisy chunk, ``x_t = (1 - t) * x0 + t * eps``.
+        t : float
+            Noise level in ``[0, 1]`` (``timestep / 1000``); ``t = 0`` is the clean K/V write.
+        cache : KVCache
+            Every layer calls ``cache.attend(layer, q, k, v)`` with the chunk's rotated ``[B, L, H, D]``.
+        frame_start : int
+            Absolute latent frame index of the chunk's first frame (its temporal RoPE position).
+        cond : Any
+            From :meth:`condition`.
+
+        Returns
+        -------
+        Tensor, shape ``[B, C, f, h, w]``: ``x0_hat``.
+        """
+        ...
