@@ -153,7 +153,10 @@ def resize_frames(frames: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def latent_frame_count(n_pixel_frames: int, temporal_stride: int = 4) -> int:
-    """Latent frames a causal video VAE produces: ``(F + 2 * stride - 2) // stride`` (Wan: 1 + (F-1)/4)."""
+    """Latent frame count the authors' runtime uses: ``(F + 2 * stride - 2) // stride``.
+
+    It equals Wan's causal VAE count ``1 + (F - 1) // stride`` when ``F = stride * k + 1``.
+    """
     return (n_pixel_frames + 2 * temporal_stride - 2) // temporal_stride
 
 

@@ -1,0 +1,71 @@
+"""The command line, run as a user runs it: `python -m cmbench ...` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from official_fixture import build_official_layout, official_row, write_context_video, write_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cmbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "cmbench", *args], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_validate_passes_on_a_complete_official_fixture(tmp_path):
+    build_official_layout(tmp_path)
+    out = cmbench("validate", "data=cmbench", f"data.root={tmp_path}")
+    assert out.returncode == 0, out.stderr
+    assert "cmbench: OK, 116 valid task(s) over 58 video(s) (77 reappear, 39 revisit)" in out.stdout
+    assert "real: 14 tasks / 8 videos" in out.stdout and "synthetic: 102 tasks / 50 videos" in out.stdout
+
+
+def test_validate_lists_every_problem_and_fails(tmp_path):
+    write_context_video(tmp_path / "videos/synthetic/syn_001.mp4", 0)
+    good = official_row("a", "videos/synthetic/syn_001.mp4")
+    rows = [good, official_row("b", "../../etc/passwd"), official_row("c", "videos/synthetic/syn_001.mp4", task_type="x")]
+    write_manifest(tmp_path, rows)
+    out = cmbench("validate", "data=cmbench", f"data.root={tmp_path}")
+    assert out.returncode == 1
+    err = out.stderr
+    assert "metadata.jsonl:2: video: '../../etc/passwd' contains '..'" in err
+    assert "metadata.jsonl:3: task_type: is 'x', expected one of 'reappear', 'revisit'" in err
+    assert "<counts>.tasks: is 1, expected 116" in err
+    assert "Traceback" not in err
+    subset = cmbench("validate", "data=cmbench", f"data.root={tmp_path}", "data.check_counts=false")
+    assert subset.returncode == 1 and "<counts>" not in subset.stderr
+
+
+def test_ls_lists_groups_and_user_configs(tmp_path):
+    (tmp_path / "method").mkdir()
+    (tmp_path / "method/my_press.yaml").write_text("description: my own pruning\npaper: arXiv 0000.00000\n")
+    out = cmbench("ls", env={"CMBENCH_CONFIG_PATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert "data/" in out.stdout and "miniworld" in out.stdout and "cmbench" in out.stdout
+    assert re.search(r"^  my_press +my own pruning  \[arXiv 0000\.00000\]$", out.stdout, re.M)
+    only = cmbench("ls", "method", env={"CMBENCH_CONFIG_PATH": str(tmp_path)})
+    assert "data/" not in only.stdout and "my own pruning" in only.stdout
+    assert cmbench("ls", "nonsense").returncode == 2
+
+
+def test_prepare_official_offline_fails_fast_with_instructions(tmp_path):
+    start = time.monotonic()
+    out = cmbench("prepare", "data=cmbench", f"data.root={tmp_path / 'cm'}")
+    assert out.returncode == 1
+    assert time.monotonic() - start < 60
+    assert "cannot download dataset Aoraku/CMBench" in out.stderr
+    assert "--repo-type dataset" in out.stderr and str(tmp_path / "cm" / "metadata.jsonl") in out.stderr
+
+
+def test_unknown_command_suggests_the_closest():
+    out = cmbench("valdiate")
+    assert out.returncode == 2 and "Did you mean 'validate'?" in out.stderr
