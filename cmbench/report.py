@@ -13,7 +13,6 @@ Reports are always regenerated from ``records.jsonl`` files, never edited by han
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from cmbench.errors import CMBenchError
+from cmbench.run_records import read_all_records
 
 REFERENCE_METHOD = "fullkv"
 
@@ -42,25 +42,15 @@ class RunRecords:
 
 
 def read_records(run_dir: str | Path) -> RunRecords:
-    """Read ``records.jsonl`` of a run directory; the last record of a (task_id, seed) wins."""
+    """Read every records file of a run directory; the last record of a (task_id, seed) wins."""
     run_dir = Path(run_dir)
-    path = run_dir / "records.jsonl"
-    if not path.is_file():
-        raise ReportError(f"{run_dir}: no records.jsonl (not a run directory?)")
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise ReportError(f"{path}:{number}: invalid JSON ({err.msg})") from err
+    rows = read_all_records(run_dir)
     if not rows:
-        raise ReportError(f"{path}: no records")
+        raise ReportError(f"{run_dir}: no records (not a run directory, or nothing finished yet)")
     frame = pd.DataFrame(rows).drop_duplicates(subset=["task_id", "seed"], keep="last")
     labels = frame["label"].unique()
     if len(labels) != 1:
-        raise ReportError(f"{path}: records of several methods ({', '.join(map(str, labels))}) in one run")
+        raise ReportError(f"{run_dir}: records of several methods ({', '.join(map(str, labels))}) in one run")
     return RunRecords(run_dir, str(labels[0]), frame.reset_index(drop=True))
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from cmbench.report import ReportError, clustered_mean_ci, read_records, write_reports
+from cmbench.run_records import RecordsError
 
 T975_DF1 = 12.706204736174704  # Student t quantile, 0.975, one degree of freedom
 
@@ -120,5 +121,5 @@ def test_last_record_of_a_task_wins_and_bad_lines_are_named(tmp_path):
     run = write_run(tmp_path / "r", [record("x", "a1", 0.1), record("x", "a1", 0.2)])
     assert read_records(run).frame["score"].tolist() == [0.2]
     (run / "records.jsonl").write_text('{"task_id": "a1"}\nnot json\n')
-    with pytest.raises(ReportError, match=r"records.jsonl:2: invalid JSON"):
+    with pytest.raises(RecordsError, match=r"records.jsonl:2: invalid JSON"):
         read_records(run)
