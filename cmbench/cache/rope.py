@@ -165,9 +165,10 @@ def shift_positions(keys: torch.Tensor, spec: RopeSpec, delta_t: torch.Tensor) -
     nt = spec.t.dim // 2
     if nt == 0:
         return keys
-    ang = delta_t.to(torch.float64)[:, None] * spec.t.frequencies()[None, :]
+    ang = delta_t.detach().cpu().to(torch.float64)[:, None] * spec.t.frequencies()[None, :]
     out = keys.clone()
-    out[..., : 2 * nt] = apply_rotary(keys[..., : 2 * nt], ang.cos(), ang.sin())
+    cos, sin = ang.cos().to(keys.device), ang.sin().to(keys.device)
+    out[..., : 2 * nt] = apply_rotary(keys[..., : 2 * nt], cos, sin)
     return out
 
 

@@ -1,0 +1,69 @@
+"""Attention statistics on request: how much attention each head puts on each source frame.
+
+SDPA does not return attention weights, so while a :class:`AttentionStats` recorder is active the
+cache recomputes the softmax explicitly, in query blocks to bound memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+QUERY_BLOCK = 256
+
+
+@dataclass
+class AttentionStats:
+    """Attention mass per source latent frame, filled by :meth:`KVCache.record_attention`.
+
+    Attributes
+    ----------
+    mass : dict[int, Tensor]
+        ``layer -> [H, F]`` (float32, CPU): mean over batch and queries of the attention weight that
+        head ``h`` puts on keys of absolute latent frame ``f`` (history and current chunk), for the
+        latest ``attend`` call of that layer while recording. Rows sum to 1.
+    num_frames : int
+        ``F``: frames ``0 .. F-1`` (the end of the chunk being denoised).
+    """
+
+    num_frames: int
+    mass: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def stacked(self) -> torch.Tensor:
+        """All recorded layers, ``[num_layers_recorded, H, F]`` in layer order."""
+        if not self.mass:
+            raise RuntimeError("no attention was recorded (no attend call while recording)")
+        return torch.stack([self.mass[layer] for layer in sorted(self.mass)])
+
+
+def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """Mean softmax attention mass per key frame.
+
+    Parameters
+    ----------
+    q : Tensor, shape ``[B, L, Hg, D]``
+        Queries.
+    k : Tensor, shape ``[B, N, Hg, D]``
+        Keys attended to (history then current chunk).
+    key_frames : Tensor, shape ``[N]``, long
+        Source latent frame of each key.
+    num_frames : int
+        Number of frame bins ``F`` (every entry of ``key_frames`` is below it).
+
+    Returns
+    -------
+    Tensor, shape ``[Hg, F]``, float32 on the CPU: mean over batch and queries; rows sum to 1.
+    """
+    b, L, hg, d = q.shape
+    qt = q.transpose(1, 2).float()  # [B, Hg, L, D]
+    kt = k.transpose(1, 2).float()  # [B, Hg, N, D]
+    per_key = torch.zeros(hg, k.shape[1], dtype=torch.float32, device=q.device)
+    scale = 1.0 / math.sqrt(d)
+    for start in range(0, L, QUERY_BLOCK):
+        logits = torch.matmul(qt[:, :, start : start + QUERY_BLOCK], kt.transpose(-1, -2)) * scale
+        per_key += logits.softmax(dim=-1).sum(dim=(0, 2))
+    per_key = per_key.cpu() / (b * L)
+    out = torch.zeros(hg, num_frames, dtype=torch.float32)
+    return out.index_add_(1, key_frames.cpu(), per_key)

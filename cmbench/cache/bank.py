@@ -1,0 +1,193 @@
+"""One physical KV bank: keys, values and per-token provenance of one head group of one layer.
+
+Storage is preallocated and grows geometrically. The first ``n`` rows are the history (committed
+tokens, in strictly increasing global token id); the rows ``[n, n + L)`` are the *slot* of the chunk
+being denoised, which every ``attend`` call overwrites and :meth:`Bank.commit` turns into history.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cmbench.cache.layout import HeadGroup
+
+GROWTH = 1.5
+MIN_CAPACITY = 64
+
+
+class Bank:
+    """K/V ``[B, capacity, Hg, D]`` plus provenance ``[capacity]`` for one head group.
+
+    Provenance of history token ``i`` (``i < n``):
+
+    - ``frame[i]``: source latent frame; ``chunk[i]``: chunk index; ``pos[i]``: position in its frame;
+    - ``gid[i] = frame * tokens_per_frame + pos``: global token id, strictly increasing in ``i``;
+    - ``tpos[i]``: temporal RoPE position the stored key currently carries (``frame`` until re-indexed);
+    - ``keep[i]``: the method's decision for when the token's chunk leaves the dense window;
+    - ``priority[i]``: the method's keep priority (higher is kept longer; ``-inf`` if unscored).
+
+    Parameters
+    ----------
+    layer : int
+        Layer of the bank.
+    group : HeadGroup
+        Heads, role and configured size.
+    capacity_limit : int or None
+        Never allocate more rows than this (bounded-memory runs); ``None`` for unbounded growth.
+    """
+
+    def __init__(self, layer: int, group: HeadGroup, capacity_limit: int | None = None) -> None:
+        self.layer = layer
+        self.group = group
+        self.heads = torch.tensor(group.heads, dtype=torch.long)
+        self.capacity_limit = capacity_limit
+        self.n = 0
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self._alloc_prov(0)
+
+    # ------------------------------------------------------------------ storage
+    @property
+    def role(self) -> str:
+        return self.group.role
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.group.heads)
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.k is None else self.k.shape[1]
+
+    def _alloc_prov(self, cap: int) -> None:
+        self.frame = torch.zeros(cap, dtype=torch.long)
+        self.chunk = torch.zeros(cap, dtype=torch.long)
+        self.pos = torch.zeros(cap, dtype=torch.long)
+        self.gid = torch.zeros(cap, dtype=torch.long)
+        self.tpos = torch.zeros(cap, dtype=torch.float64)
+        self.keep = torch.ones(cap, dtype=torch.bool)
+        self.priority = torch.full((cap,), -math.inf, dtype=torch.float32)
+
+    PROVENANCE = ("frame", "chunk", "pos", "gid", "tpos", "keep", "priority")
+
+    def reserve(self, rows: int, like: torch.Tensor) -> None:
+        """Make room for ``rows`` rows (history + slot); ``like`` gives batch, dim, dtype and device."""
+        if self.k is not None and rows <= self.capacity:
+            return
+        cap = max(rows, math.ceil(self.capacity * GROWTH), MIN_CAPACITY)
+        if self.capacity_limit is not None:
+            cap = max(rows, min(cap, self.capacity_limit))
+        self._resize(cap, like)
+
+    def _resize(self, cap: int, like: torch.Tensor) -> None:
+        b, d = like.shape[0], like.shape[-1]
+        k = like.new_empty((b, cap, self.num_heads, d))
+        v = like.new_empty((b, cap, self.num_heads, d))
+        keep_rows = min(self.capacity, cap)
+        if self.k is not None and keep_rows:
+            k[:, :keep_rows] = self.k[:, :keep_rows]
+            v[:, :keep_rows] = self.v[:, :keep_rows]
+        old = {name: getattr(self, name) for name in self.PROVENANCE}
+        self._alloc_prov(cap)
+        for name, tensor in old.items():
+            getattr(self, name)[: min(len(tensor), cap)] = tensor[:cap]
+        self.k, self.v = k, v
+
+    # ------------------------------------------------------------------ the chunk slot
+    def write_slot(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Overwrite the slot with this group's slice of the chunk, ``k, v [B, L, Hg, D]``."""
+        L = k.shape[1]
+        self.reserve(self.n + L, k)
+        if k.shape[0] != self.k.shape[0] or k.shape[-1] != self.k.shape[-1]:
+            raise ValueError(
+                f"bank of layer {self.layer} stores batch {self.k.shape[0]} and head_dim {self.k.shape[-1]}, "
+                f"got k of shape {tuple(k.shape)}"
+            )
+        self.k[:, self.n : self.n + L] = k
+        self.v[:, self.n : self.n + L] = v
+
+    def slot(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of the slot, each ``[B, length, Hg, D]``."""
+        return self.k[:, self.n : self.n + length], self.v[:, self.n : self.n + length]
+
+    def commit(self, frame: torch.Tensor, chunk: int, pos: torch.Tensor, gid: torch.Tensor) -> None:
+        """Make the slot history, with provenance ``frame, pos, gid [L]``."""
+        L = len(gid)
+        s = slice(self.n, self.n + L)
+        self.frame[s], self.chunk[s], self.pos[s], self.gid[s] = frame, chunk, pos, gid
+        self.tpos[s] = frame.to(torch.float64)
+        self.keep[s] = True
+        self.priority[s] = -math.inf
+        self.n += L
+
+    # ------------------------------------------------------------------ history
+    def history(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of the stored history K and V, each ``[B, n, Hg, D]``."""
+        return self.k[:, : self.n], self.v[:, : self.n]
+
+    def field(self, name: str) -> torch.Tensor:
+        """View of one provenance field over the history, shape ``[n]``."""
+        return getattr(self, name)[: self.n]
+
+    def keep_only(self, keep: torch.Tensor) -> None:
+        """Physically gather the history rows where ``keep [n]`` is true (order preserved).
+
+        Shrinks storage when it falls under a quarter of its capacity.
+        """
+        if keep.shape != (self.n,):
+            raise ValueError(f"keep mask must have shape ({self.n},), got {tuple(keep.shape)}")
+        idx = keep.nonzero().squeeze(1)
+        m = len(idx)
+        if m == self.n:
+            return
+        if m:
+            dev_idx = idx.to(self.k.device)
+            self.k[:, :m] = self.k[:, : self.n].index_select(1, dev_idx)
+            self.v[:, :m] = self.v[:, : self.n].index_select(1, dev_idx)
+            for name in self.PROVENANCE:
+                t = getattr(self, name)
+                t[:m] = t[: self.n][idx]
+        self.n = m
+        if self.k is not None and self.capacity > MIN_CAPACITY and 4 * m < self.capacity:
+            self._resize(max(2 * m, MIN_CAPACITY), self.k[:, :0])
+
+    def select_heads(self, group: HeadGroup) -> "Bank":
+        """A new bank holding this bank's history for a subset of its heads."""
+        local = [self.group.heads.index(h) for h in group.heads]
+        out = Bank(self.layer, group, self.capacity_limit)
+        if self.k is not None:
+            idx = torch.tensor(local, dtype=torch.long, device=self.k.device)
+            out.k = self.k[:, : self.n].index_select(2, idx)
+            out.v = self.v[:, : self.n].index_select(2, idx)
+            out._alloc_prov(self.n)
+            for name in self.PROVENANCE:
+                getattr(out, name)[:] = self.field(name)
+            out.n = self.n
+        return out
+
+    def clone(self, headroom: int = 0) -> "Bank":
+        """An independent copy of the history with ``headroom`` free rows."""
+        out = Bank(self.layer, self.group, self.capacity_limit)
+        if self.k is not None:
+            out._resize(self.n + headroom, self.k[:, :0])
+            out.k[:, : self.n] = self.k[:, : self.n]
+            out.v[:, : self.n] = self.v[:, : self.n]
+            for name in self.PROVENANCE:
+                getattr(out, name)[: self.n] = self.field(name)
+            out.n = self.n
+        return out
+
+    def stored_bytes(self) -> int:
+        """Bytes of the history K and V."""
+        if self.k is None:
+            return 0
+        return 2 * self.n * self.num_heads * self.k.shape[-1] * self.k.shape[0] * self.k.element_size()
+
+    def allocated_bytes(self) -> int:
+        """Bytes allocated for K, V and provenance (capacity, not just history)."""
+        if self.k is None:
+            return 0
+        kv = 2 * self.k.numel() * self.k.element_size()
+        return kv + sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self.PROVENANCE)

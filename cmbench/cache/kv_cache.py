@@ -1,0 +1,400 @@
+"""The KV cache: per layer, one or more physical banks (head groups) with provenance.
+
+Life of a chunk (driven by :mod:`cmbench.generation`)::
+
+    cache.begin_chunk(chunk_index, frame_start, num_frames)   # provenance of the chunk's tokens
+    backbone.denoise(...)        # every layer: out = cache.attend(layer, q, k, v); overwrites the slot
+    with cache.probe(): ...      # optional extra calls that leave no trace
+    backbone.denoise(x0, 0.0 ...)  # the t = 0 pass leaves the clean K/V in the slot
+    cache.commit_chunk()         # the slot becomes history
+    cache.compact(select)        # a method drops history rows (physically)
+
+Attention reads only what is physically stored: a compacted bank is shorter, never masked.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from cmbench.cache.attention_stats import AttentionStats, frame_mass
+from cmbench.cache.bank import Bank
+from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
+from cmbench.cache.rope import RopeSpec, reindex_frames, shift_positions
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    """Where a chunk sits on the timeline.
+
+    ``gid_start`` is the global id of its first token; its tokens are ``gid_start .. gid_start + length - 1``.
+    """
+
+    index: int
+    frame_start: int
+    num_frames: int
+    gid_start: int
+    length: int
+
+    @property
+    def frame_end(self) -> int:
+        return self.frame_start + self.num_frames
+
+
+@dataclass
+class _Probe:
+    written: list[bool]
+    saved_slots: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    visible: dict[int, torch.Tensor] | None  # id(bank) -> history rows the probe may see
+    history: bool
+
+
+BankSelector = Callable[[Bank], torch.Tensor]
+"""``bank -> bool [bank.n]``: a per-token decision computed from the bank's provenance."""
+
+
+class KVCache:
+    """Banks of keys and values per layer, with per-token provenance.
+
+    Parameters
+    ----------
+    num_layers, num_heads, head_dim : int
+        Attention shape of the backbone.
+    tokens_per_frame : int
+        Tokens of one latent frame (defines global token ids ``frame * tokens_per_frame + pos``).
+    rope : RopeSpec
+        Rotary layout of the stored keys (used by :meth:`reindex`).
+    layout : sequence of sequence of HeadGroup, optional
+        Head groups per layer (default: one bank per layer with every head).
+    capacity_limit : int or None
+        Most rows any bank may allocate (history + one chunk); ``None`` for unbounded.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        head_dim: int,
+        tokens_per_frame: int,
+        rope: RopeSpec,
+        layout: Layout | None = None,
+        capacity_limit: int | None = None,
+    ) -> None:
+        self.num_layers, self.num_heads, self.head_dim = num_layers, num_heads, head_dim
+        self.tokens_per_frame = tokens_per_frame
+        self.rope = rope
+        self.capacity_limit = capacity_limit
+        layout = uniform_layout(num_layers, num_heads) if layout is None else layout
+        if len(layout) != num_layers:
+            raise ValueError(f"layout has {len(layout)} layers, the cache {num_layers}")
+        self.banks: list[list[Bank]] = []
+        for layer, groups in enumerate(layout):
+            check_partition(groups, num_heads, f"layer {layer}")
+            self.banks.append([Bank(layer, g, capacity_limit) for g in groups])
+        self.chunks: list[ChunkInfo] = []
+        self.current: ChunkInfo | None = None
+        self.reindexed: tuple[int, int, float] | None = None
+        self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._written = [False] * num_layers
+        self._probe: _Probe | None = None
+        self._stats: AttentionStats | None = None
+
+    @classmethod
+    def from_geometry(cls, geometry, layout: Layout | None = None, capacity_limit: int | None = None) -> "KVCache":
+        """Build from a :class:`cmbench.backbones.base.Geometry` (any object with its attributes)."""
+        return cls(geometry.num_layers, geometry.num_heads, geometry.head_dim, geometry.tokens_per_frame,
+                   geometry.rope, layout, capacity_limit)
+
+    # ------------------------------------------------------------------ timeline
+    @property
+    def committed_tokens(self) -> int:
+        """Tokens of every committed chunk (what FullKV would hold)."""
+        return sum(c.length for c in self.chunks)
+
+    @property
+    def next_frame(self) -> int:
+        """First latent frame after the committed history."""
+        return self.chunks[-1].frame_end if self.chunks else 0
+
+    def chunk(self, index: int) -> ChunkInfo:
+        """The committed (or current) chunk with this index."""
+        if self.current is not None and self.current.index == index:
+            return self.current
+        for info in reversed(self.chunks):
+            if info.index == index:
+                return info
+        raise KeyError(f"no chunk {index} in the cache")
+
+    def all_banks(self) -> Iterator[Bank]:
+        for layer_banks in self.banks:
+            yield from layer_banks
+
+    def begin_chunk(self, chunk_index: int, frame_start: int, num_frames: int) -> ChunkInfo:
+        """Open a chunk of ``num_frames`` latent frames starting at absolute frame ``frame_start``.
+
+        Raises if a chunk is open, if the chunk index or frames do not move forward, or if a bank holds
+        more history than its configured ``max_tokens``.
+        """
+        if self.current is not None:
+            raise RuntimeError(f"chunk {self.current.index} is still open; commit it first")
+        if self.chunks and chunk_index <= self.chunks[-1].index:
+            raise ValueError(f"chunk index {chunk_index} does not follow {self.chunks[-1].index}")
+        if frame_start < self.next_frame or num_frames <= 0:
+            raise ValueError(f"chunk frames [{frame_start}, +{num_frames}) overlap history ending at {self.next_frame}")
+        for bank in self.all_banks():
+            cap = bank.group.max_tokens
+            if cap is not None and bank.n > cap:
+                raise RuntimeError(f"layer {bank.layer} bank {bank.role!r} holds {bank.n} tokens over its size {cap}")
+        T = self.tokens_per_frame
+        L = num_frames * T
+        offsets = torch.arange(L)
+        frame = frame_start + offsets // T
+        pos = offsets % T
+        self._pending = (frame, pos, frame * T + pos)
+        self.current = ChunkInfo(chunk_index, frame_start, num_frames, frame_start * T, L)
+        self._written = [False] * self.num_layers
+        return self.current
+
+    def commit_chunk(self) -> ChunkInfo:
+        """Turn the open chunk's slot (the last ``attend`` call of every layer) into history."""
+        info = self._require_open()
+        if self._probe is not None:
+            raise RuntimeError("cannot commit a chunk inside a probe")
+        missing = [i for i, w in enumerate(self._written) if not w]
+        if missing:
+            raise RuntimeError(f"layers {missing} never called attend for chunk {info.index}")
+        frame, pos, gid = self._pending
+        for bank in self.all_banks():
+            bank.commit(frame, info.index, pos, gid)
+        self.chunks.append(info)
+        self.current, self._pending = None, None
+        return info
+
+    def _require_open(self) -> ChunkInfo:
+        if self.current is None:
+            raise RuntimeError("no open chunk: call begin_chunk first")
+        return self.current
+
+    def _require_closed(self, what: str) -> None:
+        if self.current is not None:
+            raise RuntimeError(f"cannot {what} while chunk {self.current.index} is open")
+
+    # ------------------------------------------------------------------ attention
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Record the chunk's K/V for ``layer`` and attend over stored history plus the chunk.
+
+        Parameters
+        ----------
+        layer : int
+        q, k, v : Tensor, shape ``[B, L, H, D]``
+            The current chunk's rotated queries and keys, and values (``L`` = the open chunk's tokens).
+
+        Returns
+        -------
+        Tensor, shape ``[B, L, H, D]``: for each head, softmax attention of ``q`` over the head's bank
+        history followed by the chunk itself (no mask within the chunk).
+        """
+        info = self._require_open()
+        B, L, H, D = q.shape
+        if k.shape != q.shape or v.shape != q.shape:
+            raise ValueError(f"q, k, v must share one shape, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        if L != info.length or H != self.num_heads or D != self.head_dim:
+            raise ValueError(
+                f"attend expects [B, {info.length}, {self.num_heads}, {self.head_dim}] for chunk {info.index}, "
+                f"got {tuple(q.shape)}"
+            )
+        self._written[layer] = True
+        banks = self.banks[layer]
+        whole = len(banks) == 1
+        out = None if whole else torch.empty_like(q)
+        mass = None if self._stats is None else torch.zeros(H, self._stats.num_frames)
+        for bank in banks:
+            if whole:
+                qg, kg, vg = q, k, v
+            else:
+                idx = bank.heads.to(q.device)
+                qg, kg, vg = q.index_select(2, idx), k.index_select(2, idx), v.index_select(2, idx)
+            bank.write_slot(kg, vg)
+            keys, values, key_frames = self._visible(bank, L)
+            o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
+            if mass is not None:
+                mass[bank.heads] = frame_mass(qg, keys, key_frames, self._stats.num_frames)
+            if whole:
+                out = o.transpose(1, 2)
+            else:
+                out.index_copy_(2, bank.heads.to(q.device), o.transpose(1, 2))
+        if mass is not None:
+            self._stats.mass[layer] = mass
+        return out
+
+    def _visible(self, bank: Bank, L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Keys ``[B, N', Hg, D]``, values and source frames ``[N']`` a call attends to."""
+        cur_frames = self._pending[0]
+        probe = self._probe
+        if probe is None:
+            keys, values = bank.k[:, : bank.n + L], bank.v[:, : bank.n + L]
+            return keys, values, torch.cat([bank.field("frame"), cur_frames])
+        slot_k, slot_v = bank.slot(L)
+        if not probe.history:
+            return slot_k, slot_v, cur_frames
+        if probe.visible is None:
+            keys, values = bank.k[:, : bank.n + L], bank.v[:, : bank.n + L]
+            return keys, values, torch.cat([bank.field("frame"), cur_frames])
+        rows = probe.visible[id(bank)]
+        dev_rows = rows.to(slot_k.device)
+        keys = torch.cat([bank.k[:, : bank.n].index_select(1, dev_rows), slot_k], dim=1)
+        values = torch.cat([bank.v[:, : bank.n].index_select(1, dev_rows), slot_v], dim=1)
+        return keys, values, torch.cat([bank.field("frame")[rows], cur_frames])
+
+    @contextmanager
+    def probe(self, hide: BankSelector | None = None, history: bool = True) -> Iterator["KVCache"]:
+        """Run extra model calls on the open chunk that leave no trace.
+
+        Inside, ``attend`` works as usual, but on exit the slot contents, the per-layer write flags and
+        everything else are exactly as on entry: the probe's K/V never become history.
+
+        Parameters
+        ----------
+        hide : callable ``bank -> bool [bank.n]``, optional
+            History rows the probe must not see (e.g. those the next compaction will drop); they are
+            left out physically for the probe's calls.
+        history : bool
+            ``False``: attend to the current chunk only (a no-context prediction).
+        """
+        info = self._require_open()
+        if self._probe is not None:
+            raise RuntimeError("probes do not nest")
+        saved = {}
+        for layer, written in enumerate(self._written):
+            if written:
+                for bank in self.banks[layer]:
+                    k, v = bank.slot(info.length)
+                    saved[id(bank)] = (k.clone(), v.clone())
+        visible = None
+        if hide is not None:
+            visible = {id(b): (~hide(b)).nonzero().squeeze(1) for b in self.all_banks()}
+        self._probe = _Probe(list(self._written), saved, visible, history)
+        try:
+            yield self
+        finally:
+            probe, self._probe = self._probe, None
+            self._written = probe.written
+            for bank in self.all_banks():
+                if id(bank) in probe.saved_slots:
+                    k, v = probe.saved_slots[id(bank)]
+                    bank.k[:, bank.n : bank.n + info.length] = k
+                    bank.v[:, bank.n : bank.n + info.length] = v
+
+    @contextmanager
+    def record_attention(self) -> Iterator[AttentionStats]:
+        """Record attention mass per source frame for the ``attend`` calls made inside.
+
+        Yields an :class:`AttentionStats` whose ``mass[layer]`` is ``[H, F]`` with ``F`` = the end frame
+        of the open chunk (the latest call of each layer wins).
+        """
+        info = self._require_open()
+        self._stats = AttentionStats(info.frame_end)
+        try:
+            yield self._stats
+        finally:
+            self._stats = None
+
+    # ------------------------------------------------------------------ decisions and compaction
+    def mark(self, chunk: int, keep: torch.Tensor | None = None, priority: torch.Tensor | None = None,
+             banks: Sequence[Bank] | None = None) -> None:
+        """Store per-token decisions for the tokens of a committed ``chunk``.
+
+        Parameters
+        ----------
+        chunk : int
+            Chunk index.
+        keep : Tensor, shape ``[L]``, bool, optional
+            Keep flag per token of the chunk, in token order (``gid - gid_start``).
+        priority : Tensor, shape ``[L]``, optional
+            Keep priority per token (higher is kept longer by budget / bounded-memory eviction).
+        banks : sequence of Bank, optional
+            Banks to mark (default: every bank; a shared decision).
+        """
+        info = self.chunk(chunk)
+        for bank in self.all_banks() if banks is None else banks:
+            rows = (bank.field("chunk") == chunk).nonzero().squeeze(1)
+            offsets = bank.field("gid")[rows] - info.gid_start
+            if keep is not None:
+                bank.keep[rows] = keep.to(torch.bool).cpu()[offsets]
+            if priority is not None:
+                bank.priority[rows] = priority.float().cpu()[offsets]
+
+    def compact(self, select: BankSelector) -> int:
+        """Physically keep, in every bank, the history rows where ``select(bank)`` is true.
+
+        Selection is by the bank's own provenance at call time (source identity, never stored offsets).
+        Returns the number of (token, head) entries dropped.
+        """
+        self._require_closed("compact")
+        dropped = 0
+        for bank in self.all_banks():
+            keep = select(bank)
+            dropped += (bank.n - int(keep.sum())) * bank.num_heads
+            bank.keep_only(keep)
+        return dropped
+
+    def regroup(self, layer: int, groups: Sequence[HeadGroup]) -> None:
+        """Split a layer's banks into new head groups (each new group inside one existing bank)."""
+        self._require_closed("regroup")
+        check_partition(groups, self.num_heads, f"layer {layer}")
+        new = []
+        for group in groups:
+            owners = [b for b in self.banks[layer] if set(group.heads) <= set(b.group.heads)]
+            if not owners:
+                raise ValueError(f"layer {layer}: heads {group.heads} span several banks and cannot be merged")
+            new.append(owners[0].select_heads(group))
+        self.banks[layer] = new
+
+    def reindex(self, q0: int, n_recent: int = 8, l_virt: float = 17.0) -> None:
+        """Move every cached key to its re-indexed temporal position (paper Appendix A).
+
+        The new position is a function of the token's source frame (``reindex_frames``); only temporal
+        rotary pairs change. Applying it again with the same arguments changes nothing.
+        """
+        self._require_closed("re-index")
+        for bank in self.all_banks():
+            if bank.n == 0:
+                continue
+            new = reindex_frames(bank.field("frame"), q0, n_recent, l_virt)
+            delta = new - bank.field("tpos")
+            if bool((delta != 0).any()):
+                bank.k[:, : bank.n] = shift_positions(bank.k[:, : bank.n], self.rope, delta)
+                bank.tpos[: bank.n] = new
+        self.reindexed = (q0, n_recent, l_virt)
+
+    # ------------------------------------------------------------------ accounting
+    def visible_counts(self) -> torch.Tensor:
+        """History tokens each head sees, ``[num_layers, num_heads]`` long (the current chunk excluded)."""
+        counts = torch.zeros(self.num_layers, self.num_heads, dtype=torch.long)
+        for bank in self.all_banks():
+            counts[bank.layer, bank.heads] = bank.n
+        return counts
+
+    def stored_bytes(self) -> int:
+        """Bytes of stored history K and V across banks."""
+        return sum(b.stored_bytes() for b in self.all_banks())
+
+    def allocated_bytes(self) -> int:
+        """Bytes allocated for K, V and provenance across banks."""
+        return sum(b.allocated_bytes() for b in self.all_banks())
+
+    def fork(self) -> "KVCache":
+        """An independent copy (one task's cache from a prefilled context); no chunk may be open."""
+        self._require_closed("fork")
+        out = KVCache.__new__(KVCache)
+        out.__dict__.update(self.__dict__)
+        headroom = max((c.length for c in self.chunks), default=0)
+        out.banks = [[b.clone(headroom) for b in layer_banks] for layer_banks in self.banks]
+        out.chunks = list(self.chunks)
+        out._written = [False] * self.num_layers
+        return out
+
