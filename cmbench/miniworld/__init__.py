@@ -23,6 +23,7 @@ from cmbench.miniworld.render import (
 )
 from cmbench.miniworld.scene import CAMERA_STEP, FRAME, PLACE_WIDTH, SOURCES, Scene, SceneObject, sample_scene, scene_from_seed
 from cmbench.miniworld.shapes import CATEGORIES, Category, shape_mask
+from cmbench.miniworld.suite import SuiteConfig, build_suite
 
 __all__ = [
     "CAMERA_STEP",
@@ -41,6 +42,8 @@ __all__ = [
     "render_frame",
     "render_video",
     "sample_camera_path",
+    "SuiteConfig",
+    "build_suite",
     "sample_scene",
     "scene_from_seed",
     "shape_mask",

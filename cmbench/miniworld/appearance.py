@@ -42,8 +42,8 @@ OBJECT_PHOTOS: dict[str, str] = {
     "hubble_deep_field": "night-sky",
     "retina": "retina-photo",
 }
-BACKGROUND_PHOTOS: dict[str, str] = {"brick": "brick wall", "grass": "grass", "gravel": "gravel"}
-BACKGROUND_TINTS: dict[str, tuple[float, float, float]] = {
+BACKGROUND_PHOTOS: dict[str, str] = {"brick": "a brick wall", "grass": "grass", "gravel": "gravel"}
+BACKGROUND_TINTS: dict[str, tuple[float, float, float]] = {  # tint name -> RGB gain
     "warm": (1.0, 0.85, 0.7),
     "cool": (0.75, 0.85, 1.0),
     "green": (0.8, 1.0, 0.75),
@@ -223,7 +223,7 @@ def photo_background(height: int, width: int, rng: np.random.Generator, seam: in
     -------
     background : ndarray, ``uint8 [height, width, 3]``
     description : str
-        E.g. ``"warm brick wall"``.
+        E.g. ``"a brick wall in warm light"``.
     """
     name = list(BACKGROUND_PHOTOS)[int(rng.integers(len(BACKGROUND_PHOTOS)))]
     tint_name = list(BACKGROUND_TINTS)[int(rng.integers(len(BACKGROUND_TINTS)))]
@@ -236,4 +236,4 @@ def photo_background(height: int, width: int, rng: np.random.Generator, seam: in
     out[:, :seam] = alpha * band[:, :seam] + (1 - alpha) * band[:, width:]
     out = 0.6 * out + 0.4 * out.mean()
     out = out * np.asarray(BACKGROUND_TINTS[tint_name], dtype=np.float32)
-    return np.clip(out, 0, 255).astype(np.uint8), f"{tint_name} {BACKGROUND_PHOTOS[name]}"
+    return np.clip(out, 0, 255).astype(np.uint8), f"{BACKGROUND_PHOTOS[name]} in {tint_name} light"

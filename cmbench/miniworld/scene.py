@@ -92,7 +92,7 @@ class Scene:
     objects : tuple of SceneObject
         One per place, in place order: ``objects[i].object_id == objects[i].place == i``.
     background : str
-        Words for the backdrop, e.g. ``"warm brick wall"``.
+        Words for the backdrop, e.g. ``"blue-tinted waves"`` or ``"a brick wall in warm light"``.
     noise_std : float
         Standard deviation of per-frame Gaussian sensor noise, in 0-255 levels (0 for synthetic).
     exposure_amplitude, exposure_period, exposure_phase : float

@@ -1,0 +1,258 @@
+"""Build the MiniWorld suite on disk in the official CMBench layout.
+
+``build_suite(cfg.data)`` writes under ``cfg.data.root``::
+
+    metadata.jsonl                         one official row per task, plus a "miniworld" extension
+    videos/synthetic/syn_001.mp4 ...       context videos (16 fps, 32x32, lossy)
+    videos/real/real_001.mp4 ...
+    context/<source>/<id>.npz              lossless context: frames uint8 [F,32,32,3], camera_x int64 [F]
+    ground_truth/<task_id>.npz             true continuation: frames, camera_x, target boxes/masks/visibility
+    build.json                             build hash, config, counts, measured mp4 round-trip error
+
+mp4 at 32x32 is lossy (chroma subsampling smears 12-px objects), so the lossless context frames are
+stored next to every video and named by the row's ``miniworld.context_frames`` field.
+
+The build is deterministic (a seed tree from ``world_seed``) and cached: ``build.json`` holds a hash
+of every knob that changes the output; a second call with the same knobs returns at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cmbench.data.records import Reference, Task
+from cmbench.data.video import read_video, write_video
+from cmbench.errors import ConfigError
+from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocate_tasks, continue_prompt, plan_episode
+from cmbench.miniworld.render import object_boxes, object_masks, render_video, visible_fraction
+from cmbench.miniworld.scene import FRAME, SOURCES, Scene, check_width, scene_from_seed
+
+BUILD_VERSION = 1  # bump when the generator changes what a given config produces
+ID_PREFIX = {"synthetic": "syn", "real": "real"}
+EXTENSION = "miniworld"  # name of the extension field of every row
+
+
+@dataclass(frozen=True)
+class SourceCounts:
+    """Contexts and tasks of one source."""
+
+    videos: int
+    reappear: int
+    revisit: int
+
+    @property
+    def tasks(self) -> int:
+        return self.reappear + self.revisit
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """Every knob that changes the suite's content (hashed into ``build.json``)."""
+
+    world_seed: int = 0
+    fps: int = 16
+    panorama_width: int = 256
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    sources: dict[str, SourceCounts] = field(
+        default_factory=lambda: {"synthetic": SourceCounts(50, 67, 35), "real": SourceCounts(8, 10, 4)}
+    )
+
+    @classmethod
+    def from_data_config(cls, data: Any) -> "SuiteConfig":
+        """Read the build knobs of ``configs/data/miniworld.yaml`` (a DictConfig or a dict)."""
+        from omegaconf import OmegaConf
+
+        raw = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data)
+        if int(raw.get("height", FRAME)) != FRAME or int(raw.get("width", FRAME)) != FRAME:
+            raise ConfigError(f"data.height/width must be {FRAME} for MiniWorld, got {raw.get('height')}x{raw.get('width')}")
+        try:
+            episode = EpisodeConfig(**{k: int(raw[k]) for k in EpisodeConfig.__dataclass_fields__ if k in raw})
+            sources = {
+                name: SourceCounts(int(c["videos"]), int(c["reappear"]), int(c["revisit"]))
+                for name, c in (raw.get("sources") or {}).items()
+            }
+            cfg = cls(
+                world_seed=int(raw.get("world_seed", 0)),
+                fps=int(raw.get("fps", 16)),
+                panorama_width=int(raw.get("panorama_width", 256)),
+                episode=episode,
+                sources=sources,
+            )
+            check_width(cfg.panorama_width)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(f"invalid MiniWorld build config: {err}") from err
+        unknown = set(cfg.sources) - set(SOURCES)
+        if unknown or not cfg.sources:
+            raise ConfigError(f"data.sources must name some of {SOURCES}, got {sorted(cfg.sources)}")
+        return cfg
+
+    def build_hash(self) -> str:
+        blob = json.dumps({"version": BUILD_VERSION, "config": asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def derive_seed(world_seed: int, *keys: int) -> int:
+    """An independent 32-bit seed for one part of the suite (``numpy`` SeedSequence of the keys)."""
+    return int(np.random.SeedSequence([world_seed, *keys]).generate_state(1)[0])
+
+
+def expected_counts(cfg: SuiteConfig) -> dict[str, Any]:
+    """Counts of a suite built from ``cfg``, in the shape of a dataset spec's ``expected`` block."""
+    by_source = {
+        name: {"videos": c.videos, "tasks": c.tasks, "reappear": c.reappear, "revisit": c.revisit}
+        for name, c in cfg.sources.items()
+    }
+    totals = {key: sum(block[key] for block in by_source.values()) for key in ("videos", "tasks", "reappear", "revisit")}
+    return {**totals, "by_source": by_source}
+
+
+def suite_plan(cfg: SuiteConfig) -> dict[str, list[list[str]]]:
+    """Task types of every context, per source in :data:`SOURCES` order (the exact-count
+    allocation, without rendering)."""
+    max_tasks = min(cfg.episode.clips - 1, cfg.panorama_width // 32 - 2)
+    plan = {}
+    for source in (s for s in SOURCES if s in cfg.sources):
+        counts = cfg.sources[source]
+        rng = np.random.default_rng(derive_seed(cfg.world_seed, SOURCES.index(source), 0))
+        try:
+            plan[source] = allocate_tasks(counts.videos, counts.reappear, counts.revisit, rng, max_tasks)
+        except ValueError as err:
+            raise ConfigError(f"data.sources.{source}: {err}") from err
+    return plan
+
+
+def _task_row(
+    cfg: SuiteConfig, context_id: str, task_id: str, scene: Scene, scene_seed: int, episode: Episode, task: TaskPlan, video: str
+) -> Task:
+    source = scene.source
+    ref_frame = task.reference_frame
+    box = object_boxes(scene, episode.context_x[ref_frame : ref_frame + 1], task.target_id)[0]
+    target = scene.objects[task.target_id]
+    extension = {
+        "scene_seed": scene_seed,
+        "source": source,
+        "panorama_width": scene.width,
+        "fps": cfg.fps,
+        "clip_frames": cfg.episode.clip_frames,
+        "context_camera_x": episode.context_x.tolist(),
+        "continuation_camera_x": task.continuation_x.tolist(),
+        "target_object_id": task.target_id,
+        "target_description": target.description,
+        "distractor_object_ids": scene.twins(task.target_id),
+        "event_clip": task.event_clip,
+        "context_frames": f"context/{source}/{context_id}.npz",
+        "ground_truth": f"ground_truth/{task_id}.npz",
+    }
+    return Task(
+        task_id=task_id,
+        source=source,
+        scene=f"{scene.background} with {len(scene.objects)} objects",
+        video=video,
+        context_clip_prompts=episode.clip_prompts,
+        continue_prompt=continue_prompt(task, scene),
+        task_type=task.task_type,
+        target_label=target.category,
+        target_aliases=target.aliases,
+        references=(Reference(ref_frame / cfg.fps, tuple(float(v) for v in box), ref_frame),),
+        extra={EXTENSION: extension},
+    )
+
+
+def _write_npz(path: Path, **arrays: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+
+
+def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
+    """Write the whole suite under ``out``; returns the build record."""
+    rows, video_errors = [], {}
+    ep = cfg.episode
+    for source, contexts in suite_plan(cfg).items():
+        index = SOURCES.index(source)
+        for number, task_types in enumerate(contexts, start=1):
+            context_id = f"{ID_PREFIX[source]}_{number:03d}"
+            scene_seed = derive_seed(cfg.world_seed, index, number, 1)
+            scene = scene_from_seed(scene_seed, source, cfg.panorama_width)
+            episode = plan_episode(scene, task_types, np.random.default_rng(derive_seed(cfg.world_seed, index, number, 2)), ep)
+            frames = render_video(scene, episode.context_x)
+            video = f"videos/{source}/{context_id}.mp4"
+            write_video(out / video, frames, cfg.fps)
+            decoded, _ = read_video(out / video)
+            video_errors[context_id] = round(float(np.abs(decoded.astype(np.int16) - frames).mean()), 3)
+            _write_npz(out / "context" / source / f"{context_id}.npz", frames=frames, camera_x=episode.context_x)
+            numbers = {"reappear": 0, "revisit": 0}
+            for task in episode.tasks:
+                numbers[task.task_type] += 1
+                task_id = f"{context_id}_{task.task_type}_{numbers[task.task_type]:02d}"
+                row = _task_row(cfg, context_id, task_id, scene, scene_seed, episode, task, video)
+                rows.append(row.to_json())
+                cams = task.continuation_x
+                _write_npz(
+                    out / "ground_truth" / f"{task_id}.npz",
+                    frames=render_video(scene, cams, first_frame=ep.context_frames),
+                    camera_x=cams,
+                    target_boxes=object_boxes(scene, cams, task.target_id),
+                    target_masks=object_masks(scene, cams, task.target_id),
+                    target_visible_fraction=visible_fraction(scene, cams)[:, task.target_id],
+                    first_frame=np.int64(ep.context_frames),
+                )
+    (out / "metadata.jsonl").write_text("".join(json.dumps(r, sort_keys=False) + "\n" for r in rows))
+    errors = np.array(list(video_errors.values()))
+    return {
+        "build_hash": cfg.build_hash(),
+        "version": BUILD_VERSION,
+        "config": asdict(cfg),
+        "counts": expected_counts(cfg),
+        "video_roundtrip_mean_abs_error": {"mean": round(float(errors.mean()), 3), "max": round(float(errors.max()), 3)},
+    }
+
+
+def build_suite(data_cfg: Any) -> Path:
+    """Build the MiniWorld suite at ``data_cfg.root`` unless an identical build is already there.
+
+    Parameters
+    ----------
+    data_cfg : DictConfig or dict
+        ``configs/data/miniworld.yaml`` (``root``, ``manifest``, ``fps``, ``height``, ``width`` and the
+        build knobs: ``world_seed``, ``panorama_width``, the episode shape, ``sources``).
+
+    Returns
+    -------
+    Path
+        The suite root.
+
+    Raises
+    ------
+    ConfigError
+        For invalid knobs, or a non-empty root that was not written by this builder.
+    """
+    cfg = SuiteConfig.from_data_config(data_cfg)
+    root = Path(str(data_cfg["root"]))
+    if str(data_cfg.get("manifest", "metadata.jsonl")) != "metadata.jsonl":
+        raise ConfigError("MiniWorld always writes metadata.jsonl; leave data.manifest at its default")
+    record = root / "build.json"
+    if record.is_file() and (root / "metadata.jsonl").is_file():
+        if json.loads(record.read_text()).get("build_hash") == cfg.build_hash():
+            return root
+    elif root.exists() and any(root.iterdir()):
+        raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
+    staging = root.with_name(f".{root.name}.building")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        built = _build_into(staging, cfg)
+        (staging / "build.json").write_text(json.dumps(built, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if root.exists():
+        shutil.rmtree(root)
+    staging.rename(root)
+    return root
