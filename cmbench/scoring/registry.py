@@ -1,0 +1,140 @@
+"""Scorer backends by name, and :func:`build_scorer` from a ``configs/scorer/*.yaml`` mapping.
+
+A scorer config has top-level runtime knobs and one mapping per stage, each naming its ``backend``
+and that backend's keyword arguments::
+
+    name: owl_sam_dino
+    device: auto          # auto | cpu | cuda[:N]
+    half: true            # fp16 on CUDA only
+    batch_size: 8
+    cache_dir: results/score_cache   # null disables the feature cache
+    min_box_size: 1.0
+    detector:  {backend: owlvit, model: google/owlvit-base-patch32, score_threshold: 0.1}
+    segmenter: {backend: sam2, model: facebook/sam2.1-hiera-large}
+    embedder:  {backend: dinov2, model: facebook/dinov2-base, image_size: 224}
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from cmbench.scoring.appearance import AppearanceEmbedder
+from cmbench.scoring.dino import Dinov2Embedder
+from cmbench.scoring.errors import ScorerConfigError
+from cmbench.scoring.feature_cache import FeatureCache
+from cmbench.scoring.grabcut_segmenter import GrabCutSegmenter
+from cmbench.scoring.hashing import config_hash
+from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
+from cmbench.scoring.pipeline import Scorer
+from cmbench.scoring.runtime import Runtime, resolve_runtime
+from cmbench.scoring.sam2_hf import Sam2Segmenter
+from cmbench.scoring.sam2_official import OfficialSam2Segmenter
+from cmbench.scoring.template_detector import TemplateDetector
+
+DETECTORS: dict[str, type] = {"owlvit": OwlVitDetector, "owlv2": Owlv2Detector, "template": TemplateDetector}
+SEGMENTERS: dict[str, type] = {"sam2": Sam2Segmenter, "sam2_official": OfficialSam2Segmenter, "grabcut": GrabCutSegmenter}
+EMBEDDERS: dict[str, type] = {"dinov2": Dinov2Embedder, "appearance": AppearanceEmbedder}
+STAGES: dict[str, dict[str, type]] = {"detector": DETECTORS, "segmenter": SEGMENTERS, "embedder": EMBEDDERS}
+
+# Top-level keys; those in RUNTIME_KEYS do not change a number and stay out of the config hash.
+RUNTIME_KEYS = ("name", "description", "paper", "device", "half", "batch_size", "cache_dir")
+RESULT_KEYS = ("min_box_size", *STAGES)
+
+
+def _did_you_mean(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
+    """Instantiate one stage.
+
+    Parameters
+    ----------
+    kind : {"detector", "segmenter", "embedder"}
+    cfg : mapping
+        ``backend`` plus the backend's keyword arguments.
+    runtime : Runtime
+        Passed to backends whose constructor takes ``runtime``.
+    """
+    cfg = dict(cfg)
+    registry = STAGES[kind]
+    backend = cfg.pop("backend", None)
+    if backend not in registry:
+        hint = _did_you_mean(str(backend), registry) if backend else ""
+        raise ScorerConfigError(
+            f"scorer.{kind}.backend={backend!r} is not a {kind} backend; choose one of {', '.join(registry)}.{hint}"
+        )
+    cls = registry[backend]
+    params = inspect.signature(cls.__init__).parameters
+    accepted = [p for p in params if p not in ("self", "runtime")]
+    unknown = [k for k in cfg if k not in accepted]
+    if unknown:
+        raise ScorerConfigError(
+            f"scorer.{kind} ({backend}) does not take {', '.join(unknown)}; it takes {', '.join(accepted)}."
+            + _did_you_mean(unknown[0], accepted)
+        )
+    missing = [p for p in accepted if params[p].default is inspect.Parameter.empty and p not in cfg]
+    if missing:
+        raise ScorerConfigError(f"scorer.{kind} ({backend}) needs {', '.join(missing)}")
+    if "runtime" in params:
+        cfg["runtime"] = runtime
+    try:
+        return cls(**cfg)
+    except (TypeError, ValueError) as err:
+        raise ScorerConfigError(f"scorer.{kind} ({backend}): {err}") from err
+
+
+def result_config(cfg: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
+    """The part of a scorer config that changes numbers (what :func:`config_hash` hashes)."""
+    out = {key: _plain(cfg[key]) for key in RESULT_KEYS if key in cfg}
+    out["precision"] = runtime.precision
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """DictConfig / ListConfig / tuples -> plain dicts and lists (resolved)."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer:
+    """Build a :class:`Scorer` from a scorer config (``cfg.scorer`` of the Hydra root config).
+
+    Parameters
+    ----------
+    cfg : mapping (dict or DictConfig)
+    cache_dir : str, optional
+        Overrides ``cfg.cache_dir``.
+    """
+    cfg = _plain(cfg)
+    unknown = [k for k in cfg if k not in RUNTIME_KEYS + RESULT_KEYS]
+    if unknown:
+        raise ScorerConfigError(
+            f"unknown scorer config key(s) {', '.join(unknown)}; known: {', '.join(RUNTIME_KEYS + RESULT_KEYS)}."
+            + _did_you_mean(unknown[0], RUNTIME_KEYS + RESULT_KEYS)
+        )
+    missing = [k for k in STAGES if k not in cfg]
+    if missing:
+        raise ScorerConfigError(f"scorer config {cfg.get('name', '?')!r} lacks the stage(s) {', '.join(missing)}")
+    runtime = resolve_runtime(cfg.get("device", "auto"), bool(cfg.get("half", False)), cfg.get("batch_size", 8))
+    stages = {kind: build_stage(kind, cfg[kind], runtime) for kind in STAGES}
+    digest = config_hash(result_config(cfg, runtime))
+    root = cache_dir if cache_dir is not None else cfg.get("cache_dir")
+    return Scorer(
+        **stages,
+        name=str(cfg.get("name", "scorer")),
+        config_hash=digest,
+        cache=FeatureCache(root, digest) if root else None,
+        min_box_size=float(cfg.get("min_box_size", 1.0)),
+    )

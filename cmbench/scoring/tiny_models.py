@@ -1,0 +1,139 @@
+"""Tiny random-weight OWL-ViT / OWLv2, SAM 2 and DINOv2 checkpoints for plumbing tests and benchmarks.
+
+No model hub is reachable from CMBench's build machines, so tests and ``scripts/bench_scorer.py``
+build these from configs, ``save_pretrained`` them into a folder and load them back through the
+same ``from_pretrained`` path real weights use. Their outputs are meaningless (random weights); they
+exercise shapes, batching, preprocessing and post-processing. Sizes follow environment.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TOKENIZER_VOCAB = 514  # 256 bytes + 256 word-final bytes + BOS + EOS (at the END: ids 512, 513)
+OWL_IMAGE_SIZE = 64
+SAM_IMAGE_SIZE = 128
+DINO_IMAGE_SIZE = 56
+
+
+def _byte_tokenizer():
+    """A CLIP tokenizer over single bytes (no merges) with BOS/EOS last in the vocab.
+
+    OWL-ViT treats a query whose first id is 0 as padding, so BOS must not be id 0.
+    """
+    from transformers import CLIPTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    symbols = list(bytes_to_unicode().values())
+    vocab = {s: i for i, s in enumerate(symbols)}
+    vocab.update({s + "</w>": 256 + i for i, s in enumerate(symbols)})
+    vocab["<|startoftext|>"] = 512
+    vocab["<|endoftext|>"] = 513
+    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=16)
+
+
+def save_tiny_owl(folder: str | Path, version: str = "owlvit", seed: int = 0) -> Path:
+    """Write a tiny OWL-ViT (``version="owlvit"``) or OWLv2 (``"owlv2"``) model + processor.
+
+    Returns
+    -------
+    Path of the folder (loadable with ``from_pretrained``).
+    """
+    import transformers
+
+    prefix = {"owlvit": "OwlViT", "owlv2": "Owlv2"}[version]
+    config = getattr(transformers, f"{prefix}Config")(
+        text_config=dict(
+            vocab_size=TOKENIZER_VOCAB, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=16, bos_token_id=512, eos_token_id=513, pad_token_id=513,
+        ),
+        vision_config=dict(
+            image_size=OWL_IMAGE_SIZE, patch_size=16, hidden_size=32, intermediate_size=37,
+            num_hidden_layers=2, num_attention_heads=4,
+        ),
+        projection_dim=32,
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, f"{prefix}ForObjectDetection")(config)
+    size = {"height": OWL_IMAGE_SIZE, "width": OWL_IMAGE_SIZE}
+    if version == "owlvit":
+        image_processor = transformers.OwlViTImageProcessorPil(size=size, crop_size=size)
+    else:
+        image_processor = transformers.Owlv2ImageProcessorPil(size=size)
+    processor = getattr(transformers, f"{prefix}Processor")(image_processor=image_processor, tokenizer=_byte_tokenizer())
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
+
+
+def save_tiny_sam2(folder: str | Path, seed: int = 0) -> Path:
+    """Write a tiny SAM 2 (128 px input). Returns the folder."""
+    from transformers import (
+        Sam2Config,
+        Sam2HieraDetConfig,
+        Sam2MaskDecoderConfig,
+        Sam2Model,
+        Sam2PromptEncoderConfig,
+        Sam2VisionConfig,
+    )
+
+    backbone = Sam2HieraDetConfig(
+        hidden_size=12, image_size=SAM_IMAGE_SIZE, blocks_per_stage=[1, 1, 2, 1], embed_dim_per_stage=[12, 24, 48, 96],
+        num_attention_heads_per_stage=[1, 1, 1, 1], global_attention_blocks=[3], window_size_per_stage=[8, 4, 4, 2],
+    )
+    vision = Sam2VisionConfig(
+        backbone_config=backbone, backbone_channel_list=[96, 48, 24, 12],
+        backbone_feature_sizes=[[32, 32], [16, 16], [8, 8]], fpn_hidden_size=32,
+    )
+    config = Sam2Config(
+        vision_config=vision,
+        prompt_encoder_config=Sam2PromptEncoderConfig(hidden_size=32, image_size=SAM_IMAGE_SIZE, patch_size=16, mask_input_channels=8),
+        mask_decoder_config=Sam2MaskDecoderConfig(hidden_size=32, mlp_dim=64, num_attention_heads=4, iou_head_hidden_dim=32),
+    )
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    Sam2Model(config).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_dinov2(folder: str | Path, seed: int = 0) -> Path:
+    """Write a tiny DINOv2 (patch 14, hidden 32). Returns the folder."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(
+        image_size=DINO_IMAGE_SIZE, patch_size=14, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37,
+    )
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    Dinov2Model(config).save_pretrained(folder)
+    return folder
+
+
+def tiny_deep_scorer_config(folder: str | Path, detector: str = "owlvit") -> dict[str, Any]:
+    """Save the three tiny models under ``folder`` and return a scorer config using them.
+
+    The config mirrors ``configs/scorer/owl_sam_dino.yaml`` with local model folders, CPU, no cache
+    (set ``cache_dir`` to enable it) and a detection threshold of 0 (random detectors score low).
+    """
+    folder = Path(folder)
+    return {
+        "name": f"tiny_{detector}_sam_dino",
+        "device": "cpu",
+        "half": False,
+        "batch_size": 4,
+        "cache_dir": None,
+        "min_box_size": 1.0,
+        "detector": {
+            "backend": detector,
+            "model": str(save_tiny_owl(folder / detector, version=detector)),
+            "query_template": "a {}",
+            "score_threshold": 0.0,
+        },
+        "segmenter": {"backend": "sam2", "model": str(save_tiny_sam2(folder / "sam2")), "mask_threshold": 0.0},
+        "embedder": {"backend": "dinov2", "model": str(save_tiny_dinov2(folder / "dinov2")), "image_size": DINO_IMAGE_SIZE, "background": 0},
+    }

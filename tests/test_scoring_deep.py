@@ -1,0 +1,209 @@
+"""The paper's scorer (OWL-ViT / OWLv2 -> SAM 2 -> DINOv2) end to end on tiny random models.
+
+The models are built from configs, saved with save_pretrained and loaded back through the same
+from_pretrained path real weights use (HF_HUB_OFFLINE=1, see conftest.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from cmbench.data import Reference, Task
+from cmbench.scoring import build_scorer
+from cmbench.scoring.dino import Dinov2Embedder
+from cmbench.scoring.errors import BackendUnavailableError, ModelLoadError, ScorerConfigError
+from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
+from cmbench.scoring.runtime import resolve_runtime
+from cmbench.scoring.sam2_hf import Sam2Segmenter
+from cmbench.scoring.stages import Target
+from cmbench.scoring.tiny_models import tiny_deep_scorer_config
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory):
+    return tiny_deep_scorer_config(tmp_path_factory.mktemp("tiny_models"))
+
+
+def _task(n_refs: int = 1) -> Task:
+    refs = tuple(Reference(timestamp_seconds=float(i), bbox_xyxy_normalized=(0.1, 0.2, 0.6, 0.7)) for i in range(n_refs))
+    return Task(
+        task_id="syn_001_reappear_01", source="synthetic", scene="s", video="videos/synthetic/syn_001.mp4",
+        context_clip_prompts=("p",) * 6, continue_prompt="c", task_type="reappear",
+        target_label="red cube", target_aliases=("box",), references=refs,
+    )
+
+
+def _frames(seed: int, n: int = 5, h: int = 48, w: int = 64) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, h, w, 3), dtype=np.uint8)
+
+
+def _with(cfg: dict, **changes) -> dict:
+    out = copy.deepcopy(cfg)
+    for dotted, value in changes.items():
+        stage, key = dotted.split("__")
+        out[stage][key] = value
+    return out
+
+
+def test_record_shapes_and_protocol(tiny_config):
+    scorer = build_scorer(tiny_config)
+    frames = _frames(0)
+    record = scorer.score_task(_task(), frames, [_frames(1, 1, 40, 72)[0]])
+    assert record.n_frames == 5 and len(record.similarities) == len(record.boxes) == len(record.detection_scores) == 5
+    detected = [s is not None for s in record.similarities]
+    assert record.detection_rate == pytest.approx(np.mean(detected))
+    assert all((b is None) == (not d) for b, d in zip(record.boxes, detected))
+    for box in filter(None, record.boxes):
+        assert 0.0 <= box[0] < box[2] <= 1.0 and 0.0 <= box[1] < box[3] <= 1.0  # clipped, positive size
+    # threshold 0 and sigmoid scores: every frame has a candidate score in [0, 1]
+    assert all(0.0 <= s <= 1.0 for s in record.detection_scores)
+    sims = [s for s in record.similarities if s is not None]
+    assert record.score == (max(sims) if sims else 0.0)
+    assert all(-1.0 - 1e-6 <= s <= 1.0 + 1e-6 for s in sims)
+    assert record.scorer == tiny_config["name"] and len(record.scorer_config_hash) == 12
+    assert record.detection_threshold == 0.0
+    json.dumps(record.to_json())  # JSON-serialisable as is
+
+
+def test_no_detection_scores_zero(tiny_config):
+    scorer = build_scorer(_with(tiny_config, detector__score_threshold=1.01))  # sigmoid never reaches it
+    record = scorer.score_task(_task(), _frames(0), [_frames(1, 1)[0]])
+    assert record.score == 0.0 and record.detection_rate == 0.0
+    assert record.similarities == [None] * 5 and record.boxes == [None] * 5
+    assert all(s is not None for s in record.detection_scores)  # candidates exist, all below threshold
+
+
+def test_empty_masks_are_no_detection_and_reference_falls_back_to_its_box(tiny_config):
+    scorer = build_scorer(_with(tiny_config, segmenter__mask_threshold=1e9))  # every SAM mask comes back empty
+    record = scorer.score_task(_task(n_refs=2), _frames(0), [_frames(1, 1)[0], _frames(2, 1)[0]])
+    assert record.reference_mask_fallback == [True, True]
+    assert record.detection_rate == 0.0 and record.score == 0.0
+
+
+def test_full_masks_detect_every_valid_box(tiny_config):
+    # a mask threshold far below every logit makes every mask full: detection then depends only on boxes
+    scorer = build_scorer(_with(tiny_config, segmenter__mask_threshold=-1e9))
+    features = scorer.features(_frames(0), ("cube",), [_frames(1, 1)[0]], [(0.1, 0.2, 0.6, 0.7)])
+    widths = features.boxes[:, 2] - features.boxes[:, 0]
+    heights = features.boxes[:, 3] - features.boxes[:, 1]
+    np.testing.assert_array_equal(features.detected, (widths >= 1.0) & (heights >= 1.0))
+    assert np.all(features.boxes[:, [0, 2]] >= 0) and np.all(features.boxes[:, [0, 2]] <= 64)
+    assert np.all(features.boxes[:, [1, 3]] >= 0) and np.all(features.boxes[:, [1, 3]] <= 48)
+    assert not features.reference_mask_fallback.any()
+    norms = np.linalg.norm(features.embeddings[features.detected], axis=1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-5)
+
+
+def test_deterministic_across_scorer_instances(tiny_config):
+    frames, ref = _frames(3), _frames(4, 1)[0]
+    first = build_scorer(tiny_config).score_task(_task(), frames, [ref])
+    second = build_scorer(tiny_config).score_task(_task(), frames, [ref])
+    assert first == second
+
+
+def test_cache_hit_on_second_call_skips_every_model(tiny_config, tmp_path, monkeypatch):
+    cfg = dict(tiny_config, cache_dir=str(tmp_path / "cache"))
+    frames, ref = _frames(5), _frames(6, 1)[0]
+    scorer = build_scorer(cfg)
+    first = scorer.score_task(_task(), frames, [ref])
+    assert (scorer.cache_hits, scorer.cache_misses) == (0, 1)
+    assert len(list((tmp_path / "cache" / scorer.config_hash).rglob("*.npz"))) == 1
+
+    fresh = build_scorer(cfg)  # a new process would see the same files
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a cached task must not run a model")
+
+    for stage, method in ((fresh.detector, "detect"), (fresh.segmenter, "segment"), (fresh.embedder, "embed")):
+        monkeypatch.setattr(stage, method, boom)
+    assert fresh.score_task(_task(), frames, [ref]) == first
+    assert (fresh.cache_hits, fresh.cache_misses) == (1, 0)
+
+    # other frames, other queries or another reference are other entries
+    other_task = Task(**{**_task().__dict__, "target_label": "blue sphere"})
+    with pytest.raises(AssertionError, match="cached task"):
+        fresh.score_task(other_task, frames, [ref])
+
+
+def test_config_hash_tracks_result_knobs_only(tiny_config):
+    base = build_scorer(tiny_config).config_hash
+    assert build_scorer(dict(tiny_config, batch_size=1, description="x")).config_hash == base
+    assert build_scorer(_with(tiny_config, detector__score_threshold=0.2)).config_hash != base
+    assert build_scorer(_with(tiny_config, embedder__background=128)).config_hash != base
+
+
+def test_batching_does_not_change_results(tiny_config):
+    frames, ref = _frames(7, n=7), _frames(8, 1)[0]
+    one = build_scorer(dict(tiny_config, batch_size=1)).score_task(_task(), frames, [ref])
+    many = build_scorer(dict(tiny_config, batch_size=5)).score_task(_task(), frames, [ref])
+    assert one.detection_scores == pytest.approx(many.detection_scores, abs=1e-5)
+    assert [b is None for b in one.boxes] == [b is None for b in many.boxes]
+    for a, b in zip(one.boxes, many.boxes):
+        if a is not None:
+            assert a == pytest.approx(b, abs=1e-5)  # float rounding differs between batch sizes
+
+
+def test_owlv2_runs_and_scales_boxes_to_the_padded_square(tmp_path):
+    cfg = tiny_deep_scorer_config(tmp_path, detector="owlv2")
+    record = build_scorer(cfg).score_task(_task(), _frames(0), [_frames(1, 1)[0]])
+    assert record.n_frames == 5
+    runtime = resolve_runtime("cpu")
+    v1 = OwlVitDetector.__new__(OwlVitDetector)
+    v2 = Owlv2Detector.__new__(Owlv2Detector)
+    assert v1._box_scale(48, 64).tolist() == [64, 48, 64, 48]  # relative to the frame
+    assert v2._box_scale(48, 64).tolist() == [64, 64, 64, 64]  # relative to the bottom/right-padded square
+    detector = Owlv2Detector(cfg["detector"]["model"], runtime, query_template="a {}", score_threshold=0.0)
+    detections = detector.detect(_frames(2, 3, 30, 90), Target(queries=("cube",), references=()))
+    assert detections.boxes.shape == (3, 4) and detections.found.all()
+
+
+def test_segmenter_handles_mixed_frame_sizes_and_box_prompts(tiny_config):
+    segmenter = Sam2Segmenter(tiny_config["segmenter"]["model"], resolve_runtime("cpu", batch_size=2), mask_threshold=-1e9)
+    frames = [_frames(0, 1, 30, 40)[0], _frames(1, 1, 64, 20)[0], _frames(2, 1, 17, 17)[0]]
+    masks = segmenter.segment(frames, np.array([[0, 0, 10, 10], [2, 3, 18, 60], [0, 0, 17, 17]], dtype=float))
+    assert [m.shape for m in masks] == [(30, 40), (64, 20), (17, 17)]
+    assert all(m.dtype == bool and m.all() for m in masks)
+
+
+def test_dino_ignores_pixels_outside_the_mask(tiny_config):
+    embedder = Dinov2Embedder(tiny_config["embedder"]["model"], resolve_runtime("cpu"), image_size=56, background=0)
+    crop = _frames(0, 1, 20, 30)[0]
+    mask = np.zeros((20, 30), dtype=bool)
+    mask[4:16, 5:25] = True
+    other = crop.copy()
+    other[~mask] = 255 - other[~mask]
+    emb = embedder.embed([crop, other, _frames(1, 1, 20, 30)[0]], [mask, mask, mask])
+    assert emb.shape == (3, 32) and emb.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(emb[0], emb[1], atol=1e-6)  # only the masked pixels count
+    assert float(emb[0] @ emb[2]) < 0.9999  # different object pixels give a different embedding
+
+
+def test_half_precision_only_on_cuda():
+    assert resolve_runtime("cpu", half=True).dtype == torch.float32
+    assert resolve_runtime("auto", half=True).precision == ("fp16" if torch.cuda.is_available() else "fp32")
+
+
+def test_config_errors_are_actionable(tiny_config, tmp_path):
+    with pytest.raises(ScorerConfigError, match="Did you mean 'owlvit'"):
+        build_scorer(_with(tiny_config, detector__backend="owlvt"))
+    with pytest.raises(ScorerConfigError, match="does not take score_treshold.*Did you mean 'score_threshold'"):
+        build_scorer(_with(tiny_config, detector__score_treshold=0.3))
+    with pytest.raises(ScorerConfigError, match="unknown scorer config key"):
+        build_scorer(dict(tiny_config, batchsize=3))
+    with pytest.raises(ScorerConfigError, match="lacks the stage"):
+        build_scorer({k: v for k, v in tiny_config.items() if k != "embedder"})
+    with pytest.raises(ModelLoadError, match="cannot load the embedder model"):
+        build_scorer(_with(tiny_config, embedder__model=str(tmp_path / "no-such-model")))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sam2") is not None, reason="the official sam2 package is installed")
+def test_official_sam2_backend_says_how_to_install(tiny_config):
+    with pytest.raises(BackendUnavailableError, match="pip install --no-build-isolation sam2==1.1.0"):
+        build_scorer(dict(tiny_config, segmenter={"backend": "sam2_official", "model": "facebook/sam2.1-hiera-large"}))
