@@ -1,0 +1,186 @@
+"""The MiniWorld suite on disk: official schema, exact counts, ground truth, determinism, caching."""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from cmbench.data.manifest import validate_manifest
+from cmbench.data.spec import check_counts, counts, load_spec
+from cmbench.data.video import read_video
+from cmbench.errors import ConfigError
+from cmbench.miniworld import build_suite, object_masks, render_video, scene_from_seed
+from cmbench.miniworld.suite import SuiteConfig, expected_counts, suite_plan
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_CFG = REPO / "configs" / "data" / "miniworld.yaml"
+OFFICIAL = {
+    "videos": 58,
+    "tasks": 116,
+    "reappear": 77,
+    "revisit": 39,
+    "by_source": {
+        "synthetic": {"videos": 50, "tasks": 102, "reappear": 67, "revisit": 35},
+        "real": {"videos": 8, "tasks": 14, "reappear": 10, "revisit": 4},
+    },
+}
+
+
+def _data_cfg(root: Path, **over):
+    cfg = OmegaConf.load(DATA_CFG)
+    cfg.root = str(root)
+    for key, value in over.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def _small(root: Path, **over):
+    sources = {"synthetic": {"videos": 2, "reappear": 2, "revisit": 1}, "real": {"videos": 1, "reappear": 1, "revisit": 1}}
+    return _data_cfg(root, sources=sources, **over)
+
+
+def _tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def full_suite(tmp_path_factory):
+    root = build_suite(_data_cfg(tmp_path_factory.mktemp("mw") / "miniworld"))
+    rows = [json.loads(line) for line in (root / "metadata.jsonl").read_text().splitlines()]
+    return root, rows
+
+
+def test_config_and_spec_agree_on_the_official_counts():
+    cfg = SuiteConfig.from_data_config(OmegaConf.load(DATA_CFG))
+    assert expected_counts(cfg) == OFFICIAL
+    assert load_spec(REPO / "data_manifests" / "miniworld.yaml")["expected"] == OFFICIAL
+    plan = suite_plan(cfg)
+    assert {s: len(p) for s, p in plan.items()} == {"synthetic": 50, "real": 8}
+    assert sum(len(t) for t in plan["synthetic"]) == 102 and sum(t.count("revisit") for t in plan["synthetic"]) == 35
+    assert sum(len(t) for t in plan["real"]) == 14 and sum(t.count("revisit") for t in plan["real"]) == 4
+
+
+def test_full_suite_validates_with_exact_counts(full_suite):
+    root, rows = full_suite
+    tasks, problems = validate_manifest(root, "metadata.jsonl", check_videos=True)
+    assert problems == []
+    assert check_counts("metadata.jsonl", tasks, OFFICIAL) == []
+    assert counts(tasks) == OFFICIAL
+    ids = [r["task_id"] for r in rows]
+    assert len(set(ids)) == 116
+    assert all(re.fullmatch(r"(syn|real)_\d{3}_(reappear|revisit)_\d{2}", i) for i in ids)
+    assert "syn_001_revisit_01" in ids and "real_008_reappear_01" in ids
+    for row in rows:
+        prefix = "syn" if row["type"] == "synthetic" else "real"
+        assert row["video"] == f"videos/{row['type']}/{row['task_id'][: len(prefix) + 4]}.mp4"
+        assert row["task_id"].startswith(prefix) and row["task_type"] in row["task_id"]
+        assert len(row["context_clip_prompts"]) == 6 and row["target_label"] and row["target_aliases"]
+    size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    assert size < 100e6
+
+
+def test_every_row_matches_the_renderer(full_suite):
+    """References, lossless frames, camera plans and ground truth all agree with a fresh render."""
+    root, rows = full_suite
+    scenes = {}
+    for row in rows:
+        ext = row["miniworld"]
+        key = (ext["scene_seed"], row["type"])
+        if key not in scenes:
+            scenes[key] = scene_from_seed(ext["scene_seed"], row["type"], ext["panorama_width"])
+        scene, target = scenes[key], ext["target_object_id"]
+        obj = scene.objects[target]
+        assert row["target_label"] == obj.category and ext["target_description"] == obj.description
+        assert all(scene.objects[d].category == obj.category for d in ext["distractor_object_ids"])
+        assert len(ext["distractor_object_ids"]) >= 1
+        context = np.load(root / ext["context_frames"])
+        cams = np.asarray(ext["context_camera_x"])
+        assert np.array_equal(context["camera_x"], cams) and len(cams) == 192
+        if row["task_type"] == "reappear" and row["task_id"].endswith("_01"):  # once per context is enough
+            assert np.array_equal(context["frames"], render_video(scene, cams))
+
+        # the reference box holds the whole target, tightly, in the referenced frame
+        (ref,) = row["references"]
+        frame = ref["frame_index"]
+        assert ref["timestamp_seconds"] == frame / 16
+        mask = object_masks(scene, cams[frame : frame + 1], target)[0]
+        assert mask.sum() == obj.area
+        x0, y0, x1, y1 = np.asarray(ref["bbox_xyxy_normalized"]) * 32
+        rows_, cols = np.nonzero(mask)
+        assert (x0, y0, x1, y1) == (cols.min(), rows_.min(), cols.max() + 1, rows_.max() + 1)
+
+        # memory is required: absent from the sink and the last 8 (indeed 32) context frames
+        seen = object_masks(scene, cams, target).sum(axis=(1, 2))
+        assert seen[:4].sum() == 0 and seen[-8:].sum() == 0 and seen[-32:].sum() == 0
+
+        # the ground-truth continuation shows the target, with its boxes
+        truth = np.load(root / ext["ground_truth"])
+        plan = np.asarray(ext["continuation_camera_x"])
+        assert np.array_equal(truth["camera_x"], plan) and len(plan) == 16
+        assert np.array_equal(truth["frames"], render_video(scene, plan, first_frame=192))
+        masks = object_masks(scene, plan, target)
+        assert np.array_equal(truth["target_masks"], masks)
+        whole = masks.sum(axis=(1, 2)) == obj.area
+        assert whole.sum() >= 4 and whole[-1]
+        assert np.array_equal(np.isnan(truth["target_boxes"]).all(axis=1), ~masks.any(axis=(1, 2)))
+        assert np.allclose(truth["target_visible_fraction"], masks.sum(axis=(1, 2)) / obj.area)
+
+
+def test_mp4_round_trip_error_is_measured_and_recorded(full_suite):
+    root, rows = full_suite
+    record = json.loads((root / "build.json").read_text())
+    row = rows[0]
+    decoded, fps = read_video(root / row["video"])
+    lossless = np.load(root / row["miniworld"]["context_frames"])["frames"]
+    assert fps == 16 and decoded.shape == lossless.shape == (192, 32, 32, 3)
+    error = np.abs(decoded.astype(int) - lossless).mean()
+    assert 0 < error < 12  # lossy, hence the lossless npz next to every video
+    assert record["video_roundtrip_mean_abs_error"]["max"] >= round(error, 3) - 1e-9
+
+
+def test_same_seed_same_suite_other_seed_other_suite(full_suite, tmp_path):
+    root, _ = full_suite
+    again = build_suite(_data_cfg(tmp_path / "again"))
+    assert _tree_digest(again) == _tree_digest(root)
+    other = build_suite(_small(tmp_path / "other", world_seed=1))
+    small = build_suite(_small(tmp_path / "small"))
+    assert (other / "metadata.jsonl").read_bytes() != (small / "metadata.jsonl").read_bytes()
+
+
+def test_build_is_cached_and_rebuilt_when_a_knob_changes(tmp_path):
+    root = tmp_path / "mw"
+    build_suite(_small(root))
+    manifest = root / "metadata.jsonl"
+    stamp = manifest.stat().st_mtime_ns
+    first = json.loads((root / "build.json").read_text())["build_hash"]
+    assert build_suite(_small(root)) == root
+    assert manifest.stat().st_mtime_ns == stamp  # nothing rewritten
+    build_suite(_small(root, min_target_frames=5))
+    assert json.loads((root / "build.json").read_text())["build_hash"] != first
+    assert manifest.stat().st_mtime_ns != stamp
+    assert not (tmp_path / ".mw.building").exists()
+
+
+def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "holiday.jpg").write_bytes(b"not ours")
+    with pytest.raises(ConfigError, match="not a MiniWorld build"):
+        build_suite(_small(foreign))
+    assert (foreign / "holiday.jpg").read_bytes() == b"not ours"
+    with pytest.raises(ConfigError, match="cannot be spread"):
+        build_suite(_data_cfg(tmp_path / "a", sources={"synthetic": {"videos": 5, "reappear": 2, "revisit": 1}}))
+    with pytest.raises(ConfigError, match="height/width"):
+        build_suite(_small(tmp_path / "b", height=64))
+    with pytest.raises(ConfigError, match="panorama width"):
+        build_suite(_small(tmp_path / "c", panorama_width=200))
+    with pytest.raises(ConfigError, match="sources"):
+        build_suite(_data_cfg(tmp_path / "d", sources={"cartoon": {"videos": 1, "reappear": 1, "revisit": 0}}))
