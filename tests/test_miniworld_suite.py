@@ -14,7 +14,8 @@ from cmbench.data.spec import check_counts, counts, load_spec
 from cmbench.data.video import read_video
 from cmbench.errors import ConfigError
 from cmbench.miniworld import build_suite, object_masks, render_video, scene_from_seed
-from cmbench.miniworld.suite import SuiteConfig, expected_counts, suite_plan
+from cmbench.miniworld.episodes import Episode, TaskPlan
+from cmbench.miniworld.suite import SuiteConfig, episode_stats, expected_counts, suite_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_CFG = REPO / "configs" / "data" / "miniworld.yaml"
@@ -144,6 +145,26 @@ def test_mp4_round_trip_error_is_measured_and_recorded(full_suite):
     error = np.abs(decoded.astype(int) - lossless).mean()
     assert 0 < error < 12  # lossy, hence the lossless npz next to every video
     assert record["video_roundtrip_mean_abs_error"]["max"] >= round(error, 3) - 1e-9
+
+
+def test_episode_stats_on_a_hand_made_path():
+    scene = scene_from_seed(0)
+    still = np.zeros(64, dtype=np.int64)  # the camera never moves: 8 token columns, place 0 only
+    tasks = (TaskPlan("reappear", 0, 0, 0, np.full(16, 128, dtype=np.int64), 1), TaskPlan("reappear", 0, 0, 0, np.full(16, 4, dtype=np.int64), 1))
+    stats = episode_stats(scene, Episode(still, ("",) * 6, tasks))
+    assert stats["first_sight_fraction"] == 8 / (64 * 8)
+    assert stats["continuation_seen_fraction"] == [0.0, 7 / 8]
+    assert stats["absence_frames"] == [0, 0]
+    assert stats["distractor_seen"] == [False, False]  # the twin lives at another place
+
+
+def test_full_suite_memory_stats(full_suite):
+    root, _ = full_suite
+    stats = json.loads((root / "build.json").read_text())["memory_stats"]
+    assert stats["absence_frames"]["min"] >= 32  # no target in the last clip
+    assert stats["first_sight_fraction"]["max"] < 0.1  # most of every context repeats earlier views
+    assert stats["continuation_seen_fraction"]["mean"] > 0.9
+    assert stats["distractor_seen_fraction"] > 0.75
 
 
 def test_same_seed_same_suite_other_seed_other_suite(full_suite, tmp_path):

@@ -165,6 +165,39 @@ def _task_row(
     )
 
 
+def episode_stats(scene: Scene, episode: Episode) -> dict[str, Any]:
+    """Memory statistics of one episode, on the token grid (a token column is 4 px wide).
+
+    Returns
+    -------
+    dict with
+        ``first_sight_fraction``: distinct world token columns seen / token columns shown by the
+        context (what a cache keeping only first sightings would keep, 1 - its pruning ratio);
+        ``continuation_seen_fraction``: per task, share of the continuation's token columns that the
+        context showed; ``absence_frames``: per task, context frames after the target's last sighting;
+        ``distractor_seen``: per task, whether a same-category twin appears in the context.
+    """
+    step = 4
+    columns = scene.width // step
+
+    def world_columns(cams: np.ndarray) -> np.ndarray:
+        return (cams[:, None] // step + np.arange(FRAME // step)) % columns  # [F, 8]
+
+    seen_columns = np.unique(world_columns(episode.context_x))
+    shown = visible_fraction(scene, episode.context_x) > 0  # [F, n_objects]
+    n = len(episode.context_x)
+    return {
+        "first_sight_fraction": len(seen_columns) / world_columns(episode.context_x).size,
+        "continuation_seen_fraction": [float(np.isin(world_columns(t.continuation_x), seen_columns).mean()) for t in episode.tasks],
+        "absence_frames": [int(n - 1 - np.flatnonzero(shown[:, t.target_id])[-1]) for t in episode.tasks],
+        "distractor_seen": [bool(shown[:, scene.twins(t.target_id)].any()) for t in episode.tasks],
+    }
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"min": round(float(np.min(values)), 4), "mean": round(float(np.mean(values)), 4), "max": round(float(np.max(values)), 4)}
+
+
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, **arrays)
@@ -172,7 +205,7 @@ def _write_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
     """Write the whole suite under ``out``; returns the build record."""
-    rows, video_errors = [], {}
+    rows, video_errors, stats = [], {}, []
     ep = cfg.episode
     for source, contexts in suite_plan(cfg).items():
         index = SOURCES.index(source)
@@ -181,6 +214,7 @@ def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
             scene_seed = derive_seed(cfg.world_seed, index, number, 1)
             scene = scene_from_seed(scene_seed, source, cfg.panorama_width)
             episode = plan_episode(scene, task_types, np.random.default_rng(derive_seed(cfg.world_seed, index, number, 2)), ep)
+            stats.append(episode_stats(scene, episode))
             frames = render_video(scene, episode.context_x)
             video = f"videos/{source}/{context_id}.mp4"
             write_video(out / video, frames, cfg.fps)
@@ -211,6 +245,12 @@ def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
         "config": asdict(cfg),
         "counts": expected_counts(cfg),
         "video_roundtrip_mean_abs_error": {"mean": round(float(errors.mean()), 3), "max": round(float(errors.max()), 3)},
+        "memory_stats": {
+            "first_sight_fraction": _summary([s["first_sight_fraction"] for s in stats]),
+            "continuation_seen_fraction": _summary([v for s in stats for v in s["continuation_seen_fraction"]]),
+            "absence_frames": _summary([v for s in stats for v in s["absence_frames"]]),
+            "distractor_seen_fraction": round(float(np.mean([v for s in stats for v in s["distractor_seen"]])), 4),
+        },
     }
 
 
