@@ -79,6 +79,7 @@ class AppearanceEmbedder:
         grid: int = 3,
         orientation_bins: int = 8,
         weights: Sequence[float] = (1.0, 1.0, 1.0),
+        smooth_sigma: float = 0.0,
     ):
         if min(chroma_bins, lightness_bins, grid, orientation_bins) < 1:
             raise ValueError("bin counts and grid must be >= 1")
@@ -89,6 +90,7 @@ class AppearanceEmbedder:
         self.grid = int(grid)
         self.orientation_bins = int(orientation_bins)
         self.weights = np.asarray(weights, dtype=np.float64)
+        self.smooth_sigma = float(smooth_sigma)
 
     @property
     def dim(self) -> int:
@@ -116,7 +118,10 @@ class AppearanceEmbedder:
         """Descriptor of one masked crop, ``float64 [D]`` (unit norm)."""
         if not mask.any():
             raise ValueError("cannot describe an empty mask")
-        lab = cv2.cvtColor(crop.astype(np.float32) / 255.0, cv2.COLOR_RGB2Lab)  # L in [0,100], a,b ~[-100,100]
+        image = crop.astype(np.float32) / 255.0
+        if self.smooth_sigma > 0:
+            image = cv2.GaussianBlur(image, (0, 0), self.smooth_sigma, borderType=cv2.BORDER_REFLECT)
+        lab = cv2.cvtColor(image, cv2.COLOR_RGB2Lab)  # L in [0,100], a,b ~[-100,100]
         pixels = lab[mask]
         lightness = pixels[:, 0] / max(float(pixels[:, 0].mean()), 1e-3)
         colour = np.concatenate(

@@ -32,20 +32,26 @@ class TemplateDetector:
         Template scale factors tried on top of the frame-size ratio (1.0: same apparent size).
     """
 
-    def __init__(self, score_threshold: float = 0.5, scales: Sequence[float] = (1.0,)):
+    def __init__(self, score_threshold: float = 0.5, scales: Sequence[float] = (1.0,), smooth_sigma: float = 0.0):
         if not -1.0 <= score_threshold <= 1.0:
             raise ValueError(f"score_threshold is a correlation in [-1, 1], got {score_threshold}")
         if not scales or any(s <= 0 for s in scales):
             raise ValueError(f"scales must be positive, got {list(scales)}")
         self.score_threshold = float(score_threshold)
         self.scales = tuple(float(s) for s in scales)
+        self.smooth_sigma = float(smooth_sigma)
+
+    def _smooth(self, image: np.ndarray) -> np.ndarray:
+        if self.smooth_sigma <= 0:
+            return image
+        return cv2.GaussianBlur(image, (0, 0), self.smooth_sigma, borderType=cv2.BORDER_REFLECT)
 
     def _templates(self, target: Target, height: int, width: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Masked reference crops resized for frames of ``height x width``: ``[(float32 [h, w, 3], float32 [h, w])]``."""
         templates = []
         for view in target.references:
             x0, y0, x1, y1 = mask_bbox(view.mask)
-            crop = view.frame[y0:y1, x0:x1].astype(np.float32)
+            crop = self._smooth(view.frame.astype(np.float32))[y0:y1, x0:x1]
             mask = view.mask[y0:y1, x0:x1].astype(np.float32)
             ref_h, ref_w = view.frame.shape[:2]
             for scale in self.scales:
@@ -79,6 +85,7 @@ class TemplateDetector:
         boxes = np.full((n_frames, 4), np.nan)
         scores = np.full(n_frames, np.nan)
         for i, frame in enumerate(frames.astype(np.float32)):
+            frame = self._smooth(frame)
             for template, mask in templates:
                 response = cv2.matchTemplate(frame, template, cv2.TM_CCOEFF_NORMED, mask=mask)
                 response = np.nan_to_num(response, nan=-1.0, posinf=-1.0, neginf=-1.0)  # flat windows
