@@ -1,0 +1,332 @@
+"""The AR generation loop: the only module that wires backbone + method + KV cache + ledger.
+
+Two calls per context and task (two tasks share one context)::
+
+    prefilled = prefill(backbone, method, context_latents, cond, seed)          # once per context
+    result = continue_task(backbone, prefilled, cond, n_frames, seed)           # once per task
+
+``prefill`` writes the context chunk by chunk (the clean K/V of each chunk by a ``t = 0`` call; the
+method's re-noise probe first, where it wants one), lets the method compact after every chunk, and
+re-indexes the temporal RoPE of the cached keys at the end. ``continue_task`` forks the prefilled
+cache and generates the continuation chunk by chunk with the sampler; the PR ledger records what each
+chunk saw. Prefill and continuation are timed separately (the paper's FPS counts the continuation).
+
+Seeds: the context probe's noise comes from ``(seed, "context-probe", chunk)``; a generated chunk's
+starting noise from ``(seed, "noise", chunk)`` and stochastic-sampler noise from ``(seed, "step", chunk)``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cmbench.cache import AttentionStats, KVCache, PRLedger
+from cmbench.errors import ConfigError
+from cmbench.methods.base import ChunkSignals, Method, Needs
+from cmbench.sampler import FlowMatchSampler, renoise, seeded_generator
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Knobs of the loop shared by every method.
+
+    Parameters
+    ----------
+    sampler : FlowMatchSampler
+        Timesteps (and mode) of every generated chunk; the probe level comes from its timesteps.
+    reindex : bool
+        Apply the temporal RoPE re-index to the cached context keys at the context -> generation
+        boundary (``False`` for the ablation).
+    reindex_recent : int
+        ``N_r``: context frames nearest the boundary that keep their true positions.
+    reindex_virtual_length : float
+        ``L_virt``: the whole context is squeezed into this many frames.
+    """
+
+    sampler: FlowMatchSampler = field(default_factory=FlowMatchSampler)
+    reindex: bool = True
+    reindex_recent: int = 8
+    reindex_virtual_length: float = 17.0
+
+
+@dataclass
+class PrefilledContext:
+    """A context written into a cache, ready to be forked per task.
+
+    Attributes
+    ----------
+    cache : KVCache
+        After the last context chunk's compaction and the re-index.
+    method : Method
+    settings : GenerationSettings
+    context_frames : int
+        ``q0``, latent frames of the context.
+    next_chunk : int
+        Index of the first generated chunk.
+    last_chunk : Tensor or None, shape ``[B, C, f, h, w]``
+        The last context chunk (methods that compare with the previous chunk read it).
+    batch : int
+    like : Tensor
+        A scalar with the context's dtype and device (generated latents follow it).
+    ledger : PRLedger
+        Context phase.
+    kept_tokens : dict[int, int]
+        Tokens of each context chunk still stored (in layer 0's first bank) after prefill.
+    seconds : float
+        Wall time of the prefill.
+    seed : int
+    """
+
+    cache: KVCache
+    method: Method
+    settings: GenerationSettings
+    context_frames: int
+    next_chunk: int
+    last_chunk: torch.Tensor | None
+    batch: int
+    like: torch.Tensor
+    ledger: PRLedger
+    kept_tokens: dict[int, int]
+    seconds: float
+    seed: int
+
+
+@dataclass
+class Continuation:
+    """One task's continuation.
+
+    Attributes
+    ----------
+    latents : Tensor, shape ``[B, C, n_frames, h, w]``
+    ledger : PRLedger
+        Generation phase: PR (Eq. 4) and peak stored K/V bytes (the prefilled history included).
+    kept_tokens : dict[int, int]
+        Tokens of every chunk (context and generated) still stored in layer 0's first bank at the end,
+        e.g. to give :class:`RandomTokens` another method's per-chunk counts.
+    seconds : float
+        Wall time of the continuation only (no prefill, no decoding).
+    attention : dict[int, AttentionStats]
+        Attention recorded at the first call of the listed generated chunks.
+    """
+
+    latents: torch.Tensor
+    ledger: PRLedger
+    kept_tokens: dict[int, int]
+    seconds: float
+    attention: dict[int, AttentionStats] = field(default_factory=dict)
+
+    def summary(self, method: Method | None = None) -> dict[str, Any]:
+        """JSON-ready: realised PR (and the budget target, if any), peak bytes, seconds, per-chunk rows."""
+        out = self.ledger.summary()
+        out["continuation_seconds"] = self.seconds
+        out["latent_frames"] = int(self.latents.shape[2])
+        if method is not None and getattr(method, "target_pr", None) is not None:
+            out["target_pr"] = method.target_pr
+        return out
+
+
+class _Loop:
+    """State of one phase: backbone, method, cache, ledger and the signals of the previous chunk."""
+
+    def __init__(self, backbone, method: Method, cache: KVCache, ledger: PRLedger, settings: GenerationSettings,
+                 cond: Any, seed: int, context_frames: int, previous: torch.Tensor | None) -> None:
+        self.backbone, self.method, self.cache, self.ledger = backbone, method, cache, ledger
+        self.settings, self.cond, self.seed = settings, cond, seed
+        self.geometry = backbone.geometry
+        self.needs: Needs = method.needs()
+        self.context_frames = context_frames
+        self.previous = previous
+
+    def denoise(self, x: torch.Tensor, t: float, frame_start: int) -> torch.Tensor:
+        return self.backbone.denoise(x, t, self.cache, frame_start, self.cond)
+
+    def probe_calls(self, x_t: torch.Tensor, t: float, frame_start: int, x0: torch.Tensor | None) -> dict:
+        """The probe-step predictions the method needs (``x0`` = the trajectory's own, if any)."""
+        out = {}
+        if self.needs.post_prune_probe or x0 is None:
+            hide = self.method.probe_hide(self.cache) if self.needs.post_prune_probe else None
+            with self.cache.probe(hide=hide):
+                x0 = self.denoise(x_t, t, frame_start)
+        out["x0_probe"] = x0
+        if self.needs.no_context_probe:
+            with self.cache.probe(history=False):
+                out["x0_no_context"] = self.denoise(x_t, t, frame_start)
+        return out
+
+    def context_chunk(self, x0: torch.Tensor, chunk: int, frame_start: int) -> None:
+        """Observed chunk ``x0 [B, C, f, h, w]``: optional re-noise probe, then the clean write."""
+        info = self.cache.begin_chunk(chunk, frame_start, x0.shape[2])
+        self.ledger.record(self.cache)
+        extra = {}
+        if self.needs.probe_step is not None:
+            t = self.settings.sampler.levels[self.needs.probe_step]
+            noise = torch.randn(x0.shape, generator=seeded_generator(self.seed, "context-probe", chunk)).to(x0)
+            extra = self.probe_calls(renoise(x0, noise, t), t, frame_start, None)
+        self.denoise(x0, 0.0, frame_start)
+        self.finish(ChunkSignals(self.geometry, info, "context", None, self.context_frames, self.seed, x0,
+                                 previous_final=self.previous, **extra))
+
+    def generated_chunk(self, gen_index: int, chunk: int, frame_start: int, shape: tuple[int, ...],
+                        like: torch.Tensor, record_attention: bool) -> tuple[torch.Tensor, AttentionStats | None]:
+        """Sample one chunk of ``shape [B, C, f, h, w]``; returns its clean latents and any attention."""
+        info = self.cache.begin_chunk(chunk, frame_start, shape[2])
+        self.ledger.record(self.cache)
+        noise = torch.randn(shape, generator=seeded_generator(self.seed, "noise", chunk)).to(like)
+        extra: dict = {}
+        stats: list[AttentionStats] = []
+
+        def call(x: torch.Tensor, t: float, step: int) -> torch.Tensor:
+            recorder = self.cache.record_attention() if step == 0 and record_attention else nullcontext()
+            with recorder as recorded:
+                x0 = self.denoise(x, t, frame_start)
+            if recorded is not None:
+                stats.append(recorded)
+            if step == self.needs.probe_step:
+                extra.update(self.probe_calls(x, t, frame_start, x0))
+            return x0
+
+        trace = self.settings.sampler.sample(call, noise, seeded_generator(self.seed, "step", chunk))
+        final = trace.final
+        self.denoise(final, 0.0, frame_start)
+        attention = stats[0] if stats else None
+        self.finish(ChunkSignals(self.geometry, info, "generation", gen_index, self.context_frames, self.seed,
+                                 final, previous_final=self.previous, attention=attention, **extra))
+        return final, attention
+
+    def finish(self, sig: ChunkSignals) -> None:
+        self.cache.commit_chunk()
+        self.ledger.note_memory(self.cache)
+        self.method.after_chunk(self.cache, sig)
+        self.previous = sig.x0_final
+
+
+def _check(method: Method, settings: GenerationSettings) -> None:
+    needs = method.needs()
+    steps = len(settings.sampler.timesteps)
+    if needs.probe_step is not None and not 0 <= needs.probe_step < steps - 1:
+        raise ConfigError(
+            f"{method.name}: probe_step={needs.probe_step} must name a step before the last of the "
+            f"{steps} timesteps {settings.sampler.timesteps} (the last step's x0 is the final x0)"
+        )
+
+
+def _check_latents(latents: torch.Tensor, geometry, what: str) -> None:
+    g = geometry
+    if latents.dim() != 5 or latents.shape[1] != g.latent_channels or tuple(latents.shape[3:]) != (
+        g.latent_height, g.latent_width
+    ):
+        raise ConfigError(
+            f"{what} must be [B, {g.latent_channels}, F, {g.latent_height}, {g.latent_width}], got {tuple(latents.shape)}"
+        )
+    if latents.shape[2] % g.chunk_frames:
+        raise ConfigError(f"{what} has {latents.shape[2]} latent frames, not a multiple of the chunk size {g.chunk_frames}")
+
+
+def _kept_tokens(cache: KVCache) -> dict[int, int]:
+    bank = cache.banks[0][0]
+    counts = torch.bincount(bank.field("chunk"), minlength=len(cache.chunks))
+    return {info.index: int(counts[info.index]) for info in cache.chunks}
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, seed: int,
+            settings: GenerationSettings | None = None) -> PrefilledContext:
+    """Write a context into a fresh cache, chunk by chunk, under ``method``.
+
+    Parameters
+    ----------
+    backbone : Backbone
+    method : Method
+    context_latents : Tensor, shape ``[B, C, F, h, w]``
+        The observed context; ``F`` a multiple of ``geometry.chunk_frames`` (``F = 0`` allowed).
+    cond : Any
+        ``backbone.condition(task)`` covering at least the context frames.
+    seed : int
+        Seeds the re-noise probe (per chunk).
+    settings : GenerationSettings, optional
+
+    Returns
+    -------
+    PrefilledContext
+    """
+    settings = settings or GenerationSettings()
+    g = backbone.geometry
+    _check(method, settings)
+    _check_latents(context_latents, g, "context latents")
+    capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
+    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity)
+    ledger = PRLedger("context")
+    q0, f = context_latents.shape[2], g.chunk_frames
+    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None)
+    start = _now(context_latents.device)
+    with torch.no_grad():
+        for chunk in range(q0 // f):
+            loop.context_chunk(context_latents[:, :, chunk * f : (chunk + 1) * f], chunk, chunk * f)
+        if settings.reindex and q0:
+            cache.reindex(q0, settings.reindex_recent, settings.reindex_virtual_length)
+    seconds = _now(context_latents.device) - start
+    return PrefilledContext(cache, method, settings, q0, q0 // f, loop.previous, context_latents.shape[0],
+                            context_latents.new_zeros(()), ledger, _kept_tokens(cache), seconds, seed)
+
+
+def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
+                  method: Method | None = None, record_attention_at: tuple[int, ...] = ()) -> Continuation:
+    """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
+
+    Parameters
+    ----------
+    backbone : Backbone
+    prefilled : PrefilledContext
+        From :func:`prefill` (left unchanged: the cache is forked).
+    cond : Any
+        ``backbone.condition(task)`` covering context and continuation frames.
+    n_frames : int
+        Latent frames to generate, a positive multiple of ``geometry.chunk_frames``.
+    seed : int
+        The task's seed (noise per chunk).
+    method : Method, optional
+        Task-specific knobs (e.g. :class:`RandomTokens` counts); must be the prefill method's class with
+        the same bank layout. Default: the prefill method.
+    record_attention_at : tuple of int
+        Generated chunks (0-based) whose first denoising call's attention is returned.
+
+    Returns
+    -------
+    Continuation
+    """
+    g = backbone.geometry
+    method = prefilled.method if method is None else method
+    if type(method) is not type(prefilled.method) or method.layout(g) != prefilled.method.layout(g):
+        raise ConfigError(f"continue_task: method {method.name!r} does not match the prefill's {prefilled.method.name!r}")
+    _check(method, prefilled.settings)
+    f = g.chunk_frames
+    if n_frames <= 0 or n_frames % f:
+        raise ConfigError(f"continuation length {n_frames} must be a positive multiple of the chunk size {f}")
+    cache = prefilled.cache.fork()
+    ledger = PRLedger("generation")
+    ledger.note_memory(cache)
+    loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
+                 prefilled.last_chunk)
+    wanted = set(record_attention_at) | ({method.needs().attention_chunk} - {None})
+    like = prefilled.like
+    shape = (prefilled.batch, g.latent_channels, f, g.latent_height, g.latent_width)
+    finals, attention = [], {}
+    start = _now(like.device)
+    with torch.no_grad():
+        for j in range(n_frames // f):
+            final, stats = loop.generated_chunk(j, prefilled.next_chunk + j, prefilled.context_frames + j * f, shape,
+                                                like, j in wanted)
+            finals.append(final)
+            if stats is not None and j in record_attention_at:
+                attention[j] = stats
+    seconds = _now(like.device) - start
+    return Continuation(torch.cat(finals, dim=2), ledger, _kept_tokens(cache), seconds, attention)

@@ -1,0 +1,267 @@
+"""The method contract: small dataclasses that decide which history tokens to keep.
+
+A method never touches keys or values itself. After every chunk, :mod:`cmbench.generation` calls
+:meth:`Method.after_chunk`; the method writes its per-token decisions into the cache
+(:meth:`KVCache.mark`: keep flags and priorities), then the cache physically compacts every bank by
+the method's :meth:`Method.select` and, where a size limit applies, evicts the lowest priorities.
+
+Shared mechanics (every method):
+
+- the *sink*: chunks ``0 .. sink_chunks - 1`` are never pruned;
+- the *recent window*: the newest ``recent_chunks`` committed chunks stay dense; a chunk is compacted
+  with its keep flags when it leaves the window;
+- *bounded memory* (``max_history_tokens``): a hard cap on history tokens per head; when full, the
+  lowest-priority unprotected tokens are evicted first (ties: oldest first).
+
+Score-based methods (:class:`ScoredMethod`) add *budget mode*: ``target_pr`` or ``token_budget``
+replaces the method's own keep rule by a calibrated one, keeping the highest-priority tokens so that
+the history seen by the next chunk matches the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+import torch
+
+from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
+from cmbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Needs:
+    """Signals a method asks the generation loop for.
+
+    Attributes
+    ----------
+    probe_step : int or None
+        Keep the ``x0`` prediction of this denoising step (generated chunks) and run the re-noise probe
+        at that step's level on observed context chunks.
+    no_context_probe : bool
+        Also predict at the probe step with no history (one extra call per chunk).
+    post_prune_probe : bool
+        Predict at the probe step against the cache as it will be after the next compaction (one extra
+        call per generated chunk; the context probe itself uses that cache).
+    attention_chunk : int or None
+        Record attention mass per source frame at the first denoising call of this generated chunk
+        (0-based within the continuation).
+    """
+
+    probe_step: int | None = None
+    no_context_probe: bool = False
+    post_prune_probe: bool = False
+    attention_chunk: int | None = None
+
+
+@dataclass
+class ChunkSignals:
+    """What a method sees when a chunk has been committed.
+
+    Attributes
+    ----------
+    geometry : Geometry
+        Of the backbone (``tokenize`` groups latent values by token).
+    chunk : ChunkInfo
+        The committed chunk.
+    phase : {"context", "generation"}
+    generated_index : int or None
+        Index of the chunk within the continuation (``None`` for context chunks).
+    context_frames : int
+        Latent frames of the context (``q0``).
+    seed : int
+        The run's seed (the context's in prefill, the task's in continuation).
+    x0_final : Tensor, shape ``[B, C, f, h, w]``
+        The clean chunk (observed for context chunks, the final prediction for generated ones).
+    x0_probe : Tensor or None
+        ``x0`` at the probe step (re-noise probe for context chunks).
+    x0_no_context : Tensor or None
+        ``x0`` at the probe step predicted with no history.
+    previous_final : Tensor or None, shape ``[B, C, f', h, w]``
+        The previous chunk's clean latents.
+    attention : AttentionStats or None
+        Recorded when ``Needs.attention_chunk`` names this chunk.
+    """
+
+    geometry: Any
+    chunk: ChunkInfo
+    phase: str
+    generated_index: int | None
+    context_frames: int
+    seed: int
+    x0_final: torch.Tensor
+    x0_probe: torch.Tensor | None = None
+    x0_no_context: torch.Tensor | None = None
+    previous_final: torch.Tensor | None = None
+    attention: AttentionStats | None = None
+
+
+@dataclass
+class Method:
+    """Base class: sink + recent window + bounded memory; keeps everything else unless overridden.
+
+    Parameters
+    ----------
+    sink_chunks : int
+        Leading chunks never pruned.
+    recent_chunks : int
+        Newest committed chunks kept dense.
+    max_history_tokens : int or None
+        Hard cap on history tokens per head (bounded memory); ``None`` for no cap.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+
+    sink_chunks: int = 1
+    recent_chunks: int = 1
+    max_history_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sink_chunks < 0 or self.recent_chunks < 0:
+            raise ConfigError(f"{self.name}: sink_chunks and recent_chunks must be >= 0")
+        if self.max_history_tokens is not None and self.max_history_tokens < 0:
+            raise ConfigError(f"{self.name}: max_history_tokens must be >= 0")
+
+    # ------------------------------------------------------------------ what the loop asks
+    def needs(self) -> Needs:
+        """Signals this method wants (none by default)."""
+        return Needs()
+
+    def layout(self, geometry) -> list[list[HeadGroup]]:
+        """Head groups per layer (default: one bank per layer, capped by ``max_history_tokens``)."""
+        return uniform_layout(geometry.num_layers, geometry.num_heads, "all", self.max_history_tokens)
+
+    def window_size(self, geometry) -> int:
+        """History tokens per head of the sink plus the recent window (capped by ``max_history_tokens``)."""
+        size = (self.sink_chunks + self.recent_chunks) * geometry.tokens_per_chunk
+        return size if self.max_history_tokens is None else min(size, self.max_history_tokens)
+
+    def knobs(self) -> dict[str, Any]:
+        """The dataclass fields and values (written into result records)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    # ------------------------------------------------------------------ decisions
+    def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
+        """Write keep flags / priorities of the new chunk into the cache (default: keep all)."""
+
+    def protected(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
+        """Sink or recent-window rows of ``bank`` when ``newest`` is the newest chunk, ``bool [n]``."""
+        chunk = bank.field("chunk")
+        return (chunk < self.sink_chunks) | (chunk > newest.index - self.recent_chunks)
+
+    def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
+        """The method's own keep rule over ``bank``'s history, ``bool [n]`` (default: keep flags)."""
+        return self.protected(bank, newest) | bank.field("keep")
+
+    def select(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
+        """What the compaction after chunk ``newest`` keeps, ``bool [n]``."""
+        return self.rule(bank, newest)
+
+    def limits(self, cache: KVCache, newest: ChunkInfo) -> dict[int, int]:
+        """``id(bank) -> most history tokens`` after compaction (default: the hard cap, if any)."""
+        if self.max_history_tokens is None:
+            return {}
+        return {id(b): self.max_history_tokens for b in cache.all_banks()}
+
+    def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
+        """Decide for the committed chunk, compact every bank, then enforce size limits."""
+        self.decide(cache, sig)
+        newest = sig.chunk
+        cache.compact(lambda bank: self.select(bank, newest))
+        self._enforce_limits(cache, newest)
+
+    def probe_hide(self, cache: KVCache):
+        """Selector of the history rows the next compaction will drop (for the post-prune probe)."""
+        newest = cache.current
+        return lambda bank: ~self.select(bank, newest)
+
+    def _enforce_limits(self, cache: KVCache, newest: ChunkInfo) -> None:
+        limits = self.limits(cache, newest)
+        masks: dict[int, torch.Tensor] = {}
+        for bank in cache.all_banks():
+            limit = limits.get(id(bank))
+            if limit is None or bank.n <= limit:
+                continue
+            masks[id(bank)] = self._evict_lowest(bank, bank.n - limit, newest)
+        if masks:
+            cache.compact(lambda bank: masks.get(id(bank), torch.ones(bank.n, dtype=torch.bool)))
+
+    def _evict_lowest(self, bank: Bank, excess: int, newest: ChunkInfo) -> torch.Tensor:
+        """Keep mask ``bool [n]`` dropping the ``excess`` lowest-priority unprotected rows."""
+        candidates = (~self.protected(bank, newest)).nonzero().squeeze(1)
+        if len(candidates) < excess:
+            if self.max_history_tokens is not None and bank.n - len(candidates) > self.max_history_tokens:
+                raise ConfigError(
+                    f"{self.name}: max_history_tokens={self.max_history_tokens} is smaller than the sink and "
+                    f"recent window ({bank.n - len(candidates)} tokens per head); raise it or shrink the windows"
+                )
+            excess = len(candidates)
+        order = torch.sort(bank.field("priority")[candidates], stable=True).indices[:excess]
+        keep = torch.ones(bank.n, dtype=torch.bool)
+        keep[candidates[order]] = False
+        return keep
+
+
+@dataclass
+class ScoredMethod(Method):
+    """A method that scores tokens; adds budget mode.
+
+    Parameters
+    ----------
+    target_pr : float or None
+        Budget mode: keep the highest-priority history so the next chunk sees ``(1 - target_pr)`` of
+        what FullKV would (per head, summed over budgeted banks; fixed banks count as they are).
+    token_budget : int or None
+        Budget mode: at most this many history tokens per budgeted head.
+    """
+
+    target_pr: float | None = None
+    token_budget: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.target_pr is not None and self.token_budget is not None:
+            raise ConfigError(f"{self.name}: give target_pr or token_budget, not both")
+        if self.target_pr is not None and not 0.0 <= self.target_pr < 1.0:
+            raise ConfigError(f"{self.name}: target_pr must be in [0, 1), got {self.target_pr}")
+        if self.token_budget is not None and self.token_budget < 0:
+            raise ConfigError(f"{self.name}: token_budget must be >= 0, got {self.token_budget}")
+
+    @property
+    def budget_mode(self) -> bool:
+        return self.target_pr is not None or self.token_budget is not None
+
+    def budgeted(self, bank: Bank) -> bool:
+        """Whether this bank's tokens are chosen by score (all banks by default)."""
+        return True
+
+    def scored_banks(self, cache: KVCache) -> list[Bank]:
+        return [b for b in cache.all_banks() if self.budgeted(b)]
+
+    def select(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
+        if self.budget_mode and self.budgeted(bank):
+            return torch.ones(bank.n, dtype=torch.bool)
+        return self.rule(bank, newest)
+
+    def limits(self, cache: KVCache, newest: ChunkInfo) -> dict[int, int]:
+        limits = super().limits(cache, newest)
+        if not self.budget_mode:
+            return limits
+        scored = self.scored_banks(cache)
+        if self.token_budget is not None:
+            per_head = self.token_budget
+        else:
+            heads = cache.num_layers * cache.num_heads
+            target = (1.0 - self.target_pr) * cache.committed_tokens * heads
+            fixed = sum(b.n * b.num_heads for b in cache.all_banks() if not self.budgeted(b))
+            per_head = max(0, round((target - fixed) / max(1, sum(b.num_heads for b in scored))))
+        for bank in scored:
+            limits[id(bank)] = min(per_head, limits.get(id(bank), per_head))
+        return limits
+
+
+def finite_priority(score: torch.Tensor) -> torch.Tensor:
+    """``score`` with non-finite entries set to ``+inf`` (never evicted before a finite score)."""
+    return torch.where(torch.isfinite(score), score, torch.full_like(score, float("inf")))

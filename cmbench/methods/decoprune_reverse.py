@@ -1,0 +1,27 @@
+"""DeCoPrune-Reverse: the selection ablation that keeps LOW-discrepancy tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cmbench.methods.base import finite_priority
+from cmbench.methods.decoprune import DeCoPrune
+from cmbench.methods.registry import register
+
+
+@register
+@dataclass
+class DeCoPruneReverse(DeCoPrune):
+    """Keep tokens with ``score <= gamma`` (non-finite scores still kept); budget mode keeps the lowest."""
+
+    name = "decoprune_reverse"
+    description = "Ablation: keep the LOW-discrepancy tokens DeCoPrune would drop"
+    paper = "https://arxiv.org/abs/2609.39096"
+
+    def keep_rule(self, score: torch.Tensor) -> torch.Tensor:
+        return ~torch.isfinite(score) | (score <= self.gamma)
+
+    def priority(self, score: torch.Tensor) -> torch.Tensor:
+        return finite_priority(-score)

@@ -1,0 +1,30 @@
+"""Streaming: the sink and the recent window, nothing else (StreamingLLM-style attention sinks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cmbench.cache import Bank, ChunkInfo, HeadGroup, uniform_layout
+from cmbench.methods.base import Method
+from cmbench.methods.registry import register
+
+
+@register
+@dataclass
+class Streaming(Method):
+    """Keep the first ``sink_chunks`` and the newest ``recent_chunks`` chunks.
+
+    ``recent_chunks=0`` with a sink is the "no context" control (sink only).
+    """
+
+    name = "streaming"
+    description = "Sink chunks + recent window only (attention-sink streaming)"
+    paper = "https://arxiv.org/abs/2309.17453"
+
+    def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
+        return self.protected(bank, newest)
+
+    def layout(self, geometry) -> list[list[HeadGroup]]:
+        return uniform_layout(geometry.num_layers, geometry.num_heads, "all", self.window_size(geometry))
