@@ -122,7 +122,10 @@ def contact_sheet(root: Path, task_id: str, out: Path) -> Path:
         ax.set_title("\n".join(textwrap.wrap(label + prompt, 190)), fontsize=8.5, loc="left")
 
     ax = fig.add_subplot(grid[8])
-    tiles = [_tile(f, COLOURS["visible"] if m.any() else COLOURS["other"], b) for f, m, b in zip(truth["frames"], truth["target_masks"], truth["target_boxes"])]
+    tiles = [
+        _tile(frame, COLOURS["visible"] if mask.any() else COLOURS["other"], box)
+        for frame, mask, box in zip(truth["frames"], truth["target_masks"], truth["target_boxes"])
+    ]
     ax.imshow(_strip(tiles))
     ax.set_axis_off()
     ax.set_title(f"ground-truth continuation (frames {n}-{n + len(plan) - 1}, all), target box in yellow", fontsize=9, loc="left")

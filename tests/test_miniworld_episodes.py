@@ -69,7 +69,8 @@ def _check_episode(scene, episode, task_types, cfg=CFG):
 
 @pytest.mark.parametrize("source", ["synthetic", "real"])
 @pytest.mark.parametrize(
-    "task_types", [["reappear"], ["revisit"], ["revisit", "reappear"], ["reappear", "reappear"], ["revisit", "reappear", "reappear"]]
+    "task_types",
+    [["reappear"], ["revisit"], ["revisit", "reappear"], ["reappear", "reappear"], ["revisit", "reappear", "reappear"]],
 )
 def test_plans_satisfy_every_memory_constraint(source, task_types):
     for seed in range(3):

@@ -150,7 +150,7 @@ def test_mp4_round_trip_error_is_measured_and_recorded(full_suite):
 def test_episode_stats_on_a_hand_made_path():
     scene = scene_from_seed(0)
     still = np.zeros(64, dtype=np.int64)  # the camera never moves: 8 token columns, place 0 only
-    tasks = (TaskPlan("reappear", 0, 0, 0, np.full(16, 128, dtype=np.int64), 1), TaskPlan("reappear", 0, 0, 0, np.full(16, 4, dtype=np.int64), 1))
+    tasks = tuple(TaskPlan("reappear", 0, 0, 0, np.full(16, x, dtype=np.int64), 1) for x in (128, 4))
     stats = episode_stats(scene, Episode(still, ("",) * 6, tasks))
     assert stats["first_sight_fraction"] == 8 / (64 * 8)
     assert stats["continuation_seen_fraction"] == [0.0, 7 / 8]

@@ -205,7 +205,13 @@ class _Planner:
         return bool(self.table[np.asarray(offsets) // CAMERA_STEP][:, sorted(objects)].any())
 
     def stop(
-        self, start: int, place: int, avoid: set[int], min_dwell: int, offset: int | None = None, direction: int | None = None
+        self,
+        start: int,
+        place: int,
+        avoid: set[int],
+        min_dwell: int,
+        offset: int | None = None,
+        direction: int | None = None,
     ) -> _Stop | None:
         """A pan from offset ``start`` to ``place`` that shows nothing of ``avoid`` (None if impossible).
 
@@ -277,88 +283,101 @@ class _Planner:
 
     # -- the episode ------------------------------------------------------------------------
     def plan(self, task_types: list[str]) -> Episode | None:
+        """Draw targets and event clips, then build the context clip by clip (None on a dead end)."""
         cfg, rng, n = self.cfg, self.rng, self.n
-        k = len(task_types)
-        targets = [int(p) for p in rng.choice(n, size=k, replace=False)]
-        free_places = [p for p in range(n) if p not in targets]
-        slots = sorted(int(c) for c in rng.choice(cfg.clips - 1, size=k, replace=False))
-        event_of_clip = {clip: i for i, clip in enumerate(slots)}  # clip -> task index
-        twin_places = {t for tgt in targets for t in self.scene.twins(tgt)} - set(targets)
+        self.task_types = task_types
+        self.targets = [int(p) for p in rng.choice(n, size=len(task_types), replace=False)]
+        self.free_places = [p for p in range(n) if p not in self.targets]
+        slots = sorted(int(c) for c in rng.choice(cfg.clips - 1, size=len(task_types), replace=False))
+        self.event_of_clip = {clip: i for i, clip in enumerate(slots)}  # clip -> task index
+        self.seen_events: dict[int, int] = {}  # task index -> clip, filled as clips are built
+        self.twin_places = {t for tgt in self.targets for t in self.scene.twins(tgt)} - set(self.targets)
 
-        def end_places(clip: int) -> list[int]:
-            """Where clip ``clip`` may end so that the next clip (or the continuation) can start."""
-            nxt = event_of_clip.get(clip + 1)
-            if clip == cfg.clips - 1:
-                return [p for p in free_places if all(place_distance(p, t, n) <= cfg.reach_places for t in targets)]
-            if nxt is not None and task_types[nxt] == "revisit":
-                return [p for p in free_places if place_distance(p, targets[nxt], n) in (1, 2)]
-            return free_places
-
-        home_choices = end_places(-1)
-        if not home_choices:
+        homes = self.end_places(-1)
+        if not homes:
             return None
-        at = self.offset(home_choices[int(rng.integers(len(home_choices)))])
-        path, prompts, event_clip_of_task = [], [], {}
-
-        def avoid_in(clip: int, own: int | None = None) -> set[int]:
-            """Targets a route of ``clip`` must not show: all in the last clip, else all but the
-            clip's own target and reappear targets already seen (seeing those again is harmless)."""
-            if clip == cfg.clips - 1:
-                return set(targets)
-            seen = {targets[t] for t, c in event_clip_of_task.items() if task_types[t] == "reappear"}
-            return set(targets) - seen - {own}
-
+        at = self.offset(homes[int(rng.integers(len(homes)))])
+        path, prompts = [], []
         for clip in range(cfg.clips):
             first_dwell = cfg.sink_frames if clip == 0 else 2
             start_place = round(at / PLACE_WIDTH) % n
-            ends = [p for p in end_places(clip) if p != start_place or clip in event_of_clip]
-            if not ends:
-                return None
-            task = event_of_clip.get(clip)
+            task = self.event_of_clip.get(clip)
+            ends = [p for p in self.end_places(clip) if p != start_place or task is not None]
             budget = cfg.clip_frames - first_dwell
-            stops: list[_Stop | None]
-            if task is None:  # filler: tour non-target places, favouring the targets' twins
-                avoid = avoid_in(clip)
-                stops, cursor, place = [], at, start_place
-                for _ in range(int(rng.integers(0, 3))):
-                    middle = [p for p in free_places if p != place]
-                    s = self.pick(cursor, middle, avoid, 2, budget - FILLER_END_RESERVE, favour=twin_places)
-                    if s is None:
-                        break
-                    stops.append(s)
-                    cursor, place, budget = s.offset, s.place, budget - s.cost
-                last = clip == cfg.clips - 1
-                stops.append(self.pick(cursor, [p for p in ends if p != place], avoid, 2, budget, twin_places, centred=last))
+            if task is None:
+                stops = self.filler_stops(clip, at, start_place, ends, budget)
             elif task_types[task] == "reappear":
-                target = targets[task]
-                avoid = avoid_in(clip, target)
-                s1 = self.stop(at, target, avoid, 5)
-                stops = [s1, self.pick(s1.offset, ends, avoid, 2, budget - s1.cost) if s1 else None]
-            else:  # revisit: A -> B -> A, A being where the clip starts
-                target = targets[task]
-                if place_distance(start_place, target, n) not in (1, 2) or start_place not in ends:
-                    return None
-                avoid = avoid_in(clip, target)
-                s1 = self.stop(at, target, avoid, 4)
-                stops = [s1, self.stop(s1.offset, start_place, avoid, 2, offset=at, direction=-s1.direction) if s1 else None]
-            if any(s is None for s in stops):
-                return None
-            offsets = self.compose(at, stops, first_dwell)
+                stops = self.reappear_stops(clip, at, self.targets[task], ends, budget)
+            else:
+                stops = self.revisit_stops(clip, at, start_place, self.targets[task], ends)
+            offsets = self.compose(at, stops, first_dwell) if stops else None
             if offsets is None:
                 return None
             prompts.append(self.prompt(at, stops, clip == 0))
             path.append(offsets)
             at = int(offsets[-1])
             if task is not None:
-                event_clip_of_task[task] = clip
+                self.seen_events[task] = clip
         context_x = np.concatenate(path)
         tasks = []
-        for i, (task_type, target) in enumerate(zip(task_types, targets)):
-            plan = self.task_plan(context_x, task_type, target, event_clip_of_task[i])
+        for i, (task_type, target) in enumerate(zip(task_types, self.targets)):
+            plan = self.task_plan(context_x, task_type, target, self.seen_events[i])
             if plan is None:
                 return None
             tasks.append(plan)
         return Episode(context_x, tuple(prompts), tuple(tasks))
+
+    def end_places(self, clip: int) -> list[int]:
+        """Where clip ``clip`` may end so that the next clip (or the continuation) can start.
+
+        The last clip ends within reach of every target; a clip before a revisit event ends one
+        or two places from its target (the A of A -> B -> A); ``clip = -1`` asks for the home place.
+        """
+        nxt = self.event_of_clip.get(clip + 1)
+        if clip == self.cfg.clips - 1:
+            reach = self.cfg.reach_places
+            return [p for p in self.free_places if all(place_distance(p, t, self.n) <= reach for t in self.targets)]
+        if nxt is not None and self.task_types[nxt] == "revisit":
+            return [p for p in self.free_places if place_distance(p, self.targets[nxt], self.n) in (1, 2)]
+        return self.free_places
+
+    def avoid_in(self, clip: int, own: int | None = None) -> set[int]:
+        """Targets a route of ``clip`` must not show: all of them in the last clip, else all but the
+        clip's own target and the reappear targets already seen (passing those again is harmless)."""
+        if clip == self.cfg.clips - 1:
+            return set(self.targets)
+        seen = {self.targets[t] for t in self.seen_events if self.task_types[t] == "reappear"}
+        return set(self.targets) - seen - {own}
+
+    def filler_stops(self, clip: int, at: int, start_place: int, ends: list[int], budget: int) -> list[_Stop] | None:
+        """Up to two stops at non-target places (favouring the targets' twins), then an end place."""
+        avoid, stops, place = self.avoid_in(clip), [], start_place
+        for _ in range(int(self.rng.integers(0, 3))):
+            middle = [p for p in self.free_places if p != place]
+            s = self.pick(at, middle, avoid, 2, budget - FILLER_END_RESERVE, favour=self.twin_places)
+            if s is None:
+                break
+            stops.append(s)
+            at, place, budget = s.offset, s.place, budget - s.cost
+        last = clip == self.cfg.clips - 1
+        end = self.pick(at, [p for p in ends if p != place], avoid, 2, budget, self.twin_places, centred=last)
+        return [*stops, end] if end else None
+
+    def reappear_stops(self, clip: int, at: int, target: int, ends: list[int], budget: int) -> list[_Stop] | None:
+        """Pan to the target, hold at least 5 frames, move on to an end place."""
+        avoid = self.avoid_in(clip, target)
+        to_target = self.stop(at, target, avoid, 5)
+        onwards = self.pick(to_target.offset, ends, avoid, 2, budget - to_target.cost) if to_target else None
+        return [to_target, onwards] if onwards else None
+
+    def revisit_stops(self, clip: int, at: int, start_place: int, target: int, ends: list[int]) -> list[_Stop] | None:
+        """A -> B -> A: from the start place A (one or two places from B) to B and back to ``at``."""
+        if place_distance(start_place, target, self.n) not in (1, 2) or start_place not in ends:
+            return None
+        avoid = self.avoid_in(clip, target)
+        there = self.stop(at, target, avoid, 4)
+        back = self.stop(there.offset, start_place, avoid, 2, offset=at, direction=-there.direction) if there else None
+        return [there, back] if back else None
 
     def task_plan(self, context_x: np.ndarray, task_type: str, target: int, event_clip: int) -> TaskPlan | None:
         """Verify one target's visibility in the context and plan its continuation."""
@@ -412,7 +431,9 @@ def _middle_of_longest_run(flags: np.ndarray) -> int:
     return best
 
 
-def plan_episode(scene: Scene, task_types: list[str], rng: np.random.Generator, cfg: EpisodeConfig = EpisodeConfig()) -> Episode:
+def plan_episode(
+    scene: Scene, task_types: list[str], rng: np.random.Generator, cfg: EpisodeConfig = EpisodeConfig()
+) -> Episode:
     """Plan a context and one continuation per task over a scene.
 
     Parameters

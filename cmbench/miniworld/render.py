@@ -46,7 +46,8 @@ def sensor_effects(scene: Scene, frames: np.ndarray, first_frame: int) -> np.nda
         return frames
     index = first_frame + np.arange(len(frames))
     gain = 1 + scene.exposure_amplitude * np.sin(2 * np.pi * index / scene.exposure_period + scene.exposure_phase)
-    noise = np.stack([np.random.default_rng([scene.noise_seed, int(f)]).standard_normal(frames.shape[1:], dtype=np.float32) for f in index])
+    shape = frames.shape[1:]
+    noise = np.stack([np.random.default_rng([scene.noise_seed, int(f)]).standard_normal(shape, dtype=np.float32) for f in index])
     out = frames.astype(np.float32) * gain[:, None, None, None].astype(np.float32) + scene.noise_std * noise
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 

@@ -139,7 +139,9 @@ def check_width(width: int) -> None:
     """Raise ValueError unless ``width`` is a usable panorama width."""
     max_width = 2 * len(CATEGORIES) * PLACE_WIDTH
     if width % PLACE_WIDTH or not 4 * PLACE_WIDTH <= width <= max_width:
-        raise ValueError(f"panorama width must be a multiple of {PLACE_WIDTH} in [{4 * PLACE_WIDTH}, {max_width}], got {width}")
+        raise ValueError(
+            f"panorama width must be a multiple of {PLACE_WIDTH} in [{4 * PLACE_WIDTH}, {max_width}], got {width}"
+        )
 
 
 def sample_scene(rng: np.random.Generator, source: str = "synthetic", width: int = 256) -> Scene:
@@ -202,7 +204,8 @@ def sample_scene(rng: np.random.Generator, source: str = "synthetic", width: int
     panorama = np.clip(np.rint(panorama), 0, 255).astype(np.uint8)
     panorama.setflags(write=False)
     labels.setflags(write=False)
-    return Scene(source, panorama, labels, tuple(objects), background_words, noise_std, *exposure, int(rng.integers(2**62)))
+    noise_seed = int(rng.integers(2**62))
+    return Scene(source, panorama, labels, tuple(objects), background_words, noise_std, *exposure, noise_seed)
 
 
 def scene_from_seed(seed: int, source: str = "synthetic", width: int = 256) -> Scene:

@@ -57,7 +57,7 @@ def _heart(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 _SHAPES = {
     "star": (("star shape", "five-pointed star"), lambda u, v: _inside(_star_polygon(5, 1.08, 0.5) + [0, 0.1], u, v)),
     "ring": (("donut", "hoop"), lambda u, v: (u**2 + v**2 <= 0.97**2) & (u**2 + v**2 >= 0.5**2)),
-    "cross": (("plus sign", "plus"), lambda u, v: ((abs(u) <= 0.32) | (abs(v) <= 0.32)) & (abs(u) <= 0.95) & (abs(v) <= 0.95)),
+    "cross": (("plus sign", "plus"), lambda u, v: ((abs(u) <= 0.32) | (abs(v) <= 0.32)) & (np.maximum(abs(u), abs(v)) <= 0.95)),
     "diamond": (("rhombus", "lozenge"), lambda u, v: abs(u) + abs(v) <= 1.0),
     "triangle": (("triangular shape",), lambda u, v: _inside(_TRIANGLE, u, v)),
     "circle": (("disk", "ball", "dot"), lambda u, v: u**2 + v**2 <= 0.92**2),

@@ -188,14 +188,16 @@ def episode_stats(scene: Scene, episode: Episode) -> dict[str, Any]:
     n = len(episode.context_x)
     return {
         "first_sight_fraction": len(seen_columns) / world_columns(episode.context_x).size,
-        "continuation_seen_fraction": [float(np.isin(world_columns(t.continuation_x), seen_columns).mean()) for t in episode.tasks],
+        "continuation_seen_fraction": [
+            float(np.isin(world_columns(t.continuation_x), seen_columns).mean()) for t in episode.tasks
+        ],
         "absence_frames": [int(n - 1 - np.flatnonzero(shown[:, t.target_id])[-1]) for t in episode.tasks],
         "distractor_seen": [bool(shown[:, scene.twins(t.target_id)].any()) for t in episode.tasks],
     }
 
 
 def _summary(values: list[float]) -> dict[str, float]:
-    return {"min": round(float(np.min(values)), 4), "mean": round(float(np.mean(values)), 4), "max": round(float(np.max(values)), 4)}
+    return {name: round(float(f(values)), 4) for name, f in (("min", np.min), ("mean", np.mean), ("max", np.max))}
 
 
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -213,7 +215,8 @@ def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
             context_id = f"{ID_PREFIX[source]}_{number:03d}"
             scene_seed = derive_seed(cfg.world_seed, index, number, 1)
             scene = scene_from_seed(scene_seed, source, cfg.panorama_width)
-            episode = plan_episode(scene, task_types, np.random.default_rng(derive_seed(cfg.world_seed, index, number, 2)), ep)
+            rng = np.random.default_rng(derive_seed(cfg.world_seed, index, number, 2))
+            episode = plan_episode(scene, task_types, rng, ep)
             stats.append(episode_stats(scene, episode))
             frames = render_video(scene, episode.context_x)
             video = f"videos/{source}/{context_id}.mp4"
