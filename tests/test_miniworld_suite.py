@@ -1,5 +1,6 @@
 """The MiniWorld suite on disk: official schema, exact counts, ground truth, determinism, caching."""
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -9,11 +10,19 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from cmbench.data.manifest import validate_manifest
+from cmbench.data.manifest import load_manifest, validate_manifest
 from cmbench.data.spec import check_counts, counts, load_spec
 from cmbench.data.video import read_video
 from cmbench.errors import ConfigError
-from cmbench.miniworld import build_suite, object_masks, render_video, scene_from_seed
+from cmbench.miniworld import (
+    MiniWorldDataError,
+    build_suite,
+    load_context,
+    load_ground_truth,
+    object_masks,
+    render_video,
+    scene_from_seed,
+)
 from cmbench.miniworld.episodes import Episode, TaskPlan
 from cmbench.miniworld.suite import SuiteConfig, episode_stats, expected_counts, suite_plan
 
@@ -145,6 +154,24 @@ def test_mp4_round_trip_error_is_measured_and_recorded(full_suite):
     error = np.abs(decoded.astype(int) - lossless).mean()
     assert 0 < error < 12  # lossy, hence the lossless npz next to every video
     assert record["video_roundtrip_mean_abs_error"]["max"] >= round(error, 3) - 1e-9
+
+
+def test_readers_return_the_lossless_context_and_ground_truth(full_suite):
+    root, rows = full_suite
+    tasks = load_manifest(root)
+    task = next(t for t in tasks if t.task_id == "real_003_revisit_01")
+    ext = task.extra["miniworld"]
+    frames, cams = load_context(task)
+    scene = scene_from_seed(ext["scene_seed"], "real", ext["panorama_width"])
+    assert np.array_equal(cams, ext["context_camera_x"]) and np.array_equal(frames, render_video(scene, cams))
+    truth = load_ground_truth(task)
+    assert int(truth["first_frame"]) == 192 and truth["frames"].shape == (16, 32, 32, 3)
+    assert np.array_equal(truth["camera_x"], ext["continuation_camera_x"])
+    foreign = dataclasses.replace(task, extra={"miniworld": {**ext, "ground_truth": "../../etc/passwd"}})
+    with pytest.raises(MiniWorldDataError, match="outside the dataset root"):
+        load_ground_truth(foreign)
+    with pytest.raises(MiniWorldDataError, match="no 'miniworld' extension"):
+        load_context(dataclasses.replace(task, extra={}))
 
 
 def test_episode_stats_on_a_hand_made_path():

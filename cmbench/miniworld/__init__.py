@@ -8,10 +8,14 @@ Rendering API (pure functions, numpy, deterministic from a ``numpy.random.Genera
     frame = render_frame(scene, cams[0], frame_index=0)           # uint8 [32, 32, 3]
     mask = object_mask(scene, cams[0], object_id)                 # bool [32, 32]
 
+Suite: ``build_suite(cfg.data)`` writes the official layout; ``load_context(task)`` and
+``load_ground_truth(task)`` read a task's lossless context and true continuation.
+
 See docs/miniworld.md for the world, the episodes and the suite layout.
 """
 
 from cmbench.miniworld.camera import SPEEDS, pan, sample_camera_path
+from cmbench.miniworld.readers import MiniWorldDataError, load_context, load_ground_truth
 from cmbench.miniworld.render import (
     object_boxes,
     object_mask,
@@ -30,6 +34,7 @@ __all__ = [
     "CATEGORIES",
     "Category",
     "FRAME",
+    "MiniWorldDataError",
     "PLACE_WIDTH",
     "SOURCES",
     "SPEEDS",
@@ -44,6 +49,8 @@ __all__ = [
     "sample_camera_path",
     "SuiteConfig",
     "build_suite",
+    "load_context",
+    "load_ground_truth",
     "sample_scene",
     "scene_from_seed",
     "shape_mask",

@@ -10,7 +10,8 @@
     build.json                             build hash, config, counts, measured mp4 round-trip error
 
 mp4 at 32x32 is lossy (chroma subsampling smears 12-px objects), so the lossless context frames are
-stored next to every video and named by the row's ``miniworld.context_frames`` field.
+stored next to every video and named by the row's ``miniworld.context_frames`` field (read them
+with :func:`cmbench.miniworld.readers.load_context`).
 
 The build is deterministic (a seed tree from ``world_seed``) and cached: ``build.json`` holds a hash
 of every knob that changes the output; a second call with the same knobs returns at once.
@@ -31,12 +32,12 @@ from cmbench.data.records import Reference, Task
 from cmbench.data.video import read_video, write_video
 from cmbench.errors import ConfigError
 from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocate_tasks, continue_prompt, plan_episode
+from cmbench.miniworld.readers import EXTENSION
 from cmbench.miniworld.render import object_boxes, object_masks, render_video, visible_fraction
 from cmbench.miniworld.scene import FRAME, SOURCES, Scene, check_width, scene_from_seed
 
 BUILD_VERSION = 1  # bump when the generator changes what a given config produces
 ID_PREFIX = {"synthetic": "syn", "real": "real"}
-EXTENSION = "miniworld"  # name of the extension field of every row
 
 
 @dataclass(frozen=True)

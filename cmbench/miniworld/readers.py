@@ -1,0 +1,71 @@
+"""Read a MiniWorld task's lossless context and ground truth (the row's ``miniworld`` extension).
+
+The mp4 context videos are lossy at 32x32 (about 5 / 255 mean absolute error), so code that feeds
+MiniWorld contexts to a model should read the lossless frames with :func:`load_context`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cmbench.errors import CMBenchError
+
+EXTENSION = "miniworld"  # name of the extension field of every MiniWorld row
+
+
+class MiniWorldDataError(CMBenchError):
+    """A task lacks MiniWorld extension data, or a file it names is missing or outside the root."""
+
+
+def extension(task: Any) -> dict[str, Any]:
+    """The ``miniworld`` extension of a :class:`cmbench.data.Task` (raises if the row has none)."""
+    ext = getattr(task, "extra", {}).get(EXTENSION)
+    if not isinstance(ext, dict):
+        raise MiniWorldDataError(f"task {getattr(task, 'task_id', '?')} has no '{EXTENSION}' extension (not a MiniWorld row)")
+    return ext
+
+
+def _file(task: Any, key: str) -> Path:
+    ext = extension(task)
+    if task.root is None:
+        raise MiniWorldDataError(f"task {task.task_id} was not loaded from a dataset root")
+    if key not in ext:
+        raise MiniWorldDataError(f"task {task.task_id}: the '{EXTENSION}' extension has no '{key}' field")
+    root = Path(task.root).resolve()
+    path = (root / str(ext[key])).resolve()
+    if not path.is_relative_to(root):
+        raise MiniWorldDataError(f"task {task.task_id}: {EXTENSION}.{key} = {ext[key]!r} points outside the dataset root")
+    if not path.is_file():
+        raise MiniWorldDataError(
+            f"task {task.task_id}: {path} not found (rebuild with `python -m cmbench prepare data=miniworld`)"
+        )
+    return path
+
+
+def load_context(task: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Lossless context of a task.
+
+    Returns
+    -------
+    frames : ndarray, ``uint8 [F, 32, 32, 3]``
+    camera_x : ndarray, ``int64 [F]``
+    """
+    with np.load(_file(task, "context_frames")) as data:
+        return data["frames"], data["camera_x"]
+
+
+def load_ground_truth(task: Any) -> dict[str, np.ndarray]:
+    """True continuation of a task.
+
+    Returns
+    -------
+    dict with ``frames`` ``uint8 [C, 32, 32, 3]``, ``camera_x`` ``int64 [C]``, ``target_boxes``
+    ``float [C, 4]`` (normalised xyxy, NaN where the target is not visible), ``target_masks``
+    ``bool [C, 32, 32]``, ``target_visible_fraction`` ``float [C]``, ``first_frame`` (int array,
+    absolute index of the first continuation frame).
+    """
+    with np.load(_file(task, "ground_truth")) as data:
+        return {key: data[key] for key in data.files}
