@@ -109,6 +109,8 @@ class Continuation:
         e.g. to give :class:`RandomTokens` another method's per-chunk counts.
     seconds : float
         Wall time of the continuation only (no prefill, no decoding).
+    cache : KVCache
+        The task's cache after the last chunk (drop it to free its memory).
     attention : dict[int, AttentionStats]
         Attention recorded at the first call of the listed generated chunks.
     """
@@ -117,6 +119,7 @@ class Continuation:
     ledger: PRLedger
     kept_tokens: dict[int, int]
     seconds: float
+    cache: KVCache
     attention: dict[int, AttentionStats] = field(default_factory=dict)
 
     def summary(self, method: Method | None = None) -> dict[str, Any]:
@@ -329,4 +332,4 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
             if stats is not None and j in record_attention_at:
                 attention[j] = stats
     seconds = _now(like.device) - start
-    return Continuation(torch.cat(finals, dim=2), ledger, _kept_tokens(cache), seconds, attention)
+    return Continuation(torch.cat(finals, dim=2), ledger, _kept_tokens(cache), seconds, cache, attention)

@@ -6,10 +6,21 @@ generation tests exercise the real contract.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cmbench.backbones.base import Geometry
 from cmbench.cache.rope import RopeAxis, RopeSpec, apply_rotary
+
+
+@pytest.fixture
+def single_thread():
+    """Run a test on one torch thread: these tensors are tiny, and on a loaded 2-core machine every
+    parallel region (e.g. CPU SDPA) otherwise waits ~10 ms for its second thread to be scheduled."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def fake_geometry(num_layers: int = 2, num_heads: int = 2, head_dim: int = 12, channels: int = 3,
@@ -130,3 +141,18 @@ class ScriptedBackbone:
             cache.attend(layer, feat, feat + layer, feat - layer)
         sl = slice(frame_start, frame_start + frames)
         return self.world[:, :, sl] + t * self.discrepancy[:, :, sl]
+
+
+def timeline(geometry: Geometry, frames: int, value_of_gid) -> torch.Tensor:
+    """Latents ``[1, C, frames, h, w]`` whose token ``gid`` holds ``value_of_gid(gid)``.
+
+    ``value_of_gid`` returns a float (broadcast over the token's values) or a ``[C*ph*pw]`` tensor.
+    """
+    rows = [torch.as_tensor(value_of_gid(gid), dtype=torch.float32).expand(geometry.values_per_token)
+            for gid in range(frames * geometry.tokens_per_frame)]
+    return untokenize(geometry, torch.stack(rows)[None], frames)
+
+
+def survivors(cache, layer: int = 0, bank: int = 0) -> list[int]:
+    """Global token ids stored in one bank."""
+    return cache.banks[layer][bank].field("gid").tolist()
