@@ -27,6 +27,8 @@ import torch
 from cmbench.cache import AttentionStats, KVCache, PRLedger
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Method, Needs
+from cmbench.methods.fullkv import FullKV
+from cmbench.methods.head_map import static_scores
 from cmbench.sampler import FlowMatchSampler, renoise, seeded_generator
 
 
@@ -333,3 +335,32 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
                 attention[j] = stats
     seconds = _now(like.device) - start
     return Continuation(torch.cat(finals, dim=2), ledger, _kept_tokens(cache), seconds, cache, attention)
+
+
+def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | None = None, first: int = 4,
+                          last: int = 4) -> torch.Tensor:
+    """DeCoPrune-HS / ForcingKV head scores from FullKV attention at the first continuation call.
+
+    For each calibration context: prefill with FullKV, record the attention of the first denoising call
+    of the first generated chunk, and compute ``s(l, h)`` = mass on the last ``last`` context frames /
+    mass on all context frames but the first ``first`` (:func:`cmbench.methods.head_map.static_scores`).
+
+    Parameters
+    ----------
+    backbone : Backbone
+    contexts : iterable of ``(latents [B, C, F, h, w], cond, seed)``
+        Calibration contexts (the paper uses 15 videos).
+    settings : GenerationSettings, optional
+
+    Returns
+    -------
+    Tensor, shape ``[num_layers, num_heads]``: the mean of ``s`` over contexts (``nan`` ignored).
+    """
+    scores = []
+    for latents, cond, seed in contexts:
+        pre = prefill(backbone, FullKV(), latents, cond, seed, settings)
+        cont = continue_task(backbone, pre, cond, backbone.geometry.chunk_frames, seed, record_attention_at=(0,))
+        scores.append(static_scores(cont.attention[0].stacked(), pre.context_frames, first, last))
+    if not scores:
+        raise ConfigError("head-map calibration needs at least one context")
+    return torch.stack(scores).nanmean(dim=0)

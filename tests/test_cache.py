@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cmbench.cache import HeadGroup, KVCache
+from cmbench.cache import HeadGroup, KVCache, PRLedger
 from fakes import single_thread, fake_geometry  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -265,3 +265,28 @@ def test_regroup_splits_banks_without_changing_attention():
     cache.commit_chunk()
     with pytest.raises(ValueError, match="span several banks"):
         cache.regroup(1, [HeadGroup((0, 1, 2, 3))])
+
+
+def test_ledger_by_hand_with_head_groups():
+    """Eq. 4 over chunks, layers and heads; the chunk being denoised counts in neither term."""
+    cache = KVCache.from_geometry(G, [[HeadGroup((0, 1)), HeadGroup((2, 3))], [HeadGroup((0, 1, 2, 3))]])
+    ledger = PRLedger("generation")
+    for c in range(3):
+        cache.begin_chunk(c, 2 * c, 2)
+        ledger.record(cache)
+        for layer in range(2):
+            cache.attend(layer, *qkv(c + layer))
+        cache.commit_chunk()
+        ledger.note_memory(cache)
+        # bank (0, heads 2-3) keeps only the newest chunk; everything else keeps all
+        cache.compact(lambda b: torch.ones(b.n, dtype=torch.bool) if b.group.heads != (2, 3) else b.field("chunk") == c)
+    visible = [e.visible.tolist() for e in ledger.entries]
+    assert visible == [[[0] * 4, [0] * 4], [[8, 8, 8, 8], [8] * 4], [[16, 16, 8, 8], [16] * 4]]
+    assert [e.full for e in ledger.entries] == [0, 8, 16]
+    # sum k = 0 + 64 + (16*2 + 8*2 + 16*4) = 176; sum k_full = (0 + 8 + 16) * 8 heads = 192
+    assert ledger.pruning_ratio() == pytest.approx(1 - 176 / 192)
+    assert ledger.peak_stored_bytes == (24 * 2 + 16 * 2 + 24 * 4) * 12 * 4 * 2
+    summary = ledger.summary()
+    assert summary["visible_tokens"] == 176 and summary["full_tokens"] == 192
+    assert summary["chunks"][2] == {"chunk": 2, "frame_start": 4, "visible": 112, "full": 128, "min_head": 8, "max_head": 16}
+    assert math.isnan(PRLedger("context").pruning_ratio())
