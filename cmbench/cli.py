@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "prepare": ("cmbench.data.commands:prepare", "build MiniWorld or fetch the official CMBench dataset"),
     "ls": ("cmbench.registry_listing:ls", "list what is registered in each config group"),
     "score": ("cmbench.scoring.commands:score", "score a folder of <task_id>.mp4 continuations"),
+    "run": ("cmbench.experiment:run", "generate and score every task with one method (-m to sweep)"),
+    "leaderboard": ("cmbench.experiment:leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs"),
 }
 
 USAGE = """usage: python -m cmbench <command> [key=value ...] [-m]

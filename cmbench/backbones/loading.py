@@ -1,0 +1,42 @@
+"""Build a backbone from its config group entry (``configs/backbone/<name>.yaml``).
+
+A backbone config names a callable with ``_target_`` (a class, or a loader such as
+``cmbench.backbones.tiny.TinyWorldModel.from_pretrained``); every other key except the documentation
+keys (``name``, ``description``, ``paper``, ``context``) is passed to it as a keyword argument.
+``context`` describes how the backbone wants context videos prepared (frame rate, size, temporal
+stride) and is read by the evaluator, not by the loader.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from hydra.utils import get_method
+from omegaconf import DictConfig, OmegaConf
+
+from cmbench.backbones.base import Backbone
+from cmbench.errors import ConfigError
+
+NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "_target_")
+
+
+def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
+    """Call the config's ``_target_`` with its remaining keys; check the result is a Backbone."""
+    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    assert isinstance(plain, dict)
+    target = plain.get("_target_")
+    if not target:
+        raise ConfigError(f"backbone {plain.get('name', '?')!r}: config needs a _target_ (the loader to call)")
+    try:
+        loader = get_method(str(target))
+    except Exception as err:  # hydra wraps import errors in its own types
+        raise ConfigError(f"backbone {plain.get('name', '?')!r}: cannot import _target_ {target!r}: {err}") from err
+    kwargs = {k: v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
+    try:
+        backbone = loader(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"backbone {plain.get('name', '?')!r}: {target}({', '.join(kwargs)}): {err}") from err
+    if not isinstance(backbone, Backbone):
+        raise ConfigError(f"backbone {plain.get('name', '?')!r}: {target} returned {type(backbone).__name__}, "
+                          f"which does not implement cmbench.backbones.base.Backbone")
+    return backbone
