@@ -63,18 +63,32 @@ def main(argv: list[str] | None = None) -> int:
     func = _resolve(command)
     if command == "ls":  # positional group names, no Hydra
         return func(rest)
-    return _run_hydra(func, rest)
+    code, last_cfg = _run_hydra(func, rest)
+    if command == "run" and ({"-m", "--multirun"} & set(rest)) and last_cfg is not None:
+        from cmbench import experiment
+
+        try:  # a sweep ends with the leaderboard over the runs it wrote
+            code = max(code, experiment.leaderboard(last_cfg, runs=list(dict.fromkeys(experiment.RUN_DIRS))))
+        except CMBenchError as err:
+            print(f"cmbench: leaderboard: {err}", file=sys.stderr)
+            code = max(code, 1)
+    return code
 
 
-def _run_hydra(func, overrides: list[str]) -> int:
-    """Run ``func(cfg)`` under Hydra (so ``-m`` sweeps and the usual override grammar work)."""
+def _run_hydra(func, overrides: list[str]):
+    """Run ``func(cfg)`` under Hydra (so ``-m`` sweeps and the usual override grammar work).
+
+    Returns the worst exit code over the jobs and the last job's config.
+    """
     import hydra
     from omegaconf import DictConfig
 
     codes: list[int] = []
+    configs: list[DictConfig] = []
 
     @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
     def _app(cfg: DictConfig) -> None:
+        configs.append(cfg)
         try:
             codes.append(int(func(cfg) or 0))
         except CMBenchError as err:
@@ -90,7 +104,7 @@ def _run_hydra(func, overrides: list[str]) -> int:
     try:
         _app()
     except SystemExit as exit_:
-        return int(exit_.code or 0)
+        return int(exit_.code or 0), None
     finally:
         sys.argv = saved
-    return max(codes, default=0)
+    return max(codes, default=0), (configs[-1] if configs else None)

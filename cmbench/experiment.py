@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.data import load_manifest
+from cmbench.errors import ConfigError
 from cmbench.provenance import git_commit, versions
 from cmbench.runner import config_hash, run_tasks, select_tasks, shard_from_env, summarise
 
@@ -44,12 +45,32 @@ def run_dir_for(cfg: DictConfig) -> Path:
     return Path(str(cfg.out_dir)) / slug(cfg.data.name) / name
 
 
+def ensure_data(cfg: DictConfig) -> None:
+    """Build MiniWorld on first use (seconds); any other missing dataset is an error saying what to do."""
+    manifest = Path(str(cfg.data.root)) / str(cfg.data.manifest)
+    if manifest.is_file():
+        return
+    if str(cfg.data.name) == "miniworld":
+        from cmbench.miniworld import build_suite
+
+        build_suite(cfg.data)
+        return
+    raise ConfigError(f"{manifest} not found: run `python -m cmbench prepare data={cfg.data.name} "
+                      f"data.root={cfg.data.root}` first, or point data.root at a copy of the dataset")
+
+
+# run directories written by `run` in this process, in order (a -m sweep reports over them)
+RUN_DIRS: list[Path] = []
+
+
 def run(cfg: DictConfig) -> int:
     """Run the configured method over the selected tasks; exit 3 when some task failed."""
     from cmbench.evaluation import ModelEvaluator
 
+    ensure_data(cfg)
     run_dir = run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
+    RUN_DIRS.append(run_dir)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(result_config(cfg))))
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
     task_ids = list(cfg.task_ids) if cfg.get("task_ids") else None
@@ -86,7 +107,7 @@ def run(cfg: DictConfig) -> int:
     return 0
 
 
-def leaderboard(cfg: DictConfig) -> int:
+def leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """Write leaderboard CSVs, markdown and the Pareto plot over run directories.
 
     ``runs=[dir, ...]`` names them; by default every run directory under ``<out_dir>/<data>/``.
@@ -95,7 +116,7 @@ def leaderboard(cfg: DictConfig) -> int:
     from cmbench.report import write_reports
 
     base = Path(str(cfg.out_dir)) / str(cfg.data.name)
-    runs = [Path(str(r)) for r in cfg.runs or []] or sorted(
+    runs = runs or [Path(str(r)) for r in cfg.runs or []] or sorted(
         p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
     )
     out = Path(str(cfg.leaderboard.out or base / "leaderboard"))
