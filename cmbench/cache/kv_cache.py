@@ -219,9 +219,11 @@ class KVCache:
                 idx = bank.heads.to(q.device)
                 qg, kg, vg = q.index_select(2, idx), k.index_select(2, idx), v.index_select(2, idx)
             bank.write_slot(kg, vg)
-            keys, values, key_frames = self._visible(bank, L)
+            keys, values, rows = self._visible(bank, L)
             o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
             if mass is not None:
+                history = bank.field("frame") if rows is None else bank.field("frame")[rows]
+                key_frames = torch.cat([history, self._pending[0]])
                 mass[bank.heads] = frame_mass(qg, keys, key_frames, self._stats.num_frames)
             if whole:
                 out = o.transpose(1, 2)
@@ -231,24 +233,20 @@ class KVCache:
             self._stats.mass[layer] = mass
         return out
 
-    def _visible(self, bank: Bank, L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Keys ``[B, N', Hg, D]``, values and source frames ``[N']`` a call attends to."""
-        cur_frames = self._pending[0]
+    def _visible(self, bank: Bank, L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Keys ``[B, N', Hg, D]`` and values a call attends to, with the history rows used (``None``: all)."""
         probe = self._probe
-        if probe is None:
-            keys, values = bank.k[:, : bank.n + L], bank.v[:, : bank.n + L]
-            return keys, values, torch.cat([bank.field("frame"), cur_frames])
-        slot_k, slot_v = bank.slot(L)
-        if not probe.history:
-            return slot_k, slot_v, cur_frames
-        if probe.visible is None:
-            keys, values = bank.k[:, : bank.n + L], bank.v[:, : bank.n + L]
-            return keys, values, torch.cat([bank.field("frame"), cur_frames])
+        if probe is not None and not probe.history:
+            slot_k, slot_v = bank.slot(L)
+            return slot_k, slot_v, torch.zeros(0, dtype=torch.long)
+        if probe is None or probe.visible is None:
+            return bank.k[:, : bank.n + L], bank.v[:, : bank.n + L], None
         rows = probe.visible[id(bank)]
+        slot_k, slot_v = bank.slot(L)
         dev_rows = rows.to(slot_k.device)
         keys = torch.cat([bank.k[:, : bank.n].index_select(1, dev_rows), slot_k], dim=1)
         values = torch.cat([bank.v[:, : bank.n].index_select(1, dev_rows), slot_v], dim=1)
-        return keys, values, torch.cat([bank.field("frame")[rows], cur_frames])
+        return keys, values, rows
 
     @contextmanager
     def probe(self, hide: BankSelector | None = None, history: bool = True) -> Iterator["KVCache"]:
