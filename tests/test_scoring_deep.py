@@ -25,6 +25,15 @@ from cmbench.scoring.stages import Target
 from cmbench.scoring.tiny_models import tiny_deep_scorer_config
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and on a shared 2-core machine threads contend badly."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory):
     return tiny_deep_scorer_config(tmp_path_factory.mktemp("tiny_models"))
@@ -207,3 +216,24 @@ def test_config_errors_are_actionable(tiny_config, tmp_path):
 def test_official_sam2_backend_says_how_to_install(tiny_config):
     with pytest.raises(BackendUnavailableError, match="pip install --no-build-isolation sam2==1.1.0"):
         build_scorer(dict(tiny_config, segmenter={"backend": "sam2_official", "model": "facebook/sam2.1-hiera-large"}))
+
+
+def test_bench_script_runs_every_stage_on_every_frame(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, str(root / "scripts/bench_scorer.py"), "--frames", "3", "--repeats", "1", "--size", "40x56",
+         "--devices", "cpu", "--threads", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=root,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "TINY RANDOM models (plumbing speed only)" in run.stdout
+    rows = json.loads(out.read_text())
+    assert [r["backend"] for r in rows] == ["light", "owlvit->sam2->dinov2"]
+    for row in rows:
+        assert row["detection_rate"] == 1.0 and row["fps"] > 0 and row["frames"] == 3
+        assert set(row["stage_fps"]) == {"detect", "segment", "embed"}

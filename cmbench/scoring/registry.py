@@ -7,7 +7,7 @@ and that backend's keyword arguments::
     device: auto          # auto | cpu | cuda[:N]
     half: true            # fp16 on CUDA only
     batch_size: 8
-    cache_dir: results/score_cache   # null disables the feature cache
+    cache_dir: .cache/score_cache   # null disables the feature cache
     min_box_size: 1.0
     detector:  {backend: owlvit, model: google/owlvit-base-patch32, score_threshold: 0.1}
     segmenter: {backend: sam2, model: facebook/sam2.1-hiera-large}
