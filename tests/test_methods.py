@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from cmbench.cache import HeadGroup, KVCache
+from cmbench.cache import KVCache
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import build_method
 from cmbench.methods.base import ChunkSignals
 from cmbench.methods.head_map import HeadMap
-from fakes import single_thread, ScriptedBackbone, fake_geometry, survivors, timeline  # noqa: F401 (fixture)
+from fakes import single_thread, AttentionBackbone, ScriptedBackbone, fake_geometry, survivors, timeline  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -181,8 +181,6 @@ def test_dummyforcing_classification_by_hand():
 
 
 def test_dummyforcing_banks_follow_their_roles():
-    from fakes import AttentionBackbone
-
     backbone = AttentionBackbone(G)
     method = build_method({"name": "dummyforcing", "first_frames": 2, "middle_frames": 2, "last_frames": 2,
                            "classify_chunk": 1})
@@ -198,8 +196,6 @@ def test_dummyforcing_banks_follow_their_roles():
 
 
 def test_budget_mode_hits_target_pr(tmp_path):
-    from fakes import AttentionBackbone
-
     g = fake_geometry(num_heads=4)
     backbone = AttentionBackbone(g)
     path = tmp_path / "map.json"
@@ -216,8 +212,6 @@ def test_budget_mode_hits_target_pr(tmp_path):
 
 
 def test_token_budget_and_bounded_memory_never_exceed_their_cap():
-    from fakes import AttentionBackbone
-
     backbone = AttentionBackbone(G)
     context = torch.randn(1, 3, 16, 4, 4)
     for cfg in ({"name": "fullkv", "max_history_tokens": 24}, {"name": "decoprune", "gamma": -1.0, "max_history_tokens": 24},
@@ -279,23 +273,26 @@ def test_score_variants():
 
 
 def test_post_prune_probe_hides_what_the_next_compaction_drops():
-    """The probe of chunk c sees chunk c-1 already compacted: with a backbone that counts visible
-    history, generated chunk 4's probe sees chunk 3's survivors only."""
+    """The probe of chunk c sees chunk c-1 as the next compaction will leave it (post-prune), or dense
+    (the paper's default). Context chunk 2 = frames 4-5; generated chunk 5 = frames 10-11."""
 
-    class Counting(ScriptedBackbone):
+    class Recording(ScriptedBackbone):
         def denoise(self, x_t, t, cache, frame_start, cond=None):
-            out = super().denoise(x_t, t, cache, frame_start, cond)
-            seen = cache._probe.visible if cache._probe is not None else None
-            if seen is not None:
-                self.probe_views.append((frame_start, sorted(cache.banks[0][0].field("gid")[seen[id(cache.banks[0][0])]].tolist())))
-            return out
+            if cache.probing:
+                self.probe_views[frame_start] = cache.visible_history(cache.banks[0][0]).tolist()
+            return super().denoise(x_t, t, cache, frame_start, cond)
 
-    backbone = Counting(G, timeline(G, 12, lambda gid: 0.0), timeline(G, 12, d_pattern))
-    backbone.probe_views = []
-    run(build_method({"name": "decoprune", "post_prune": True}), backbone)
-    views = dict(backbone.probe_views)
-    assert views[4] == chunk_gids(0) + [9, 10, 12, 13, 14, 15]  # context chunk 2: chunk 1 already compacted
-    assert views[10] == chunk_gids(0) + [9, 10, 12, 13, 14, 15] + [16, 18, 19, 21, 22] + [24, 27, 30] + [33, 36, 39]
+    views = {}
+    for post_prune in (True, False):
+        backbone = Recording(G, timeline(G, 12, lambda gid: 0.0), timeline(G, 12, d_pattern))
+        backbone.probe_views = {}
+        run(build_method({"name": "decoprune", "post_prune": post_prune}), backbone)
+        views[post_prune] = backbone.probe_views
+    chunk1 = [9, 10, 12, 13, 14, 15]
+    assert views[True][4] == chunk_gids(0) + chunk1
+    assert views[False][4] == chunk_gids(0) + chunk_gids(1)
+    assert views[True][10] == chunk_gids(0) + chunk1 + [16, 18, 19, 21, 22] + [24, 27, 30] + [33, 36, 39]
+    assert 10 not in views[False]  # generated chunks reuse their own trajectory: no extra call
 
 
 @pytest.mark.parametrize("name", ["fullkv", "streaming", "decoprune", "decoprune_reverse", "decoprune_hs", "random",
@@ -303,8 +300,6 @@ def test_post_prune_probe_hides_what_the_next_compaction_drops():
 def test_invariants_for_every_method(name, tmp_path):
     """After every chunk: ids strictly increasing in every bank, banks within their configured size,
     provenance consistent; attention over a real model runs end to end."""
-    from fakes import AttentionBackbone
-
     path = tmp_path / "map.json"
     HeadMap(2, 2, ((), (1,))).save(path)
     cfg = {"name": name, **({"head_map": str(path)} if name in ("decoprune_hs", "forcingkv") else {}),

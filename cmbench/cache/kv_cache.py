@@ -248,6 +248,20 @@ class KVCache:
         values = torch.cat([bank.v[:, : bank.n].index_select(1, dev_rows), slot_v], dim=1)
         return keys, values, rows
 
+    @property
+    def probing(self) -> bool:
+        """Whether a :meth:`probe` is active."""
+        return self._probe is not None
+
+    def visible_history(self, bank: Bank) -> torch.Tensor:
+        """Global ids ``[n']`` of the history tokens an ``attend`` call would see now in ``bank``
+        (all stored tokens, or what the active probe leaves visible)."""
+        if self._probe is not None and not self._probe.history:
+            return bank.field("gid")[:0]
+        if self._probe is None or self._probe.visible is None:
+            return bank.field("gid")
+        return bank.field("gid")[self._probe.visible[id(bank)]]
+
     @contextmanager
     def probe(self, hide: BankSelector | None = None, history: bool = True) -> Iterator["KVCache"]:
         """Run extra model calls on the open chunk that leave no trace.
