@@ -64,28 +64,31 @@ def main(argv: list[str] | None = None) -> int:
     scorer = build_scorer(OmegaConf.load(args.config), cache_dir="")  # no feature cache: every pair is fresh
     pairs = build_pairs(args.scenes, seed=args.seed)
     start = time.perf_counter()
-    results = {"config": args.config, "scorer": scorer.name, "scorer_config_hash": scorer.config_hash,
-               "scenes_per_source": args.scenes, "seed": args.seed, "clean": evaluate(scorer, pairs)}
-    seconds = time.perf_counter() - start
+    runs = {"clean": evaluate(scorer, pairs)}
+    seconds_per_pair = (time.perf_counter() - start) / len(pairs)
     for sigma in args.blur:
         blurred = [dataclasses.replace(p, frame=cv2.GaussianBlur(p.frame, (0, 0), sigma)) for p in pairs]
-        results[f"blur_{sigma:g}"] = evaluate(scorer, blurred)
-    results["seconds_per_pair_clean"] = seconds / len(pairs)
+        runs[f"blur_{sigma:g}"] = evaluate(scorer, blurred)
 
     print(f"scorer {scorer.name} ({scorer.config_hash}), {args.scenes} scenes per source, seed {args.seed}")
-    print(f"{'frames':<10} {'source':<10} {'pairs':>5} {'AUC':>7} {'AUC(GT masks)':>14} {'det same':>9} {'det twin':>9} {'score same':>11} {'score twin':>11}")
-    for run, table in results.items():
-        if not isinstance(table, dict) or "all" not in table:
-            continue
+    columns = ("frames", "source", "pairs", "AUC", "AUC(GT masks)", "det same", "det twin", "score same", "score twin")
+    print("{:<10} {:<10} {:>5} {:>7} {:>14} {:>9} {:>9} {:>11} {:>11}".format(*columns))
+    for run, table in runs.items():
         for name, row in table.items():
             print(
-                f"{run:<10} {name:<10} {row['pairs']:>5} {row['auc']:>7.4f} {row['auc_embedder_on_ground_truth_masks']:>14.4f} "
-                f"{row['detection_rate_same']:>9.2f} {row['detection_rate_twin']:>9.2f} {row['mean_score_same']:>11.3f} {row['mean_score_twin']:>11.3f}"
+                f"{run:<10} {name:<10} {row['pairs']:>5} {row['auc']:>7.4f} "
+                f"{row['auc_embedder_on_ground_truth_masks']:>14.4f} {row['detection_rate_same']:>9.2f} "
+                f"{row['detection_rate_twin']:>9.2f} {row['mean_score_same']:>11.3f} {row['mean_score_twin']:>11.3f}"
             )
-    print(f"{1000 * results['seconds_per_pair_clean']:.2f} ms per pair (detect + 2 segmentations + 2 embeddings)")
+    print(f"{1000 * seconds_per_pair:.2f} ms per pair (detect + 2 segmentations + 2 embeddings)")
     if args.json:
+        results = {
+            "config": args.config, "scorer": scorer.name, "scorer_config_hash": scorer.config_hash,
+            "scenes_per_source": args.scenes, "seed": args.seed, "seconds_per_pair_clean": seconds_per_pair,
+            "runs": runs,
+        }
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    overall = results["clean"]["all"]["auc"]
+    overall = runs["clean"]["all"]["auc"]
     if overall < args.min_auc:
         print(f"FAIL: overall AUC {overall:.4f} < {args.min_auc}", file=sys.stderr)
         return 1

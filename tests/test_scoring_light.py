@@ -128,7 +128,7 @@ def test_light_scorer_auc_script_meets_the_bar(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    clean = json.loads(out.read_text())["clean"]
+    clean = json.loads(out.read_text())["runs"]["clean"]
     assert clean["all"]["pairs"] == 800
     for source in ("synthetic", "real", "all"):
         assert clean[source]["auc"] >= 0.95, (source, clean[source])

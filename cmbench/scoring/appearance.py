@@ -70,6 +70,9 @@ class AppearanceEmbedder:
         Gradient orientation bins over [0, 180) degrees.
     weights : sequence of 3 float
         Weights of the colour, layout and texture blocks.
+    smooth_sigma : float
+        Gaussian blur (pixels) of the crop before describing (0 disables it): details a soft
+        generated frame cannot keep stop counting against it.
     """
 
     def __init__(

@@ -125,7 +125,8 @@ def score_folder(scorer: Scorer, tasks: list[Task], videos: Path, out: Path) -> 
 def _print_report(summary: dict[str, Any], out: Path) -> None:
     print(f"score: {summary['n_videos_matched']} of {summary['n_tasks']} tasks have a video in {summary['videos']}")
     if summary["missing"]:
-        print(f"score: MISSING {len(summary['missing'])} video(s) (tasks without <task_id>.mp4): {', '.join(summary['missing'])}")
+        missing = summary["missing"]
+        print(f"score: MISSING {len(missing)} video(s) (tasks without <task_id>.mp4): {', '.join(missing)}")
     if summary["extra"]:
         print(f"score: EXTRA {len(summary['extra'])} file(s) naming no task (not scored): {', '.join(summary['extra'])}")
     mean = summary["mean_score"]

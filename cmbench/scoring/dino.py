@@ -83,10 +83,11 @@ class Dinov2Embedder:
         ndarray, ``float32 [N, D]`` (D = hidden size)
         """
         out = []
-        for start in range(0, len(crops), self.runtime.batch_size):
+        step = self.runtime.batch_size
+        for start in range(0, len(crops), step):
             images = [
                 imagenet_normalize(square_masked_crop(c, m, self.background, self.image_size))
-                for c, m in zip(crops[start : start + self.runtime.batch_size], masks[start : start + self.runtime.batch_size])
+                for c, m in zip(crops[start : start + step], masks[start : start + step])
             ]
             pixels = torch.from_numpy(np.stack(images)).to(self.runtime.device, self.runtime.dtype)
             cls = self.model(pixel_values=pixels).pooler_output.float()

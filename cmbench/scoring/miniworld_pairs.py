@@ -66,7 +66,9 @@ def _full_view_offsets(scene: Scene, object_id: int) -> list[int]:
     return [o for o, ok in zip(offsets, full) if ok]
 
 
-def build_pairs(n_scenes: int, seed: int = 0, sources: Sequence[str] = ("synthetic", "real"), width: int = 256) -> list[Pair]:
+def build_pairs(
+    n_scenes: int, seed: int = 0, sources: Sequence[str] = ("synthetic", "real"), width: int = 256
+) -> list[Pair]:
     """One positive and one negative pair per object that has a twin.
 
     Parameters

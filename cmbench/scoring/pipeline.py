@@ -76,8 +76,9 @@ def frame_similarities(features: FrameFeatures) -> np.ndarray:
     where not detected)."""
     sims = np.full(len(features.detected), np.nan)
     if features.detected.any():
-        cos = features.embeddings[features.detected].astype(np.float64) @ features.reference_embeddings.T.astype(np.float64)
-        sims[features.detected] = cos.max(axis=1)
+        frames = features.embeddings[features.detected].astype(np.float64)  # [F_detected, D]
+        references = features.reference_embeddings.astype(np.float64)  # [R, D]
+        sims[features.detected] = (frames @ references.T).max(axis=1)
     return sims
 
 
@@ -140,7 +141,8 @@ class Scorer:
         -------
         TaskScore
         """
-        features = self.features(frames, task.queries, reference_frames, [r.bbox_xyxy_normalized for r in task.references])
+        boxes = [r.bbox_xyxy_normalized for r in task.references]
+        features = self.features(frames, task.queries, reference_frames, boxes)
         sims = frame_similarities(features)
         detected = features.detected
         height, width = (int(v) for v in features.frame_size)
@@ -192,7 +194,11 @@ class Scorer:
                 raise ValueError(f"reference frames must be uint8 [H, W, 3], got {ref.dtype} {ref.shape}")
         video_hash = array_hash([frames])
         target_hash = json_hash(
-            {"queries": list(queries), "frames": array_hash(reference_frames), "boxes": [list(map(float, b)) for b in reference_boxes]}
+            {
+                "queries": list(queries),
+                "frames": array_hash(reference_frames),
+                "boxes": [[float(v) for v in b] for b in reference_boxes],
+            }
         )
         if self.cache is not None:
             cached = self.cache.load(video_hash, target_hash)
@@ -209,7 +215,10 @@ class Scorer:
         self, reference_frames: Sequence[np.ndarray], reference_boxes: Sequence[Sequence[float]]
     ) -> tuple[list[ReferenceView], np.ndarray]:
         boxes = np.concatenate(
-            [clip_boxes(denormalize_box(b, *f.shape[:2]), *f.shape[:2]) for f, b in zip(reference_frames, reference_boxes)]
+            [
+                clip_boxes(denormalize_box(box, *frame.shape[:2]), *frame.shape[:2])
+                for frame, box in zip(reference_frames, reference_boxes)
+            ]
         )
         masks = self.segmenter.segment(list(reference_frames), boxes)
         views, fallback = [], []

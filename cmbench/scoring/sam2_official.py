@@ -56,11 +56,15 @@ class OfficialSam2Segmenter:
         if (model is None) == (checkpoint is None):
             raise ScorerConfigError("sam2_official needs exactly one of `model` (hub id) or `checkpoint` (+ `model_cfg`)")
         if checkpoint is not None and model_cfg is None:
-            raise ScorerConfigError("sam2_official with `checkpoint` also needs `model_cfg` (e.g. configs/sam2.1/sam2.1_hiera_l.yaml)")
+            raise ScorerConfigError(
+                "sam2_official with `checkpoint` also needs `model_cfg` (e.g. configs/sam2.1/sam2.1_hiera_l.yaml)"
+            )
         build_sam2, predictor_cls = _import_sam2()
         self.runtime = runtime
         if model is not None:
-            self.predictor = predictor_cls.from_pretrained(model, device=str(runtime.device), mask_threshold=mask_threshold)
+            self.predictor = predictor_cls.from_pretrained(
+                model, device=str(runtime.device), mask_threshold=mask_threshold
+            )
         else:
             sam = build_sam2(model_cfg, checkpoint, device=str(runtime.device))
             self.predictor = predictor_cls(sam, mask_threshold=mask_threshold)

@@ -4,7 +4,8 @@ The template is the reference's masked crop (the segmenter's mask inside the ann
 the ratio of frame sizes (times each of ``scales``). Each frame is searched with OpenCV's masked
 normalised cross-correlation (``TM_CCOEFF_NORMED``: mean-removed, so invariant to a uniform change of
 brightness and contrast); the best location over references and scales is the frame's candidate and
-its correlation in [-1, 1] is the detector score.
+its correlation in [-1, 1] is the detector score. Frames and templates are blurred by
+``smooth_sigma`` first, so a sharp reference still matches a soft generated frame.
 
 Unlike OWL-ViT this detector is not told the category: it is conditioned on the reference's look, so
 it finds a same-category distractor only as far as the distractor resembles the reference.
@@ -30,6 +31,8 @@ class TemplateDetector:
         Minimum correlation (in [-1, 1]) for a detection.
     scales : sequence of float
         Template scale factors tried on top of the frame-size ratio (1.0: same apparent size).
+    smooth_sigma : float
+        Gaussian blur (pixels) of frames and reference before matching; 0 disables it.
     """
 
     def __init__(self, score_threshold: float = 0.5, scales: Sequence[float] = (1.0,), smooth_sigma: float = 0.0):
@@ -47,7 +50,12 @@ class TemplateDetector:
         return cv2.GaussianBlur(image, (0, 0), self.smooth_sigma, borderType=cv2.BORDER_REFLECT)
 
     def _templates(self, target: Target, height: int, width: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Masked reference crops resized for frames of ``height x width``: ``[(float32 [h, w, 3], float32 [h, w])]``."""
+        """Masked reference crops resized for frames of ``height x width``.
+
+        Returns
+        -------
+        list of (template ``float32 [h, w, 3]``, mask ``float32 [h, w]``), one per reference and scale
+        """
         templates = []
         for view in target.references:
             x0, y0, x1, y1 = mask_bbox(view.mask)

@@ -91,7 +91,9 @@ def save_tiny_sam2(folder: str | Path, seed: int = 0) -> Path:
     )
     config = Sam2Config(
         vision_config=vision,
-        prompt_encoder_config=Sam2PromptEncoderConfig(hidden_size=32, image_size=SAM_IMAGE_SIZE, patch_size=16, mask_input_channels=8),
+        prompt_encoder_config=Sam2PromptEncoderConfig(
+            hidden_size=32, image_size=SAM_IMAGE_SIZE, patch_size=16, mask_input_channels=8
+        ),
         mask_decoder_config=Sam2MaskDecoderConfig(hidden_size=32, mlp_dim=64, num_attention_heads=4, iou_head_hidden_dim=32),
     )
     torch.manual_seed(seed)
@@ -135,5 +137,10 @@ def tiny_deep_scorer_config(folder: str | Path, detector: str = "owlvit") -> dic
             "score_threshold": 0.0,
         },
         "segmenter": {"backend": "sam2", "model": str(save_tiny_sam2(folder / "sam2")), "mask_threshold": 0.0},
-        "embedder": {"backend": "dinov2", "model": str(save_tiny_dinov2(folder / "dinov2")), "image_size": DINO_IMAGE_SIZE, "background": 0},
+        "embedder": {
+            "backend": "dinov2",
+            "model": str(save_tiny_dinov2(folder / "dinov2")),
+            "image_size": DINO_IMAGE_SIZE,
+            "background": 0,
+        },
     }
