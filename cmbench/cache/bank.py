@@ -85,7 +85,7 @@ class Bank:
         b, d = like.shape[0], like.shape[-1]
         k = like.new_empty((b, cap, self.num_heads, d))
         v = like.new_empty((b, cap, self.num_heads, d))
-        keep_rows = min(self.capacity, cap)
+        keep_rows = min(self.n, cap)  # the slot is always written after a resize
         if self.k is not None and keep_rows:
             k[:, :keep_rows] = self.k[:, :keep_rows]
             v[:, :keep_rows] = self.v[:, :keep_rows]
