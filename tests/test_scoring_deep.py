@@ -7,7 +7,6 @@ from_pretrained path real weights use (HF_HUB_OFFLINE=1, see conftest.py).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 
 import numpy as np
@@ -17,7 +16,7 @@ import torch
 from cmbench.data import Reference, Task
 from cmbench.scoring import build_scorer
 from cmbench.scoring.dino import Dinov2Embedder
-from cmbench.scoring.errors import BackendUnavailableError, ModelLoadError, ScorerConfigError
+from cmbench.scoring.errors import ModelLoadError, ScorerConfigError
 from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
 from cmbench.scoring.runtime import resolve_runtime
 from cmbench.scoring.sam2_hf import Sam2Segmenter
@@ -210,12 +209,6 @@ def test_config_errors_are_actionable(tiny_config, tmp_path):
         build_scorer({k: v for k, v in tiny_config.items() if k != "embedder"})
     with pytest.raises(ModelLoadError, match="cannot load the embedder model"):
         build_scorer(_with(tiny_config, embedder__model=str(tmp_path / "no-such-model")))
-
-
-@pytest.mark.skipif(importlib.util.find_spec("sam2") is not None, reason="the official sam2 package is installed")
-def test_official_sam2_backend_says_how_to_install(tiny_config):
-    with pytest.raises(BackendUnavailableError, match="pip install --no-build-isolation sam2==1.1.0"):
-        build_scorer(dict(tiny_config, segmenter={"backend": "sam2_official", "model": "facebook/sam2.1-hiera-large"}))
 
 
 def test_bench_script_runs_every_stage_on_every_frame(tmp_path):

@@ -24,11 +24,11 @@ INSTALL_HINT = (
 
 def _import_sam2():
     try:
-        from sam2.build_sam import build_sam2
+        from sam2.build_sam import build_sam2, build_sam2_hf
         from sam2.sam2_image_predictor import SAM2ImagePredictor
     except ImportError as err:  # the package or its torchvision dependency is missing / broken
         raise BackendUnavailableError(f"{INSTALL_HINT} ({err})") from err
-    return build_sam2, SAM2ImagePredictor
+    return build_sam2, build_sam2_hf, SAM2ImagePredictor
 
 
 class OfficialSam2Segmenter:
@@ -38,7 +38,7 @@ class OfficialSam2Segmenter:
     ----------
     runtime : Runtime
     model : str, optional
-        Hub id for ``SAM2ImagePredictor.from_pretrained`` (e.g. ``facebook/sam2.1-hiera-large``).
+        Hub id for ``sam2.build_sam.build_sam2_hf`` (e.g. ``facebook/sam2.1-hiera-large``).
     checkpoint, model_cfg : str, optional
         A local checkpoint and its Hydra config name for ``build_sam2`` (used instead of ``model``).
     mask_threshold : float
@@ -59,15 +59,13 @@ class OfficialSam2Segmenter:
             raise ScorerConfigError(
                 "sam2_official with `checkpoint` also needs `model_cfg` (e.g. configs/sam2.1/sam2.1_hiera_l.yaml)"
             )
-        build_sam2, predictor_cls = _import_sam2()
+        build_sam2, build_sam2_hf, predictor_cls = _import_sam2()
         self.runtime = runtime
         if model is not None:
-            self.predictor = predictor_cls.from_pretrained(
-                model, device=str(runtime.device), mask_threshold=mask_threshold
-            )
+            sam = build_sam2_hf(model, device=str(runtime.device))
         else:
             sam = build_sam2(model_cfg, checkpoint, device=str(runtime.device))
-            self.predictor = predictor_cls(sam, mask_threshold=mask_threshold)
+        self.predictor = predictor_cls(sam, mask_threshold=mask_threshold)
 
     @torch.inference_mode()
     def segment(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
