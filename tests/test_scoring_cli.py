@@ -59,7 +59,7 @@ def dataset(tmp_path_factory):
 
 
 def _score(root: Path, videos: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "cmbench", "score", f"++videos={videos}", f"data.root={root}", f"++out={out}",
+    cmd = [sys.executable, "-m", "cmbench", "score", f"videos={videos}", f"data.root={root}", f"out={out}",
            _scorer_override(), f"scorer.cache_dir={cache}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
