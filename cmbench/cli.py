@@ -95,10 +95,13 @@ def _run_hydra(func, overrides: list[str]):
             print(f"cmbench: error: {err}", file=sys.stderr)
             codes.append(1)
 
+    # Hydra's parser wants its flags (-m, --cfg job, ...) before the overrides; users put them anywhere
+    flags = [o for o in overrides if o in ("-m", "--multirun")]
+    overrides = flags + [o for o in overrides if o not in flags]
     extra = user_config_dirs()
     if extra:
         paths = ",".join(f"file://{p}" for p in extra)
-        overrides = [f"hydra.searchpath=[{paths}]", *overrides]
+        overrides = [*flags, f"hydra.searchpath=[{paths}]", *overrides[len(flags):]]
     saved = sys.argv
     sys.argv = [saved[0] if saved else "cmbench", *overrides]
     try:

@@ -45,6 +45,18 @@ def _file(task: Any, key: str) -> Path:
     return path
 
 
+def _read_npz(task: Any, key: str, fields: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """Arrays of the npz file named by the extension's ``key`` (all of them when ``fields`` is None)."""
+    path = _file(task, key)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in (fields or data.files)}
+    except (OSError, ValueError, KeyError, EOFError) as err:
+        raise MiniWorldDataError(
+            f"task {task.task_id}: cannot read {path} ({err}); rebuild with `python -m cmbench prepare data=miniworld`"
+        ) from err
+
+
 def load_context(task: Any) -> tuple[np.ndarray, np.ndarray]:
     """Lossless context of a task.
 
@@ -53,8 +65,8 @@ def load_context(task: Any) -> tuple[np.ndarray, np.ndarray]:
     frames : ndarray, ``uint8 [F, 32, 32, 3]``
     camera_x : ndarray, ``int64 [F]``
     """
-    with np.load(_file(task, "context_frames")) as data:
-        return data["frames"], data["camera_x"]
+    data = _read_npz(task, "context_frames", ("frames", "camera_x"))
+    return data["frames"], data["camera_x"]
 
 
 def load_ground_truth(task: Any) -> dict[str, np.ndarray]:
@@ -67,5 +79,4 @@ def load_ground_truth(task: Any) -> dict[str, np.ndarray]:
     ``bool [C, 32, 32]``, ``target_visible_fraction`` ``float [C]``, ``first_frame`` (int array,
     absolute index of the first continuation frame).
     """
-    with np.load(_file(task, "ground_truth")) as data:
-        return {key: data[key] for key in data.files}
+    return _read_npz(task, "ground_truth")

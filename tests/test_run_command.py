@@ -1,0 +1,144 @@
+"""`python -m cmbench run` end to end on a small MiniWorld suite with a small random tiny model.
+
+Checks what a user relies on: the run directory and its files, resume after SIGKILL, a failing task
+recorded while the run goes on, and a -m sweep ending with its leaderboard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cmbench.run_records import read_all_records
+from test_tiny_backbone import random_model
+
+REPO = Path(__file__).resolve().parents[1]
+TIMING = {"prefill_seconds", "continuation_seconds", "continuation_fps", "traceback"}
+SMALL_SUITE = [
+    "data.clip_frames=24",
+    "data.min_absence_frames=16",
+    "data.sources.synthetic.videos=2",
+    "data.sources.synthetic.reappear=2",
+    "data.sources.synthetic.revisit=1",
+    "data.sources.real.videos=1",
+    "data.sources.real.reappear=1",
+    "data.sources.real.revisit=0",
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("run")
+    weights = tmp / "tiny.safetensors"
+    random_model(seed=3).save_pretrained(weights)
+    return tmp, weights
+
+
+def cmbench(tmp: Path, weights: Path, *args: str, data_root: Path | None = None, background: bool = False):
+    cmd = [sys.executable, "-m", "cmbench", "run", f"data.root={data_root or tmp / 'suite'}", *SMALL_SUITE,
+           f"backbone.path={weights}", f"out_dir={tmp / 'runs'}", "progress=false", *args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if background:
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def stable(records):
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in TIMING}, sort_keys=True) for r in records)
+
+
+def only_run_dir(root: Path) -> Path:
+    (run_dir,) = [p for p in (root / "miniworld").iterdir() if p.is_dir() and p.name != "leaderboard"]
+    return run_dir
+
+
+def test_run_writes_a_complete_run_directory_and_resumes(setup):
+    tmp, weights = setup
+    out = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8")
+    assert out.returncode == 0, out.stderr
+    run_dir = only_run_dir(tmp / "runs")
+    assert run_dir.name.startswith("decoprune__tiny__light__")
+    assert (run_dir / "config.yaml").is_file()
+    records = read_all_records(run_dir)
+    assert sorted(r["task_id"] for r in records) == [
+        "real_001_reappear_01", "syn_001_reappear_01", "syn_001_revisit_01", "syn_002_reappear_01"
+    ]
+    for r in records:
+        assert r["status"] == "ok" and r["label"] == "decoprune" and r["method_config"]["target_pr"] == 0.8
+        assert 0.0 <= r["score"] <= 1.0 and 0.0 <= r["detection_rate"] <= 1.0
+        assert abs(r["pr"] - 0.8) < 0.02  # budget mode realises its target
+        assert r["continuation_frames"] == 16 and len(r["similarities"]) == 16
+        assert r["peak_kv_bytes"] > 0 and r["prefill_seconds"] > 0 and r["continuation_seconds"] > 0
+        assert r["versions"]["torch"] and r["git_commit"] and len(r["scorer_hash"]) == 12
+        assert (run_dir / "videos" / f"{r['task_id']}.mp4").stat().st_size > 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tasks_ok"] == 4 and summary["tasks_failed"] == 0
+    assert summary["pr"] == pytest.approx(sum(r["pr"] for r in records) / 4)
+    again = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8")
+    assert again.returncode == 0 and "(0 run now, 4 cached)" in again.stdout
+    assert len(read_all_records(run_dir)) == 4
+
+
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(setup, tmp_path):
+    tmp, weights = setup
+    clean = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'clean'}")
+    assert clean.returncode == 0, clean.stderr
+    proc = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'killed'}", background=True)
+    deadline = time.monotonic() + 300
+    records_file = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((tmp_path / "killed").glob("miniworld/*/records.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            records_file = found[0]
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert records_file is not None, "the run finished no task before the deadline"
+    assert 1 <= len(read_all_records(records_file.parent)) < 4
+    resumed = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'killed'}")
+    assert resumed.returncode == 0, resumed.stderr
+    got = read_all_records(records_file.parent)
+    assert len(got) == 4
+    assert stable(got) == stable(read_all_records(only_run_dir(tmp_path / "clean")))
+
+
+def test_a_failing_task_is_recorded_and_the_run_goes_on(setup, tmp_path):
+    tmp, weights = setup
+    suite = tmp_path / "suite"
+    build = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", f"data.root={suite}",
+                            *SMALL_SUITE, "data.check_counts=false"], cwd=REPO, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    for npz in (suite / "context").glob("*/syn_002.npz"):
+        npz.write_bytes(b"corrupt")
+    out = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'runs'}", data_root=suite)
+    assert out.returncode == 3
+    assert "failed: syn_002_reappear_01" in out.stderr
+    records = {r["task_id"]: r for r in read_all_records(only_run_dir(tmp_path / "runs"))}
+    assert records["syn_002_reappear_01"]["status"] == "failed"
+    assert "MiniWorldDataError" in records["syn_002_reappear_01"]["error"]
+    assert "context/synthetic/syn_002.npz" in records["syn_002_reappear_01"]["error"]
+    assert [t for t, r in records.items() if r["status"] == "ok"] != []
+    summary = json.loads((only_run_dir(tmp_path / "runs") / "summary.json").read_text())
+    assert summary["tasks_failed"] == 1 and summary["tasks_ok"] == 3
+
+
+def test_sweep_ends_with_a_leaderboard(setup, tmp_path):
+    tmp, weights = setup
+    one_context = "task_ids=[syn_001_revisit_01,syn_001_reappear_01]"
+    out = cmbench(tmp, weights, "-m", "method=fullkv,streaming", one_context, f"out_dir={tmp_path / 'runs'}")
+    assert out.returncode == 0, out.stderr
+    board = tmp_path / "runs" / "miniworld" / "leaderboard"
+    for name in ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "paired_deltas.csv",
+                 "leaderboard.md", "pareto.png"):
+        assert (board / name).is_file(), name
+    text = (board / "leaderboard.md").read_text()
+    assert "| fullkv |" in text and "| streaming |" in text
+    assert "| fullkv |" in out.stdout
