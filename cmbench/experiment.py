@@ -22,7 +22,8 @@ from cmbench.provenance import git_commit, versions
 from cmbench.runner import config_hash, run_tasks, select_tasks, shard_from_env, summarise
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
-SELECTION_KEYS = ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs", "save_videos", "videos", "out")
+SELECTION_KEYS = ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs", "save_videos",
+                  "videos", "out", "experiment")
 
 
 def method_label(cfg: DictConfig) -> str:

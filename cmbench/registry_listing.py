@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cmbench.config_paths import GROUPS, config_dirs
 
@@ -20,9 +20,11 @@ def entries(group: str) -> dict[str, dict[str, str]]:
     for folder in config_dirs():
         for path in sorted((folder / group).glob("*.yaml")):
             cfg = OmegaConf.load(path)
+            # experiment configs are global packages: their documentation sits under `experiment:`
+            doc = cfg.get(group) if group == "experiment" and isinstance(cfg.get(group), DictConfig) else cfg
             found[path.stem] = {
-                "description": str(cfg.get("description", "") or ""),
-                "paper": str(cfg.get("paper", "") or ""),
+                "description": str(doc.get("description", "") or ""),
+                "paper": str(doc.get("paper", "") or ""),
                 "origin": str(folder),
             }
     return found
