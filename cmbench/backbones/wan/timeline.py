@@ -1,0 +1,67 @@
+"""What a real backbone needs to know about a task's context video before the prefill.
+
+The evaluator prepares the context (resample to the backbone's fps by nearest index, resize, pad to
+whole chunks; :func:`cmbench.data.prepare_context`) and hands the backbone only the frames to encode;
+``condition(task)`` gets the task alone. The Wan-family conditions depend on the context's length in
+latent frames (where the continuation prompt takes over) and, for LingBot, on its first frame (the
+I2V image). :func:`read_timeline` computes both with the same functions as the evaluator, decoding
+the video once without keeping its frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from cmbench.data.video import VideoError, latent_frame_count, pad_to_chunks, resample_indices, resize_frames
+
+
+@dataclass(frozen=True)
+class ContextTimeline:
+    """Facts of one prepared context video.
+
+    Attributes
+    ----------
+    latent_frames : int
+        ``q0``: latent frames of the prepared (padded) context.
+    pixel_frames : int
+        Frames of the prepared context.
+    first_frame : ndarray, ``uint8 [H, W, 3]``
+        Its first frame at the backbone's frame size.
+    """
+
+    latent_frames: int
+    pixel_frames: int
+    first_frame: np.ndarray
+
+
+def read_timeline(path: str | Path, fps: float, height: int, width: int, chunk_latent_frames: int,
+                  temporal_stride: int) -> ContextTimeline:
+    """Length and first frame of a context video as :func:`cmbench.data.prepare_context` prepares it."""
+    path = Path(path)
+    if not path.is_file():
+        raise VideoError(f"{path}: video file not found")
+    cap = cv2.VideoCapture(str(path))
+    first, count = None, 0
+    try:
+        if not cap.isOpened():
+            raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
+        src_fps = float(cap.get(cv2.CAP_PROP_FPS))
+        while True:
+            ok, bgr = cap.read()
+            if not ok:
+                break
+            if first is None:
+                first = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+            count += 1
+    finally:
+        cap.release()
+    if first is None or src_fps <= 0:
+        raise VideoError(f"{path}: no frame or no frame rate could be read")
+    n = len(resample_indices(count, src_fps, fps))  # its first index is always source frame 0
+    padded = len(pad_to_chunks(np.zeros((n, 1, 1, 1), np.uint8), chunk_latent_frames, temporal_stride))
+    frame = resize_frames(first[None], height, width)[0]
+    return ContextTimeline(latent_frame_count(padded, temporal_stride), padded, frame)

@@ -1,0 +1,107 @@
+"""The Wan 2.1 VAE through diffusers' ``AutoencoderKLWan``: pixels <-> normalised latents.
+
+Wan's latents are the posterior mean, normalised per channel with the VAE config's
+``latents_mean`` / ``latents_std``: ``z = (mu - mean) / std``. The VAE is causal in time with stride 4:
+``4 k + 1`` pixel frames give ``k + 1`` latent frames (the first latent frame sees the first pixel
+frame alone), and ``F'`` latent frames decode to ``1 + 4 (F' - 1)`` pixel frames. Spatial stride 8.
+
+:meth:`WanVAE.encode` first repeats the last frame up to the next ``4 k + 1`` frames, so ``F`` pixel
+frames give ``(F + 2 * 4 - 2) // 4`` latent frames: the count of the authors' runtime
+(:func:`cmbench.data.video.latent_frame_count`) that context preparation pads to whole chunks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from cmbench.backbones.wan.precision import parse_dtype
+from cmbench.errors import ConfigError
+
+
+class WanVAE:
+    """Encode and decode videos with a diffusers ``AutoencoderKLWan``.
+
+    Parameters
+    ----------
+    model : diffusers.AutoencoderKLWan
+    device : str
+    dtype : torch.dtype
+        Compute dtype of the VAE (float32 by default, as Wan).
+    """
+
+    def __init__(self, model, device: str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        if next(model.parameters()).dtype != dtype:
+            model = model.to(dtype=dtype)
+        self.model = model.to(device).eval().requires_grad_(False)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        cfg = model.config
+        self.z_dim = int(cfg.z_dim)
+        self.temporal_stride = int(getattr(cfg, "scale_factor_temporal", 4))
+        self.spatial_stride = int(getattr(cfg, "scale_factor_spatial", 8))
+        if cfg.latents_mean is None or cfg.latents_std is None:
+            raise ConfigError("the Wan VAE config needs latents_mean and latents_std (Wan's latent normalisation)")
+        self.mean = torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1)
+        self.std = torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1)
+        if self.mean.shape[1] != self.z_dim or self.std.shape[1] != self.z_dim:
+            raise ConfigError(f"latents_mean/std have {self.mean.shape[1]}/{self.std.shape[1]} entries, z_dim is {self.z_dim}")
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str = "cpu", dtype: str | torch.dtype = "float32") -> "WanVAE":
+        """Load a diffusers-format VAE folder (``config.json`` + ``diffusion_pytorch_model.safetensors``).
+
+        For the real model: the ``vae/`` folder of ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers`` (the same weights
+        as ``Wan2.1_VAE.pth``).
+        """
+        from diffusers import AutoencoderKLWan
+
+        path = Path(path).expanduser()
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"Wan VAE not found: {path} has no config.json (expected a diffusers AutoencoderKLWan "
+                              f"folder, e.g. the vae/ folder of Wan-AI/Wan2.1-T2V-1.3B-Diffusers)")
+        dtype = parse_dtype(dtype)
+        model = AutoencoderKLWan.from_pretrained(str(path), local_files_only=True, torch_dtype=dtype,
+                                                 low_cpu_mem_usage=False)
+        return cls(model, device, dtype)
+
+    def latent_frames(self, pixel_frames: int) -> int:
+        """Latent frames :meth:`encode` gives for ``F`` pixel frames: ``1 + ceil((F - 1) / stride)``."""
+        return 1 + -(-(pixel_frames - 1) // self.temporal_stride)
+
+    @torch.no_grad()
+    def encode_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Normalised latents of a video in [-1, 1].
+
+        Parameters
+        ----------
+        pixels : Tensor, shape ``[1, 3, F, H, W]``, values in [-1, 1]
+
+        Returns
+        -------
+        Tensor, shape ``[1, z_dim, 1 + (F - 1) // 4, H / 8, W / 8]``, float32 on the VAE's device.
+        """
+        mu = self.model.encode(pixels.to(self.device, self.dtype)).latent_dist.mode().float()
+        return (mu - self.mean.to(mu.device)) / self.std.to(mu.device)
+
+    def encode(self, video: torch.Tensor) -> torch.Tensor:
+        """Pixels ``uint8 [F, H, W, 3]`` -> latents ``float32 [1, z_dim, F', H / 8, W / 8]``.
+
+        ``F' = latent_frames(F)``: the last frame is repeated up to ``1 + 4 (F' - 1)`` frames first.
+        """
+        video = torch.as_tensor(video)
+        if video.dim() != 4 or video.shape[-1] != 3 or video.dtype != torch.uint8 or len(video) == 0:
+            raise ValueError(f"video must be non-empty uint8 [F, H, W, 3], got {video.dtype} {tuple(video.shape)}")
+        pad = 1 + self.temporal_stride * (self.latent_frames(len(video)) - 1) - len(video)
+        if pad:
+            video = torch.cat([video, video[-1:].expand(pad, -1, -1, -1)])
+        pixels = video.permute(3, 0, 1, 2)[None].to(self.device, torch.float32).div(127.5).sub(1.0)
+        return self.encode_pixels(pixels)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents ``[1, z_dim, F', h, w]`` -> pixels ``uint8 [1 + 4 (F' - 1), 8 h, 8 w, 3]`` (CPU)."""
+        z = latents.to(self.device, torch.float32) * self.std.to(self.device) + self.mean.to(self.device)
+        video = self.model.decode(z.to(self.dtype)).sample.float().clamp(-1.0, 1.0)
+        return video[0].permute(1, 2, 3, 0).add(1.0).mul(127.5).round().to(torch.uint8).cpu()
