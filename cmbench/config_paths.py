@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+from omegaconf import OmegaConf
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "configs"
 GROUPS = ("data", "method", "backbone", "scorer", "experiment")
+
+# `${repo_root:}` in a config is the CMBench checkout, so shipped files resolve from any working dir
+OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
 
 
 def user_config_dirs() -> list[Path]:

@@ -2,9 +2,10 @@
 
 A backbone config names a callable with ``_target_`` (a class, or a loader such as
 ``cmbench.backbones.tiny.TinyWorldModel.from_pretrained``); every other key except the documentation
-keys (``name``, ``description``, ``paper``, ``context``) is passed to it as a keyword argument.
-``context`` describes how the backbone wants context videos prepared (frame rate, size, temporal
-stride) and is read by the evaluator, not by the loader.
+keys (``name``, ``description``, ``paper``, ``context``, ``head_map``) is passed to it as a keyword
+argument. ``context`` describes how the backbone wants context videos prepared (frame rate, size,
+temporal stride) and is read by the evaluator; ``head_map`` is the backbone's calibrated static /
+dynamic head map (``scripts/build_head_map.py``), the default of head-specialised methods.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.backbones.base import Backbone
 from cmbench.errors import ConfigError
 
-NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "_target_")
+NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "head_map", "_target_")
 
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
