@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The reference leaderboard of the default (MiniWorld, tiny backbone, light scorer): every registered
+# method on the full suite, then the leaderboard into results/miniworld/ and its table into the README.
+#
+#   bash scripts/reproduce_results.sh            # everything (resumable: finished tasks are kept)
+#   EXTRA="limit=8" bash scripts/reproduce_results.sh   # a quick look (writes to runs/, not results/)
+#
+# Random and DeCoPrune-Reverse run at DeCoPrune's realised pruning ratio (the paper's matched-PR
+# controls); the sink-only run is Streaming with no recent window ("no context").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+OUT=${OUT:-runs/reference}
+EXTRA=${EXTRA:-}
+run() { $PY -m cmbench run out_dir="$OUT" progress=false $EXTRA "$@"; }
+
+head_map=cmbench/backbones/weights/tiny_miniworld_head_map.json
+if [ ! -f "$head_map" ]; then  # calibrated on a held-out world (world_seed 1), never on the test contexts
+  $PY -m cmbench prepare data=miniworld data.root=data/miniworld_calibration data.world_seed=1 data.check_counts=false
+  $PY scripts/build_head_map.py --out "$head_map" --contexts 15 data.root=data/miniworld_calibration data.world_seed=1
+fi
+
+for method in fullkv streaming dummyforcing forcingkv tempdiff decoprune decoprune_hs; do
+  run method=$method
+done
+run method=streaming method.recent_chunks=0 label=sink_only
+
+pr=$($PY - "$OUT" <<'EOF'
+import json, sys, pathlib
+runs = [p for p in pathlib.Path(sys.argv[1], "miniworld").glob("decoprune__*") if (p / "summary.json").is_file()]
+assert len(runs) == 1, f"expected one decoprune run, found {runs}"
+print(f"{json.loads((runs[0] / 'summary.json').read_text())['pr']:.4f}")
+EOF
+)
+echo "DeCoPrune's realised PR: $pr (Random and Reverse are matched to it)"
+run method=random method.target_pr="$pr"
+run method=decoprune_reverse method.target_pr="$pr" label=decoprune_reverse_matched
+
+if [ -z "$EXTRA" ]; then
+  $PY -m cmbench leaderboard out_dir="$OUT" leaderboard.out=results/miniworld
+  $PY scripts/update_readme_results.py results/miniworld/leaderboard.md
+else
+  $PY -m cmbench leaderboard out_dir="$OUT"
+fi
