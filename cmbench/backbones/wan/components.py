@@ -22,6 +22,16 @@ from cmbench.cache.rope import RopeSpec
 from cmbench.errors import ConfigError
 
 
+def check_device(device: str, name: str) -> None:
+    """Fail early, before any weight is read, when the configured device does not exist here."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{name}: device {device!r} is configured but no CUDA GPU is available; the real "
+                          f"backbones run on GPUs (docs/real_backbones.md); use backbone=tiny on a CPU")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"{name}: device {device!r} does not exist ({torch.cuda.device_count()} GPU(s) visible)")
+
+
 def build_dit(fields: Mapping[str, Any], state: Mapping[str, torch.Tensor], source: str,
               dtype: str | torch.dtype = "bfloat16", device: str = "cpu", rope_theta: float = 10000.0) -> CausalWanDiT:
     """A causal DiT of the given shape holding ``state`` (any supported key layout).

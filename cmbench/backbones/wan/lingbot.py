@@ -19,7 +19,8 @@ from typing import Any, Mapping, Sequence
 
 from cmbench.backbones.wan.backbone import WanBackbone
 from cmbench.backbones.wan.checkpoint import read_state_dict
-from cmbench.backbones.wan.components import build_dit, check_folder_config, find_dit_folder, load_components
+from cmbench.backbones.wan.components import (build_dit, check_device, check_folder_config, find_dit_folder,
+                                              load_components)
 from cmbench.errors import ConfigError
 
 
@@ -59,6 +60,7 @@ def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None
     """
     if dit.get("camera_dim") is None or int(dit["in_channels"]) <= int(dit["out_channels"]):
         raise ConfigError(f"{name}: LingBot World needs camera_dim and I2V input channels in its dit config, got {dict(dit)}")
+    check_device(device, name)
     folder = find_dit_folder(path, dit_subfolder)
     check_folder_config(folder, dit)
     model = build_dit(dit, read_state_dict(folder, device=device), f"{name} checkpoint {folder}", dtype, device)

@@ -117,3 +117,19 @@ def save_lingbot_dit(folder: str | Path, state: Mapping[str, torch.Tensor], cfg:
     (folder / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps(index, indent=1))
     (folder / "config.json").write_text(json.dumps(wan_config_json(cfg), indent=1))
     return folder
+
+
+def random_dit(cfg: DiTConfig, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0,
+               std: float = 0.02) -> CausalWanDiT:
+    """A DiT of shape ``cfg`` built directly on ``device`` with random weights (training init plus noise,
+    so no path is zero), cast for inference. For smoke tests at real shapes without any download."""
+    from cmbench.backbones.wan.precision import cast_for_inference
+
+    rope = RopeSpec.wan(cfg.head_dim)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        dit = CausalWanDiT(cfg, rope)
+        with torch.no_grad():
+            for p in dit.parameters():
+                p.add_(std * torch.randn_like(p))
+    return cast_for_inference(dit, dtype, device)

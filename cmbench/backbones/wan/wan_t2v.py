@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from cmbench.backbones.wan.backbone import WanBackbone
 from cmbench.backbones.wan.checkpoint import merge_lora, read_state_dict, to_wan_layout
-from cmbench.backbones.wan.components import build_dit, check_folder_config, load_components
+from cmbench.backbones.wan.components import build_dit, check_device, check_folder_config, load_components
 from cmbench.errors import ConfigError
 
 
@@ -50,6 +50,7 @@ def load_wan_t2v(checkpoint: str, dit: Mapping[str, Any], components: str | None
     """
     if int(dit["in_channels"]) != int(dit["out_channels"]) or dit.get("camera_dim") is not None:
         raise ConfigError(f"{name}: a text-to-video DiT has in_channels == out_channels and no camera, got {dict(dit)}")
+    check_device(device, name)
     source = f"{name} checkpoint {checkpoint}"
     if Path(checkpoint).is_dir():
         check_folder_config(checkpoint, dit)
