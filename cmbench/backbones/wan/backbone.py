@@ -121,9 +121,11 @@ class WanBackbone:
                 f"{cfg.out_channels} + {vae.temporal_stride} mask + {vae.z_dim} first-frame channels (I2V)"
             )
         if cfg.text_dim != text_encoder.dim:
-            raise ConfigError(f"{name}: the DiT expects text_dim {cfg.text_dim}, the text encoder gives {text_encoder.dim}")
+            raise ConfigError(f"{name}: the DiT expects text_dim {cfg.text_dim}, "
+                              f"the text encoder gives {text_encoder.dim}")
         if cfg.camera_dim is not None and cfg.camera_dim != 6 * stride * stride:
-            raise ConfigError(f"{name}: camera_dim {cfg.camera_dim} is not 6 Plucker channels x {stride}x{stride} pixels")
+            raise ConfigError(f"{name}: camera_dim {cfg.camera_dim} is not 6 Plucker channels "
+                              f"x {stride}x{stride} pixels")
         self.camera_intrinsics = tuple(float(v) for v in camera_intrinsics)
         self.geometry = Geometry(
             num_layers=cfg.num_layers, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
@@ -138,7 +140,8 @@ class WanBackbone:
         """Pixels ``uint8 [F, H, W, 3]`` -> latents ``float32 [1, 16, 1 + (F - 1) // 4, H / 8, W / 8]``."""
         video = torch.as_tensor(video)
         if video.dim() != 4 or tuple(video.shape[1:]) != (self.height, self.width, 3):
-            raise ConfigError(f"{self.name}: frames must be [F, {self.height}, {self.width}, 3], got {tuple(video.shape)}")
+            raise ConfigError(f"{self.name}: frames must be [F, {self.height}, {self.width}, 3], "
+                              f"got {tuple(video.shape)}")
         return self.vae.encode(video)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
@@ -212,7 +215,8 @@ class WanBackbone:
         v = self.dit(inputs["x"], tt, positions, attention, text=inputs["text"], camera=inputs["camera"])
         return v.float()
 
-    def denoise(self, x_t: torch.Tensor, t: float, cache: "KVCache", frame_start: int, cond: WanCondition) -> torch.Tensor:
+    def denoise(self, x_t: torch.Tensor, t: float, cache: "KVCache", frame_start: int,
+                cond: WanCondition) -> torch.Tensor:
         """Predict the clean chunk (the :class:`~cmbench.backbones.base.Backbone` call).
 
         Parameters

@@ -77,7 +77,8 @@ def find_weight_files(path: str | Path) -> list[Path]:
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise ConfigError(f"checkpoint not found: {path} (no such file or directory)")
+        raise ConfigError(f"checkpoint not found: {path} (no such file or directory; "
+                          f"downloads: docs/real_backbones.md)")
     indexes = sorted(path.glob("*.safetensors.index.json"))
     if len(indexes) > 1:
         raise ConfigError(f"{path}: several safetensors indexes {[p.name for p in indexes]}; point at one file")
@@ -251,7 +252,8 @@ def merge_lora(state: dict[str, torch.Tensor], lora: Mapping[str, torch.Tensor],
             if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != tuple(w.shape):
                 problems.append(f"{module}: A {tuple(a.shape)} and B {tuple(b.shape)} do not fit W {tuple(w.shape)}")
     if problems:
-        raise ConfigError(f"{source}: {len(problems)} LoRA module(s) do not fit the base model: " + "; ".join(problems[:LISTED]))
+        raise ConfigError(f"{source}: {len(problems)} LoRA module(s) do not fit the base model: "
+                          + "; ".join(problems[:LISTED]))
     for module, ab in pairs.items():
         target = f"{module}.weight"
         a, b = ab["A"].float(), ab["B"].float()

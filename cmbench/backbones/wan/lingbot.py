@@ -24,13 +24,14 @@ from cmbench.backbones.wan.components import (build_dit, check_device, check_fol
 from cmbench.errors import ConfigError
 
 
-def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None = None, dit_subfolder: str | None = None,
+def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None = None,
+                       dit_subfolder: str | None = None,
                        vae: str | None = None, text_encoder: str | None = None, tokenizer: str | None = None,
                        height: int = 480, width: int = 832, fps: float = 16.0, chunk_frames: int = 4,
                        text_len: int = 512, camera_intrinsics: Sequence[float] = (480.0, 480.0, 416.0, 240.0),
                        dtype: str = "bfloat16", vae_dtype: str = "float32", text_dtype: str = "bfloat16",
                        device: str = "cuda", text_device: str | None = None, offload_kv: bool = False,
-                       name: str = "lingbot_world_v2") -> WanBackbone:
+                       model_name: str = "lingbot_world_v2") -> WanBackbone:
     """Build LingBot World v2 from a local download.
 
     Parameters
@@ -57,9 +58,13 @@ def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None
     device, text_device : where the models run (the text encoder may stay on ``"cpu"``).
     offload_kv : bool
         Keep the KV cache in host memory, staged per layer.
+    model_name : str
+        Named in errors (the configs pass their ``name``).
     """
+    name = model_name
     if dit.get("camera_dim") is None or int(dit["in_channels"]) <= int(dit["out_channels"]):
-        raise ConfigError(f"{name}: LingBot World needs camera_dim and I2V input channels in its dit config, got {dict(dit)}")
+        raise ConfigError(f"{name}: LingBot World needs camera_dim and I2V input channels in its dit config, "
+                          f"got {dict(dit)}")
     check_device(device, name)
     folder = find_dit_folder(path, dit_subfolder)
     check_folder_config(folder, dit)

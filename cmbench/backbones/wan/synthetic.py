@@ -53,7 +53,8 @@ def tiny_umt5_config(d_model: int = 16, vocab_size: int = 4 + 2 * len(VOCAB_CHAR
                       relative_attention_num_buckets=8, is_encoder_decoder=False)
 
 
-def save_components(folder: str | Path, text_dim: int = 16, vae: Mapping[str, Any] | None = None, seed: int = 0) -> Path:
+def save_components(folder: str | Path, text_dim: int = 16, vae: Mapping[str, Any] | None = None,
+                    seed: int = 0) -> Path:
     """Write ``vae/``, ``text_encoder/`` and ``tokenizer/`` with random weights (diffusers layout).
 
     Parameters

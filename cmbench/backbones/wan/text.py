@@ -79,7 +79,8 @@ class TextEncoder:
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
         classes = {"umt5": UMT5EncoderModel, "t5": T5EncoderModel}
         if config.model_type not in classes:
-            raise ConfigError(f"{path}: model_type {config.model_type!r} is not a T5 family encoder ({sorted(classes)})")
+            raise ConfigError(f"{path}: model_type {config.model_type!r} is not a T5 family encoder "
+                              f"({sorted(classes)})")
         model = classes[config.model_type].from_pretrained(str(path), local_files_only=True, dtype=parse_dtype(dtype))
         tok = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
         return cls(model, tok, text_len, device)

@@ -46,7 +46,8 @@ class WanVAE:
         self.mean = torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1)
         self.std = torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1)
         if self.mean.shape[1] != self.z_dim or self.std.shape[1] != self.z_dim:
-            raise ConfigError(f"latents_mean/std have {self.mean.shape[1]}/{self.std.shape[1]} entries, z_dim is {self.z_dim}")
+            raise ConfigError(f"latents_mean/std have {self.mean.shape[1]}/{self.std.shape[1]} entries, "
+                              f"z_dim is {self.z_dim}")
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str = "cpu", dtype: str | torch.dtype = "float32") -> "WanVAE":

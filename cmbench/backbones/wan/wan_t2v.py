@@ -33,7 +33,7 @@ def load_wan_t2v(checkpoint: str, dit: Mapping[str, Any], components: str | None
                  tokenizer: str | None = None, height: int = 480, width: int = 832, fps: float = 16.0,
                  chunk_frames: int = 3, text_len: int = 512, dtype: str = "bfloat16", vae_dtype: str = "float32",
                  text_dtype: str = "bfloat16", device: str = "cuda", text_device: str | None = None,
-                 offload_kv: bool = False, name: str = "wan_t2v") -> WanBackbone:
+                 offload_kv: bool = False, model_name: str = "wan_t2v") -> WanBackbone:
     """Build a Wan2.1-T2V-1.3B-based causal backbone from a local checkpoint.
 
     Parameters
@@ -48,6 +48,7 @@ def load_wan_t2v(checkpoint: str, dit: Mapping[str, Any], components: str | None
         A PEFT LoRA file, the state dict inside it, and its alpha (merged as ``alpha / rank``).
     Other parameters as :func:`cmbench.backbones.wan.lingbot.load_lingbot_world`.
     """
+    name = model_name
     if int(dit["in_channels"]) != int(dit["out_channels"]) or dit.get("camera_dim") is not None:
         raise ConfigError(f"{name}: a text-to-video DiT has in_channels == out_channels and no camera, got {dict(dit)}")
     check_device(device, name)
