@@ -64,6 +64,7 @@ def test_static_identity_camera_rays_are_pinhole_directions():
     plan = CameraPlan.static((16.0, 8.0, 16.0, 16.0))
     cam = plan.latent_map(5, 3, 32, 32)
     assert cam.shape == (1, 384, 3, 4, 4)
+    assert plan.latent_map(9, 3, 32, 32) is cam  # static: one map for every chunk, computed once
     torch.testing.assert_close(cam[:, :, 0], cam[:, :, 2])  # static: every frame alike
     assert cam[0, : 3 * 64].abs().max() == 0  # origins at the identity camera's centre
     d = torch.tensor([(0.5 - 16) / 16, (0.5 - 16) / 8, 1.0])
@@ -220,3 +221,13 @@ def test_condition_reads_the_context_and_the_tasks_camera_plan(vae, text, tmp_pa
     assert torch.allclose(cam[0, 2 * 64], torch.ones(4, 4))  # origin z of a forward step, normalised to 1
     with pytest.raises(ConfigError, match="frames 16..17 were asked for"):
         moving.camera.latent_map(16, 2, 32, 32)
+
+
+def test_four_step_schedules_follow_from_shift_5():
+    from cmbench.backbones.wan.schedule import lingbot_schedule, self_forcing_schedule
+    from cmbench.sampler import DEFAULT_TIMESTEPS
+
+    timesteps, sigmas = lingbot_schedule()
+    assert timesteps == (999, 957, 899, 702) == tuple(int(t) for t in DEFAULT_TIMESTEPS)
+    assert max(abs(s - t / 1000) for s, t in zip(sigmas, timesteps)) < 1e-3  # the sampler's t = timestep / 1000
+    np.testing.assert_allclose(self_forcing_schedule(), (1000.0, 937.5, 2500 / 3, 625.0))

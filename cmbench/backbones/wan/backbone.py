@@ -201,8 +201,8 @@ class WanBackbone:
         text = self.text.encode(cond.prompt_at(frame_start)).to(device, dtype).expand(b, -1, -1)
         camera = None
         if self.dit.cfg.camera_dim is not None:
-            cam = cond.camera.latent_map(frame_start, f, self.height, self.width, self.vae.spatial_stride)
-            camera = cam.to(device, dtype).expand(b, -1, -1, -1, -1)
+            cam = cond.camera.latent_map(frame_start, f, self.height, self.width, self.vae.spatial_stride, device)
+            camera = cam.to(dtype).expand(b, -1, -1, -1, -1)
         return {"x": x, "text": text, "camera": camera}
 
     def velocity(self, x_t: torch.Tensor, t: float, attention, frame_start: int, cond: WanCondition) -> torch.Tensor:

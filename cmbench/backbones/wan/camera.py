@@ -21,6 +21,7 @@ A task may bring its own plan in the row extension ``camera``::
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ from cmbench.errors import ConfigError
 
 PLUCKER_CHANNELS = 6
 EXTENSION = "camera"
+CACHED_MAPS = 8  # latent maps kept per plan (every denoising call of a chunk asks for the same one)
 
 
 def relative_framewise(c2w: torch.Tensor, normalize: bool = True) -> torch.Tensor:
@@ -124,6 +126,7 @@ class CameraPlan:
             raise ConfigError(f"camera intrinsics must be (fx, fy, cx, cy), got shape {tuple(self.intrinsics.shape)}")
         if bool((self.intrinsics[..., :2] <= 0).any()):
             raise ConfigError("camera focal lengths must be positive")
+        self._maps: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 
     @classmethod
     def static(cls, intrinsics: Sequence[float]) -> "CameraPlan":
@@ -158,18 +161,31 @@ class CameraPlan:
             k = k[frame_start : frame_start + frames]
         return poses, k
 
-    def latent_map(self, frame_start: int, frames: int, height: int, width: int, stride: int = 8) -> torch.Tensor:
-        """The folded Plucker map of some latent frames.
+    def latent_map(self, frame_start: int, frames: int, height: int, width: int, stride: int = 8,
+                   device: str | torch.device | None = None) -> torch.Tensor:
+        """The folded Plucker map of some latent frames (cached: the calls of one chunk share it).
 
         Returns
         -------
-        Tensor, shape ``[1, 6 * stride**2, frames, height / stride, width / stride]``, float32.
+        Tensor, shape ``[1, 6 * stride**2, frames, height / stride, width / stride]``, float32 on
+        ``device`` (CPU by default). Treat it as read-only.
         """
+        uniform = self.relative is None and self.intrinsics.dim() == 1  # every frame alike
+        key = (None if uniform else frame_start, frames, height, width, stride, str(device))
+        if key in self._maps:
+            self._maps.move_to_end(key)
+            return self._maps[key]
         poses, k = self.window(frame_start, frames)
-        if self.relative is None and self.intrinsics.dim() == 1:  # identical frames: compute one
+        if uniform:  # compute one frame
             one = fold_to_latent(plucker_rays(poses[:1], k[:1], height, width), stride)
-            return one.expand(-1, -1, frames, -1, -1).contiguous()
-        return fold_to_latent(plucker_rays(poses, k, height, width), stride)
+            out = one.expand(-1, -1, frames, -1, -1).contiguous()
+        else:
+            out = fold_to_latent(plucker_rays(poses, k, height, width), stride)
+        out = out.to(device) if device is not None else out
+        self._maps[key] = out
+        if len(self._maps) > CACHED_MAPS:
+            self._maps.popitem(last=False)
+        return out
 
 
 def plan_from_extension(ext: Mapping[str, Any], height: int, width: int, temporal_stride: int = 4,
