@@ -166,6 +166,26 @@ def test_mismatched_checkpoint_names_every_bad_key(components):
     assert "head.head.weight: checkpoint (16, 24) vs model (64, 24)" in msg
 
 
+@pytest.mark.parametrize("name", ["self_forcing", "causal_forcing", "longlive"])
+def test_mismatched_pt_checkpoint_names_every_bad_key(components, name):
+    fields = small_fields(name)
+    shapes = wan_reference_shapes(fields["dim"], fields["ffn_dim"], fields["num_layers"], 16, 16, fields["text_dim"])
+    state = {f"model.{k}": v for k, v in random_state(shapes).items()}
+    del state["model.blocks.0.cross_attn.norm_k.weight"]
+    state["model.img_emb.proj.0.weight"] = torch.zeros(24)  # a Wan2.1 I2V (CLIP) checkpoint's key
+    state["model.patch_embedding.weight"] = torch.zeros(24, 36, 1, 2, 2)  # I2V input channels
+    key = OmegaConf.to_container(yaml_config(name))["state_key"]
+    ckpt = components / f"{name}_broken.pt"
+    torch.save({key: state}, ckpt)
+    with pytest.raises(ConfigError) as err:
+        build(name, components, checkpoint=str(ckpt), lora=None)
+    msg = str(err.value)
+    assert f"{name} checkpoint {ckpt} does not fit" in msg
+    assert "1 missing keys: ['blocks.0.cross_attn.norm_k.weight']" in msg
+    assert "1 unexpected keys: ['img_emb.proj.0.weight']" in msg
+    assert "patch_embedding.weight: checkpoint (24, 36, 1, 2, 2) vs model (24, 16, 1, 2, 2)" in msg
+
+
 def test_config_json_mismatch_names_the_fields(components):
     fields = small_fields("lingbot_world_v2_14b")
     folder = components / "other_shape"
