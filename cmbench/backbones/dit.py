@@ -141,6 +141,7 @@ class BlockCausalAttention:
     Parameters
     ----------
     segments : list of (chunk index, noisy)
+        The layout, shared by every sample of the batch.
     tokens_per_chunk : int
     """
 
@@ -149,31 +150,28 @@ class BlockCausalAttention:
         self.tokens_per_chunk = tokens_per_chunk
         self._reads = [self._readable(s) for s in range(len(self.segments))]
 
-    def _readable(self, s: int) -> list[tuple[int, int]]:
-        """Token ranges ``[start, end)`` segment ``s`` may read (adjacent segments merged)."""
+    def _readable(self, s: int) -> list[int]:
+        """Indices of the segments segment ``s`` may read, in sequence order."""
         chunk, noisy = self.segments[s]
-        n = self.tokens_per_chunk
-        ranges: list[tuple[int, int]] = []
-        for r, (c, nz) in enumerate(self.segments):
-            if r == s or (not nz and (c < chunk or (c == chunk and not noisy))):
-                if ranges and ranges[-1][1] == r * n:
-                    ranges[-1] = (ranges[-1][0], (r + 1) * n)
-                else:
-                    ranges.append((r * n, (r + 1) * n))
-        return ranges
+        return [
+            r
+            for r, (c, nz) in enumerate(self.segments)
+            if r == s or (not nz and (c < chunk or (c == chunk and not noisy)))
+        ]
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Block-causal softmax attention; ``q, k, v`` and the result are ``[B, L, H, D]``."""
         n = self.tokens_per_chunk
         if q.shape[1] != n * len(self.segments):
             raise ValueError(f"sequence has {q.shape[1]} tokens, segments describe {n * len(self.segments)}")
-        kh, vh = k.transpose(1, 2), v.transpose(1, 2)
-        outs = []
-        for s, ranges in enumerate(self._reads):
-            qs = q[:, s * n : (s + 1) * n].transpose(1, 2)
-            ks = torch.cat([kh[:, :, a:b] for a, b in ranges], dim=2)
-            vs = torch.cat([vh[:, :, a:b] for a, b in ranges], dim=2)
-            outs.append(F.scaled_dot_product_attention(qs, ks, vs))
+        # split once into per-segment pieces: cheap to gather and cheap to back-propagate through
+        qs, ks, vs = (x.transpose(1, 2).split(n, dim=2) for x in (q, k, v))
+        outs = [
+            F.scaled_dot_product_attention(
+                qs[s], torch.cat([ks[r] for r in reads], dim=2), torch.cat([vs[r] for r in reads], dim=2)
+            )
+            for s, reads in enumerate(self._reads)
+        ]
         return torch.cat(outs, dim=2).transpose(1, 2)
 
 
