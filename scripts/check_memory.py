@@ -1,0 +1,246 @@
+#!/usr/bin/env python
+"""Does the backbone use its memory? Ground-truth similarity in the target's region, per method.
+
+For a fixed, seeded sample of MiniWorld tasks (stratified by source and task type, as ``limit=N``
+picks them), every method prefills each context once and generates each task's continuation
+exactly as ``python -m cmbench run`` does (same seeds, same generation settings). The generated
+frames are compared with the true continuation that MiniWorld renders along the task's camera plan.
+
+Measure (target-region similarity, 0..1): in every continuation frame that shows the whole target,
+the SSIM between the generated and the true RGB pixels of the target's bounding box padded by 2 px
+(``skimage.metrics.structural_similarity``, 7x7 window, data range 255, negative values clipped to
+0); a task's value is the mean over those frames (MiniWorld guarantees at least 4). It needs no
+detector or embedder, so it checks the model, not the scorer: the target reappears with its true
+pattern and colours only if the model retrieves it from the cache (no sink, no recent window holds
+it, by construction of the suite).
+
+Printed: FullKV, Streaming (sink 1 + recent 2 chunks), No context (sink only) and DeCoPrune at its
+defaults; then DeCoPrune (the paper's online procedure, budget mode), Random (DeCoPrune's per-chunk
+keep counts of the same task) and Reverse (budget mode) at PR 0.80 / 0.85 / 0.90, with paired
+per-task win counts. Required: FullKV - Streaming >= 0.2 and No context the lowest of the four;
+the exit code is 1 if either fails.
+
+Usage (arguments after the script's own are Hydra overrides of configs/config.yaml)::
+
+    python scripts/check_memory.py --tasks 30 --json runs/check_memory.json backbone.path=/my/weights.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from skimage.metrics import structural_similarity
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cmbench.backbones.loading import build_backbone  # noqa: E402
+from cmbench.config_paths import CONFIG_DIR  # noqa: E402
+from cmbench.data import load_manifest  # noqa: E402
+from cmbench.errors import CMBenchError  # noqa: E402
+from cmbench.evaluation import generation_settings  # noqa: E402
+from cmbench.generation import GenerationSettings, continue_task, prefill  # noqa: E402
+from cmbench.methods.registry import build_method  # noqa: E402
+from cmbench.miniworld import load_context, load_ground_truth  # noqa: E402
+from cmbench.runner import select_tasks, task_seed  # noqa: E402
+
+BOX_PAD = 2  # pixels around the target's box
+WHOLE = 0.999  # a frame "shows the whole target" above this visible fraction
+PRS = (0.80, 0.85, 0.90)
+
+
+def target_region_similarity(generated: np.ndarray, truth: np.ndarray, masks: np.ndarray, visible: np.ndarray) -> float:
+    """Mean SSIM over the frames showing the whole target, in its padded bounding box.
+
+    Parameters
+    ----------
+    generated, truth : ndarray ``uint8 [F, H, W, 3]``
+    masks : ndarray ``bool [F, H, W]``
+        The target's true pixels in each frame.
+    visible : ndarray ``float [F]``
+        Fraction of the target's area inside each frame.
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    frames = np.flatnonzero(visible >= WHOLE)
+    if len(frames) == 0:
+        raise ValueError("no continuation frame shows the whole target")
+    h, w = masks.shape[1:]
+    scores = []
+    for f in frames:
+        rows, cols = np.flatnonzero(masks[f].any(axis=1)), np.flatnonzero(masks[f].any(axis=0))
+        r0, r1 = max(0, rows[0] - BOX_PAD), min(h, rows[-1] + 1 + BOX_PAD)
+        c0, c1 = max(0, cols[0] - BOX_PAD), min(w, cols[-1] + 1 + BOX_PAD)
+        ssim = structural_similarity(
+            generated[f, r0:r1, c0:c1], truth[f, r0:r1, c0:c1], win_size=7, channel_axis=-1, data_range=255
+        )
+        scores.append(max(0.0, float(ssim)))
+    return float(np.mean(scores))
+
+
+@dataclass
+class TaskData:
+    """What one task needs: its context (shared), camera plan and ground truth."""
+
+    task: Any
+    cond: Any
+    truth: dict
+
+
+@dataclass
+class Outcome:
+    similarity: float
+    pr: float
+    kept_tokens: dict[int, int]
+
+
+def method_config(name: str, **overrides: Any) -> dict:
+    """``configs/method/<name>.yaml`` with overrides, as ``method=<name> method.k=v`` would give."""
+    cfg = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "method" / f"{name}.yaml"), resolve=True)
+    assert isinstance(cfg, dict)
+    cfg.update(overrides)
+    return cfg
+
+
+class MemoryCheck:
+    """Runs methods over the sample, sharing each context's latents between methods."""
+
+    def __init__(self, backbone, settings: GenerationSettings, tasks: list, global_seed: int) -> None:
+        self.backbone, self.settings, self.seed = backbone, settings, global_seed
+        self.contexts: dict[str, list[TaskData]] = defaultdict(list)
+        self.latents: dict[str, torch.Tensor] = {}
+        for task in tasks:
+            if task.context_id not in self.latents:
+                frames, _ = load_context(task)
+                self.latents[task.context_id] = backbone.encode(torch.from_numpy(np.ascontiguousarray(frames)))
+            self.contexts[task.context_id].append(TaskData(task, backbone.condition(task), load_ground_truth(task)))
+
+    def run(self, method_cfg: dict, task_counts: dict[str, dict[int, int]] | None = None) -> dict[str, Outcome]:
+        """One method over every task; ``task_counts`` gives Random its per-task keep counts."""
+        out = {}
+        for context_id, items in self.contexts.items():
+            cfg = dict(method_cfg)
+            if task_counts is not None:  # context chunks are decided at prefill: identical across the tasks
+                cfg["keep_counts"] = task_counts[items[0].task.task_id]
+            method = build_method(cfg)
+            pre = prefill(self.backbone, method, self.latents[context_id], items[0].cond,
+                          task_seed(self.seed, context_id), self.settings)
+            for item in items:
+                task_method = build_method({**cfg, "keep_counts": task_counts[item.task.task_id]}) if task_counts else None
+                n_frames = len(item.truth["frames"])
+                cont = continue_task(self.backbone, pre, item.cond, n_frames, task_seed(self.seed, item.task.task_id),
+                                     method=task_method)
+                frames = np.asarray(self.backbone.decode(cont.latents))
+                sim = target_region_similarity(frames, item.truth["frames"], item.truth["target_masks"],
+                                               item.truth["target_visible_fraction"])
+                out[item.task.task_id] = Outcome(sim, float(cont.ledger.summary()["pruning_ratio"]), cont.kept_tokens)
+        return out
+
+
+def wins(a: dict[str, Outcome], b: dict[str, Outcome]) -> tuple[int, int, int]:
+    """Paired per-task (a wins, ties, b wins) by similarity (ties within 1e-6)."""
+    diff = np.array([a[k].similarity - b[k].similarity for k in a])
+    return int((diff > 1e-6).sum()), int((abs(diff) <= 1e-6).sum()), int((diff < -1e-6).sum())
+
+
+def summary(res: dict[str, Outcome]) -> tuple[float, float, float]:
+    """Mean similarity, its standard error, mean PR."""
+    sims = np.array([o.similarity for o in res.values()])
+    return float(sims.mean()), float(sims.std(ddof=1) / np.sqrt(len(sims))) if len(sims) > 1 else 0.0, float(
+        np.mean([o.pr for o in res.values()])
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=30, help="size of the fixed, stratified task sample")
+    parser.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run DeCoPrune / Random / Reverse at PR 0.80, 0.85, 0.90")
+    parser.add_argument("--json", type=Path, help="write every per-task number here")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1 is fastest for 256-token chunks, and on a shared machine)")
+    args, overrides = parser.parse_known_args(argv)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=["data=miniworld", *overrides])
+    torch.set_num_threads(args.threads)
+    try:
+        backbone = build_backbone(cfg.backbone)
+        tasks = select_tasks(load_manifest(str(cfg.data.root), str(cfg.data.manifest)), limit=args.tasks,
+                             seed=int(cfg.seed))
+        check = MemoryCheck(backbone, generation_settings(cfg), tasks, int(cfg.seed))
+    except CMBenchError as err:
+        print(f"check_memory: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{len(tasks)} tasks over {len(check.contexts)} contexts; backbone {cfg.backbone.name}; "
+          f"measure: target-region SSIM (0..1)", flush=True)
+
+    results: dict[str, dict[str, Outcome]] = {}
+
+    def run(label: str, method_cfg: dict, counts=None) -> None:
+        start = time.perf_counter()
+        results[label] = check.run(method_cfg, counts)
+        mean, se, pr = summary(results[label])
+        print(f"  {label:<22} similarity {mean:.3f} +- {se:.3f}   PR {100 * pr:5.1f}%   "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+
+    run("FullKV", method_config("fullkv"))
+    run("Streaming", method_config("streaming"))
+    run("No context (sink)", method_config("streaming", recent_chunks=0))
+    run("DeCoPrune (default)", method_config("decoprune"))
+    if args.sweep:
+        for pr in PRS:
+            run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", target_pr=pr))
+            counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f}"].items()}
+            run(f"Random @ {pr:.2f}", method_config("random"), counts)
+            run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", target_pr=pr))
+
+    print("\n| method | target-region similarity | +- s.e. | PR |\n|---|---|---|---|")
+    for label, res in results.items():
+        mean, se, pr = summary(res)
+        print(f"| {label} | {mean:.3f} | {se:.3f} | {100 * pr:.1f}% |")
+    print("\npaired per-task wins (first / tie / second):")
+    print(f"  FullKV vs Streaming: {wins(results['FullKV'], results['Streaming'])}")
+    print(f"  DeCoPrune (default) vs FullKV: {wins(results['DeCoPrune (default)'], results['FullKV'])}")
+    if args.sweep:
+        for pr in PRS:
+            d = results[f"DeCoPrune @ {pr:.2f}"]
+            print(f"  PR {pr:.2f}: DeCoPrune vs Random {wins(d, results[f'Random @ {pr:.2f}'])}, "
+                  f"DeCoPrune vs Reverse {wins(d, results[f'Reverse @ {pr:.2f}'])}")
+
+    full, stream, none = (summary(results[k])[0] for k in ("FullKV", "Streaming", "No context (sink)"))
+    four = {k: summary(results[k])[0] for k in ("FullKV", "Streaming", "No context (sink)", "DeCoPrune (default)")}
+    checks = {
+        "FullKV - Streaming >= 0.2": full - stream >= 0.2,
+        "No context lowest": none <= min(four.values()),
+    }
+    goal = summary(results["DeCoPrune (default)"])[0] >= full - 0.05
+    verdicts = "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items())
+    print(f"\nrequired: {verdicts}")
+    print(f"goal (not required): DeCoPrune default within 0.05 of FullKV: {'yes' if goal else 'no'}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "tasks": [t.task_id for t in tasks],
+            "measure": "target-region SSIM",
+            "overrides": overrides,
+            "results": {label: {k: {"similarity": o.similarity, "pr": o.pr} for k, o in res.items()}
+                        for label, res in results.items()},
+            "checks": checks,
+        }, indent=1) + "\n")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
