@@ -53,8 +53,8 @@ class FirstFrameLatents:
         n = max(frames, 2 * have, self.expected)
         stride = self.vae.temporal_stride
         h, w = self.first.shape[:2]
-        pixels = torch.zeros(1, 3, 1 + stride * (n - 1), h, w)
-        pixels[0, :, 0] = self.first.permute(2, 0, 1).float().div(127.5).sub(1.0)
+        pixels = torch.zeros(1, 3, 1 + stride * (n - 1), h, w, device=self.vae.device)
+        pixels[0, :, 0] = self.first.to(self.vae.device).permute(2, 0, 1).float().div(127.5).sub(1.0)
         self.latents = self.vae.encode_pixels(pixels)
         self.encodes += 1
 

@@ -97,7 +97,7 @@ class WanVAE:
         pad = 1 + self.temporal_stride * (self.latent_frames(len(video)) - 1) - len(video)
         if pad:
             video = torch.cat([video, video[-1:].expand(pad, -1, -1, -1)])
-        pixels = video.permute(3, 0, 1, 2)[None].to(self.device, torch.float32).div(127.5).sub(1.0)
+        pixels = video.to(self.device).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1.0)  # copy uint8 first
         return self.encode_pixels(pixels)
 
     @torch.no_grad()
