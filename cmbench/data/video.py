@@ -10,6 +10,7 @@ number of chunks (Wan VAE temporal stride 4).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import cv2
 import numpy as np
@@ -47,13 +48,59 @@ def probe_video(path: str | Path) -> tuple[int, float, int, int]:
     return count, fps, height, width
 
 
+class VideoReader:
+    """Decode a video frame by frame, without holding it all in memory.
+
+    Parameters
+    ----------
+    path : str or Path
+        Any container/codec OpenCV's FFmpeg backend reads (mp4, avi, ...).
+
+    Attributes
+    ----------
+    fps : float
+        The container's frame rate.
+
+    Iterating yields ``uint8 [H, W, 3]`` RGB frames; a corrupt or unreadable file raises
+    :class:`VideoError` naming it.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise VideoError(f"{self.path}: video file not found")
+        cap = cv2.VideoCapture(str(self.path))
+        try:
+            if not cap.isOpened():
+                raise VideoError(f"{self.path}: cannot open video (unsupported codec or corrupt file)")
+            self.fps = float(cap.get(cv2.CAP_PROP_FPS))
+        finally:
+            cap.release()
+        if self.fps <= 0:
+            raise VideoError(f"{self.path}: video has no frame rate")
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        cap = cv2.VideoCapture(str(self.path))
+        decoded = 0
+        try:
+            while True:
+                ok, bgr = cap.read()
+                if not ok:
+                    break
+                decoded += 1
+                yield cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        finally:
+            cap.release()
+        if not decoded:
+            raise VideoError(f"{self.path}: no frame could be decoded (corrupt or empty video)")
+
+
 def read_video(path: str | Path) -> tuple[np.ndarray, float]:
     """Decode a whole video.
 
     Parameters
     ----------
     path : str or Path
-        Any container/codec OpenCV's FFmpeg backend reads (mp4, avi, ...).
 
     Returns
     -------
@@ -61,27 +108,8 @@ def read_video(path: str | Path) -> tuple[np.ndarray, float]:
     fps : float
         The container's frame rate.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise VideoError(f"{path}: video file not found")
-    cap = cv2.VideoCapture(str(path))
-    frames = []
-    try:
-        if not cap.isOpened():
-            raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
-        fps = float(cap.get(cv2.CAP_PROP_FPS))
-        while True:
-            ok, bgr = cap.read()
-            if not ok:
-                break
-            frames.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-    finally:
-        cap.release()
-    if not frames:
-        raise VideoError(f"{path}: no frame could be decoded (corrupt or empty video)")
-    if fps <= 0:
-        raise VideoError(f"{path}: video has no frame rate")
-    return np.stack(frames), fps
+    reader = VideoReader(path)
+    return np.stack(list(reader)), reader.fps
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "mp4v") -> Path:

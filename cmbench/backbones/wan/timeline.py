@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
-from cmbench.data.video import VideoError, latent_frame_count, pad_to_chunks, resample_indices, resize_frames
+from cmbench.data.video import VideoReader, latent_frame_count, pad_to_chunks, resample_indices, resize_frames
 
 
 @dataclass(frozen=True)
@@ -41,26 +40,12 @@ class ContextTimeline:
 def read_timeline(path: str | Path, fps: float, height: int, width: int, chunk_latent_frames: int,
                   temporal_stride: int) -> ContextTimeline:
     """Length and first frame of a context video as :func:`cmbench.data.prepare_context` prepares it."""
-    path = Path(path)
-    if not path.is_file():
-        raise VideoError(f"{path}: video file not found")
-    cap = cv2.VideoCapture(str(path))
-    first, count = None, 0
-    try:
-        if not cap.isOpened():
-            raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
-        src_fps = float(cap.get(cv2.CAP_PROP_FPS))
-        while True:
-            ok, bgr = cap.read()
-            if not ok:
-                break
-            if first is None:
-                first = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-            count += 1
-    finally:
-        cap.release()
-    if first is None or src_fps <= 0:
-        raise VideoError(f"{path}: no frame or no frame rate could be read")
+    reader = VideoReader(path)
+    first, count, src_fps = None, 0, reader.fps
+    for rgb in reader:
+        if first is None:
+            first = rgb
+        count += 1
     n = len(resample_indices(count, src_fps, fps))  # its first index is always source frame 0
     padded = len(pad_to_chunks(np.zeros((n, 1, 1, 1), np.uint8), chunk_latent_frames, temporal_stride))
     frame = resize_frames(first[None], height, width)[0]
