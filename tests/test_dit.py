@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from cmbench.backbones.dit import BlockCausalAttention, CausalWanDiT, DiTConfig, grid_positions
+from cmbench.backbones.wan.checkpoint import diffusers_to_wan
 from cmbench.cache.rope import RopeAxis, RopeSpec
 
 
@@ -126,29 +126,6 @@ def test_config_round_trip_and_validation():
         CausalWanDiT(cfg, RopeSpec.wan(8))
 
 
-# diffusers' parameter names -> the original Wan names this DiT uses (test-only mapping; the real
-# checkpoint loaders of issue 8 own the production conversions)
-_DIFFUSERS_TO_WAN = [
-    (r"condition_embedder\.time_embedder\.linear_1", "time_embedding.0"),
-    (r"condition_embedder\.time_embedder\.linear_2", "time_embedding.2"),
-    (r"condition_embedder\.time_proj", "time_projection.1"),
-    (r"condition_embedder\.text_embedder\.linear_1", "text_embedding.0"),
-    (r"condition_embedder\.text_embedder\.linear_2", "text_embedding.2"),
-    (r"\.attn1\.", ".self_attn."),
-    (r"\.attn2\.", ".cross_attn."),
-    (r"\.to_q\.", ".q."),
-    (r"\.to_k\.", ".k."),
-    (r"\.to_v\.", ".v."),
-    (r"\.to_out\.0\.", ".o."),
-    (r"blocks\.(\d+)\.norm2\.", r"blocks.\1.norm3."),
-    (r"ffn\.net\.0\.proj", "ffn.0"),
-    (r"ffn\.net\.2", "ffn.2"),
-    (r"blocks\.(\d+)\.scale_shift_table", r"blocks.\1.modulation"),
-    (r"^proj_out", "head.head"),
-    (r"^scale_shift_table", "head.modulation"),
-]
-
-
 def test_one_chunk_matches_diffusers_wan_transformer():
     diffusers = pytest.importorskip("diffusers")
     torch.manual_seed(4)
@@ -160,11 +137,7 @@ def test_one_chunk_matches_diffusers_wan_transformer():
     with torch.no_grad():
         for p in ref.parameters():
             p.normal_(0.0, 0.08)
-    state = {}
-    for key, value in ref.state_dict().items():
-        for pattern, repl in _DIFFUSERS_TO_WAN:
-            key = re.sub(pattern, repl, key)
-        state[key] = value
+    state = diffusers_to_wan(ref.state_dict())
     cfg = DiTConfig(in_channels=4, out_channels=4, dim=24, ffn_dim=32, num_heads=2, num_layers=2, text_dim=16)
     ours = CausalWanDiT(cfg, RopeSpec.wan(12)).eval()
     ours.load_state_dict(state, strict=True)
