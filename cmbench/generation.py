@@ -316,7 +316,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     f = g.chunk_frames
     if n_frames <= 0 or n_frames % f:
         raise ConfigError(f"continuation length {n_frames} must be a positive multiple of the chunk size {f}")
-    cache = prefilled.cache.fork()
+    cache = prefilled.cache.fork(headroom=n_frames * g.tokens_per_frame)
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,

@@ -134,21 +134,25 @@ class Bank:
     def keep_only(self, keep: torch.Tensor) -> None:
         """Physically gather the history rows where ``keep [n]`` is true (order preserved).
 
-        Shrinks storage when it falls under a quarter of its capacity.
+        Rows before the first dropped one stay where they are; only the kept rows after it are
+        gathered (one ``index_select`` per tensor). Shrinks storage when it falls under a quarter of
+        its capacity.
         """
         if keep.shape != (self.n,):
             raise ValueError(f"keep mask must have shape ({self.n},), got {tuple(keep.shape)}")
-        idx = keep.nonzero().squeeze(1)
-        m = len(idx)
-        if m == self.n:
+        dropped = (~keep).nonzero()
+        if not len(dropped):
             return
-        if m:
+        first = int(dropped[0, 0])
+        idx = keep[first:].nonzero().squeeze(1) + first
+        m = first + len(idx)
+        if len(idx):
             dev_idx = idx.to(self.k.device)
-            self.k[:, :m] = self.k[:, : self.n].index_select(1, dev_idx)
-            self.v[:, :m] = self.v[:, : self.n].index_select(1, dev_idx)
+            self.k[:, first:m] = self.k[:, : self.n].index_select(1, dev_idx)
+            self.v[:, first:m] = self.v[:, : self.n].index_select(1, dev_idx)
             for name in self.PROVENANCE:
                 t = getattr(self, name)
-                t[:m] = t[: self.n][idx]
+                t[first:m] = t[: self.n][idx]
         self.n = m
         if self.k is not None and self.capacity > MIN_CAPACITY and 4 * m < self.capacity:
             self._resize(max(2 * m, MIN_CAPACITY), self.k[:, :0])
@@ -166,6 +170,19 @@ class Bank:
                 getattr(out, name)[:] = self.field(name)
             out.n = self.n
         return out
+
+    def headroom_for(self, tokens: int, chunk: int) -> int:
+        """Free rows worth allocating for ``tokens`` more tokens arriving in chunks of ``chunk``.
+
+        A bank of configured size ``max_tokens`` never holds more than ``max_tokens + chunk`` rows; a
+        capacity limit caps the rows outright.
+        """
+        rows = self.n + tokens
+        if self.group.max_tokens is not None:
+            rows = min(rows, max(self.n, self.group.max_tokens) + chunk)
+        if self.capacity_limit is not None:
+            rows = min(rows, max(self.n, self.capacity_limit))
+        return rows - self.n
 
     def clone(self, headroom: int = 0) -> "Bank":
         """An independent copy of the history with ``headroom`` free rows."""

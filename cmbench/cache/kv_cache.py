@@ -399,13 +399,23 @@ class KVCache:
         """Bytes allocated for K, V and provenance across banks."""
         return sum(b.allocated_bytes() for b in self.all_banks())
 
-    def fork(self) -> "KVCache":
-        """An independent copy (one task's cache from a prefilled context); no chunk may be open."""
+    def fork(self, headroom: int = 0) -> "KVCache":
+        """An independent copy (one task's cache from a prefilled context); no chunk may be open.
+
+        Parameters
+        ----------
+        headroom : int
+            Tokens the copy is expected to add (e.g. a whole continuation): each bank is allocated
+            once with room for them (at least one chunk), so it never regrows (a copy of the whole
+            bank) mid-run. A bank with a configured size or a capacity limit gets no more room than
+            it can ever use.
+        """
         self._require_closed("fork")
         out = KVCache.__new__(KVCache)
         out.__dict__.update(self.__dict__)
-        headroom = max((c.length for c in self.chunks), default=0)
-        out.banks = [[b.clone(headroom) for b in layer_banks] for layer_banks in self.banks]
+        chunk = max((c.length for c in self.chunks), default=0)
+        out.banks = [[b.clone(b.headroom_for(max(headroom, chunk), chunk)) for b in layer_banks]
+                     for layer_banks in self.banks]
         out.chunks = list(self.chunks)
         out._written = [False] * self.num_layers
         return out
