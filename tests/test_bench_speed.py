@@ -49,7 +49,8 @@ def test_oracle_replays_decoprunes_keep_pattern_exactly():
 def test_end_to_end_on_a_random_tiny_model(tmp_path, capsys):
     csv_path, png = tmp_path / "b.csv", tmp_path / "b.png"
     argv = ["--frames", "8", "--continuation", "8", "--repeats", "1", "--methods", "fullkv,streaming,decoprune@0.85",
-            "--weights", str(tmp_path / "missing.safetensors"), "--out-csv", str(csv_path), "--plot", str(png)]
+            "--oracle-pairs", "2", "--weights", str(tmp_path / "missing.safetensors"), "--out-csv", str(csv_path),
+            "--plot", str(png)]
     assert bench_speed.main(argv) == 0
     out = capsys.readouterr().out
     assert "weights: random init" in out and "intra-op threads [1]" in out
@@ -58,6 +59,8 @@ def test_end_to_end_on_a_random_tiny_model(tmp_path, capsys):
     assert rows["fullkv"]["realised_pr"] == 0 and rows["fullkv"]["speedup_vs_fullkv"] == 1
     assert rows["decoprune@0.85"]["model_calls"] == rows["fullkv"]["model_calls"] == 2 * 5
     assert rows["decoprune@0.85"]["peak_kv_mb"] < rows["fullkv"]["peak_kv_mb"]
+    assert isinstance(rows["decoprune@0.85"]["oracle_overhead_paired"], float)
+    assert rows["fullkv"]["oracle_overhead_paired"] == ""
     assert all(r["threads"] == 1 and r["weights"].startswith("random init") for r in rows.values())
     assert png.stat().st_size > 0
     assert bench_speed.main(["--from-csv", str(csv_path), "--plot", str(tmp_path / "again.png")]) == 0
