@@ -203,7 +203,8 @@ def validation_cases(cfg: TinyConfig, n: int, seed: int, context_chunks: int = 2
     """Fixed long sequences, each with a chunk that revisits places last seen >= ``gap_frames`` ago.
 
     The chosen chunk (at or after ``context_chunks // 2``) shows, for at least half of its token
-    columns, places seen earlier but not in the preceding ``gap_frames`` frames.
+    columns, places seen earlier but neither in the first (sink) chunk nor in the preceding
+    ``gap_frames`` frames: only a cache that keeps the middle of the history holds them.
     """
     rng = np.random.default_rng(seed)
     cf, world_tokens = cfg.chunk_frames, cfg.world_width // TOKEN_PX
@@ -216,9 +217,10 @@ def validation_cases(cfg: TinyConfig, n: int, seed: int, context_chunks: int = 2
         for j in range(context_chunks // 2, context_chunks):
             start = j * cf
             recent = set(cols[start - gap_frames : start].ravel().tolist())
-            older = set(cols[: start - gap_frames].ravel().tolist())
+            sink = set(cols[:cf].ravel().tolist())
+            older = set(cols[cf : start - gap_frames].ravel().tolist())
             cur = cols[start : start + cf]
-            mask = np.isin(cur, list(older)) & ~np.isin(cur, list(recent))
+            mask = np.isin(cur, list(older)) & ~np.isin(cur, list(recent | sink))
             if mask.mean() >= 0.5:
                 frames = render_video(scene, cams[: start + cf])
                 latents = space_to_depth(torch.from_numpy(frames))[0]
