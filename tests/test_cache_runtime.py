@@ -43,12 +43,13 @@ def test_rotary_matches_the_pairwise_formula_and_its_gradient():
     torch.testing.assert_close(grad, expect, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("view", ["last_dim_slice", "odd_offset", "transposed", "bfloat16"])
+@pytest.mark.parametrize("view", ["last_dim_slice", "odd_offset", "contiguous_odd_offset", "transposed", "bfloat16"])
 def test_rotary_accepts_strided_and_low_precision_inputs(view):
     base = torch.randn(1, 6, 4, 13, generator=torch.Generator().manual_seed(3))
     x = {
         "last_dim_slice": base[..., :4],  # the temporal pairs of cached keys (shift_positions)
         "odd_offset": base[..., 1:5],
+        "contiguous_odd_offset": torch.randn(97, generator=torch.Generator().manual_seed(9))[1:].view(1, 6, 4, 4),
         "transposed": torch.randn(1, 4, 6, 12, generator=torch.Generator().manual_seed(8)).transpose(1, 2),
         "bfloat16": base[..., :12].to(torch.bfloat16),
     }[view]

@@ -143,7 +143,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """
     xf = x.float()
     if xf.stride(-1) != 1 or any(s % 2 for s in xf.stride()[:-1]) or xf.storage_offset() % 2:
-        xf = xf.contiguous()
+        xf = xf.clone(memory_format=torch.contiguous_format)  # complex views need even strides and offset
     xc = torch.view_as_complex(xf.unflatten(-1, (-1, 2)))
     rot = torch.complex(cos.float(), sin.float())[None, :, None, :]
     return torch.view_as_real(xc * rot).flatten(-2).to(x.dtype)
