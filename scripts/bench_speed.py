@@ -43,6 +43,7 @@ import argparse
 import csv
 import dataclasses
 import gc
+import hashlib
 import math
 import os
 import platform
@@ -201,7 +202,8 @@ def build_tiny(weights: Path, seed: int) -> tuple[TinyWorldModel, str]:
     """
     shown = weights.relative_to(ROOT) if weights.is_relative_to(ROOT) else weights
     if weights.is_file():
-        return TinyWorldModel.from_pretrained(weights), f"trained ({shown})"
+        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+        return TinyWorldModel.from_pretrained(weights), f"trained ({shown}, sha256 {digest})"
     from train_tiny_backbone import default_config
 
     torch.manual_seed(seed)
