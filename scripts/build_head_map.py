@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ids = sorted({t.context_id for t in tasks})[: args.contexts]
     hmap = HeadMap.from_scores(scores, args.threshold, dynamic_layers=(0,), backbone=str(cfg.backbone.name),
                                calibration_contexts=ids, first=args.first, last=args.last,
-                               scores=[[round(float(s), 6) for s in row] for row in scores])
+                               head_scores=[[round(float(s), 6) for s in row] for row in scores])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     hmap.save(args.out)
     total = hmap.num_layers * hmap.num_heads
