@@ -128,24 +128,30 @@ class MemoryCheck:
             self.contexts[task.context_id].append(TaskData(task, backbone.condition(task), load_ground_truth(task)))
 
     def run(self, method_cfg: dict, task_counts: dict[str, dict[int, int]] | None = None) -> dict[str, Outcome]:
-        """One method over every task; ``task_counts`` gives Random its per-task keep counts."""
+        """One method over every task.
+
+        ``task_counts`` (Random) gives each task its own per-chunk keep counts (another method's
+        final counts for that task, context chunks included), so each such task gets its own prefill.
+        """
         out = {}
         for context_id, items in self.contexts.items():
-            cfg = dict(method_cfg)
-            if task_counts is not None:  # context chunks are decided at prefill: identical across the tasks
-                cfg["keep_counts"] = task_counts[items[0].task.task_id]
-            method = build_method(cfg)
-            pre = prefill(self.backbone, method, self.latents[context_id], items[0].cond,
-                          task_seed(self.seed, context_id), self.settings)
-            for item in items:
-                task_method = build_method({**cfg, "keep_counts": task_counts[item.task.task_id]}) if task_counts else None
-                n_frames = len(item.truth["frames"])
-                cont = continue_task(self.backbone, pre, item.cond, n_frames, task_seed(self.seed, item.task.task_id),
-                                     method=task_method)
-                frames = np.asarray(self.backbone.decode(cont.latents))
-                sim = target_region_similarity(frames, item.truth["frames"], item.truth["target_masks"],
-                                               item.truth["target_visible_fraction"])
-                out[item.task.task_id] = Outcome(sim, float(cont.ledger.summary()["pruning_ratio"]), cont.kept_tokens)
+            groups = [[item] for item in items] if task_counts is not None else [items]
+            for group in groups:
+                cfg = dict(method_cfg)
+                if task_counts is not None:
+                    cfg["keep_counts"] = task_counts[group[0].task.task_id]
+                method = build_method(cfg)
+                pre = prefill(self.backbone, method, self.latents[context_id], group[0].cond,
+                              task_seed(self.seed, context_id), self.settings)
+                for item in group:
+                    n_frames = len(item.truth["frames"])
+                    cont = continue_task(self.backbone, pre, item.cond, n_frames,
+                                         task_seed(self.seed, item.task.task_id))
+                    frames = np.asarray(self.backbone.decode(cont.latents))
+                    sim = target_region_similarity(frames, item.truth["frames"], item.truth["target_masks"],
+                                                   item.truth["target_visible_fraction"])
+                    out[item.task.task_id] = Outcome(sim, float(cont.ledger.summary()["pruning_ratio"]),
+                                                     cont.kept_tokens)
         return out
 
 
