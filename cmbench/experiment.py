@@ -23,7 +23,7 @@ from cmbench.runner import config_hash, run_tasks, select_tasks, shard_from_env,
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
 SELECTION_KEYS = ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs", "save_videos",
-                  "videos", "out", "experiment")
+                  "videos", "out", "experiment", "threads")
 
 
 def method_label(cfg: DictConfig) -> str:
@@ -66,8 +66,12 @@ RUN_DIRS: list[Path] = []
 
 def run(cfg: DictConfig) -> int:
     """Run the configured method over the selected tasks; exit 3 when some task failed."""
+    import torch
+
     from cmbench.evaluation import ModelEvaluator
 
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
     ensure_data(cfg)
     run_dir = run_dir_for(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
