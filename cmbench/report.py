@@ -238,7 +238,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     check_comparable(runs, allow_mixed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    board = leaderboard(runs)
+    board = leaderboard(runs).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
     written = {
         "leaderboard.csv": board,
         "leaderboard_by_source.csv": breakdown(runs, "source"),
