@@ -16,7 +16,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.backbones.loading import build_backbone
-from cmbench.data import Task, prepare_context, read_video, write_video
+from cmbench.data import Task, read_video, write_video
+from cmbench.data.video import prepare_frames
 from cmbench.generation import GenerationSettings, PrefilledContext, continue_task, prefill
 from cmbench.methods.registry import build_method
 from cmbench.runner import task_seed
@@ -90,10 +91,10 @@ class ModelEvaluator:
             frames, _ = load_context(task)
             return frames, frames, float(task.extra[MINIWORLD_EXTENSION].get("fps", 16))
         ctx = self.cfg.backbone.context
-        context = prepare_context(task.video_path, fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
-                                  chunk_latent_frames=self.backbone.geometry.chunk_frames,
-                                  temporal_stride=int(ctx.temporal_stride))
-        original, fps = read_video(task.video_path)
+        original, fps = read_video(task.video_path)  # decoded once: the references index these frames
+        context = prepare_frames(original, fps, fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
+                                 chunk_latent_frames=self.backbone.geometry.chunk_frames,
+                                 temporal_stride=int(ctx.temporal_stride))
         return context, original, fps
 
     def prepare(self, tasks: list[Task]) -> PreparedContext:

@@ -228,6 +228,28 @@ def prepare_context(
     ndarray, ``uint8 [F, height, width, 3]``
     """
     frames, src_fps = read_video(path)
+    return prepare_frames(frames, src_fps, fps, height, width, chunk_latent_frames, temporal_stride)
+
+
+def prepare_frames(
+    frames: np.ndarray,
+    src_fps: float,
+    fps: float,
+    height: int,
+    width: int,
+    chunk_latent_frames: int,
+    temporal_stride: int = 4,
+) -> np.ndarray:
+    """:func:`prepare_context` on frames already decoded at ``src_fps``.
+
+    Parameters
+    ----------
+    frames : ndarray, ``uint8 [F, H, W, 3]``
+
+    Returns
+    -------
+    ndarray, ``uint8 [F', height, width, 3]``
+    """
     frames = frames[resample_indices(len(frames), src_fps, fps)]
     frames = resize_frames(frames, height, width)
     return pad_to_chunks(frames, chunk_latent_frames, temporal_stride)
