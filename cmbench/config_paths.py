@@ -12,12 +12,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "configs"
+PACKAGE_ROOT = Path(__file__).resolve().parent
+CONFIG_DIR = PACKAGE_ROOT / "configs"
 GROUPS = ("data", "method", "backbone", "scorer", "experiment")
 
-# `${repo_root:}` in a config is the CMBench checkout, so shipped files resolve from any working dir
-OmegaConf.register_new_resolver("repo_root", lambda: str(REPO_ROOT), replace=True)
+# `${package_root:}` in a config is the installed cmbench package, so shipped files (weights, head
+# maps, dataset specs) resolve from any working directory, in a checkout and in a wheel alike
+OmegaConf.register_new_resolver("package_root", lambda: str(PACKAGE_ROOT), replace=True)
 
 
 def user_config_dirs() -> list[Path]:

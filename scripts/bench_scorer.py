@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from cmbench.config_paths import CONFIG_DIR  # noqa: E402
 from cmbench.data import Reference, Task  # noqa: E402
 from cmbench.miniworld import object_boxes, render_video, scene_from_seed  # noqa: E402
 from cmbench.scoring import build_scorer  # noqa: E402
@@ -82,7 +83,7 @@ def bench_light(n_frames: int, repeats: int) -> dict:
     cams = (scene.place_offset(obj.place) + np.resize([0, 4, 0, -4], n_frames)) % scene.width
     frames = render_video(scene, cams, first_frame=100)
     box = object_boxes(scene, cams[:1], obj.object_id)[0]
-    scorer = build_scorer(OmegaConf.load(ROOT / "configs/scorer/light.yaml"), cache_dir="")
+    scorer = build_scorer(OmegaConf.load(CONFIG_DIR / "scorer" / "light.yaml"), cache_dir="")
     return _run(scorer, _task(obj.category, box), frames, render_video(scene, cams[:1])[0], repeats)
 
 

@@ -24,10 +24,10 @@ from hydra import compose, initialize_config_dir
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.data import load_manifest
 from cmbench.errors import CMBenchError
-from cmbench.evaluation import ModelEvaluator, generation_settings
-from cmbench.generation import calibrate_head_scores
+from cmbench.runs.evaluator import ModelEvaluator, generation_settings
+from cmbench.calibration.head_map import calibrate_head_scores
 from cmbench.methods.head_map import HeadMap
-from cmbench.runner import task_seed
+from cmbench.hashing import task_seed
 
 
 def calibration_contexts(evaluator: ModelEvaluator, tasks, count: int, seed: int):

@@ -31,142 +31,28 @@ import argparse
 import json
 import sys
 import time
-from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-from skimage.metrics import structural_similarity
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cmbench.backbones.loading import build_backbone  # noqa: E402
+from cmbench.benchmarks.memory_check import (  # noqa: E402
+    MemoryCheck,
+    Outcome,
+    method_config,
+    summary,
+    wins,
+)
 from cmbench.config_paths import CONFIG_DIR  # noqa: E402
 from cmbench.data import load_manifest  # noqa: E402
 from cmbench.errors import CMBenchError  # noqa: E402
-from cmbench.evaluation import generation_settings  # noqa: E402
-from cmbench.generation import GenerationSettings, continue_task, prefill  # noqa: E402
-from cmbench.methods.registry import build_method  # noqa: E402
-from cmbench.miniworld import load_context, load_ground_truth  # noqa: E402
-from cmbench.runner import select_tasks, task_seed  # noqa: E402
+from cmbench.runs.evaluator import generation_settings  # noqa: E402
+from cmbench.runs.runner import select_tasks  # noqa: E402
 
-BOX_PAD = 2  # pixels around the target's box
-WHOLE = 0.999  # a frame "shows the whole target" above this visible fraction
 PRS = (0.80, 0.85, 0.90)
-
-
-def target_region_similarity(generated: np.ndarray, truth: np.ndarray, masks: np.ndarray, visible: np.ndarray) -> float:
-    """Mean SSIM over the frames showing the whole target, in its padded bounding box.
-
-    Parameters
-    ----------
-    generated, truth : ndarray ``uint8 [F, H, W, 3]``
-    masks : ndarray ``bool [F, H, W]``
-        The target's true pixels in each frame.
-    visible : ndarray ``float [F]``
-        Fraction of the target's area inside each frame.
-
-    Returns
-    -------
-    float in [0, 1]
-    """
-    frames = np.flatnonzero(visible >= WHOLE)
-    if len(frames) == 0:
-        raise ValueError("no continuation frame shows the whole target")
-    h, w = masks.shape[1:]
-    scores = []
-    for f in frames:
-        rows, cols = np.flatnonzero(masks[f].any(axis=1)), np.flatnonzero(masks[f].any(axis=0))
-        r0, r1 = max(0, rows[0] - BOX_PAD), min(h, rows[-1] + 1 + BOX_PAD)
-        c0, c1 = max(0, cols[0] - BOX_PAD), min(w, cols[-1] + 1 + BOX_PAD)
-        ssim = structural_similarity(
-            generated[f, r0:r1, c0:c1], truth[f, r0:r1, c0:c1], win_size=7, channel_axis=-1, data_range=255
-        )
-        scores.append(max(0.0, float(ssim)))
-    return float(np.mean(scores))
-
-
-@dataclass
-class TaskData:
-    """What one task needs: its context (shared), camera plan and ground truth."""
-
-    task: Any
-    cond: Any
-    truth: dict
-
-
-@dataclass
-class Outcome:
-    similarity: float
-    pr: float
-    kept_tokens: dict[int, int]
-
-
-def method_config(name: str, **overrides: Any) -> dict:
-    """``configs/method/<name>.yaml`` with overrides, as ``method=<name> method.k=v`` would give."""
-    cfg = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "method" / f"{name}.yaml"), resolve=True)
-    assert isinstance(cfg, dict)
-    cfg.update(overrides)
-    return cfg
-
-
-class MemoryCheck:
-    """Runs methods over the sample, sharing each context's latents between methods."""
-
-    def __init__(self, backbone, settings: GenerationSettings, tasks: list, global_seed: int) -> None:
-        self.backbone, self.settings, self.seed = backbone, settings, global_seed
-        self.contexts: dict[str, list[TaskData]] = defaultdict(list)
-        self.latents: dict[str, torch.Tensor] = {}
-        for task in tasks:
-            if task.context_id not in self.latents:
-                frames, _ = load_context(task)
-                self.latents[task.context_id] = backbone.encode(torch.from_numpy(np.ascontiguousarray(frames)))
-            self.contexts[task.context_id].append(TaskData(task, backbone.condition(task), load_ground_truth(task)))
-
-    def run(self, method_cfg: dict, task_counts: dict[str, dict[int, int]] | None = None) -> dict[str, Outcome]:
-        """One method over every task.
-
-        ``task_counts`` (Random) gives each task its own per-chunk keep counts (another method's
-        final counts for that task, context chunks included), so each such task gets its own prefill.
-        """
-        out = {}
-        for context_id, items in self.contexts.items():
-            groups = [[item] for item in items] if task_counts is not None else [items]
-            for group in groups:
-                cfg = dict(method_cfg)
-                if task_counts is not None:
-                    cfg["keep_counts"] = task_counts[group[0].task.task_id]
-                method = build_method(cfg)
-                pre = prefill(self.backbone, method, self.latents[context_id], group[0].cond,
-                              task_seed(self.seed, context_id), self.settings)
-                for item in group:
-                    n_frames = len(item.truth["frames"])
-                    cont = continue_task(self.backbone, pre, item.cond, n_frames,
-                                         task_seed(self.seed, item.task.task_id))
-                    frames = np.asarray(self.backbone.decode(cont.latents))
-                    sim = target_region_similarity(frames, item.truth["frames"], item.truth["target_masks"],
-                                                   item.truth["target_visible_fraction"])
-                    out[item.task.task_id] = Outcome(sim, float(cont.ledger.summary()["pruning_ratio"]),
-                                                     cont.kept_tokens)
-        return out
-
-
-def wins(a: dict[str, Outcome], b: dict[str, Outcome]) -> tuple[int, int, int]:
-    """Paired per-task (a wins, ties, b wins) by similarity (ties within 1e-6)."""
-    diff = np.array([a[k].similarity - b[k].similarity for k in a])
-    return int((diff > 1e-6).sum()), int((abs(diff) <= 1e-6).sum()), int((diff < -1e-6).sum())
-
-
-def summary(res: dict[str, Outcome]) -> tuple[float, float, float]:
-    """Mean similarity, its standard error, mean PR."""
-    sims = np.array([o.similarity for o in res.values()])
-    return float(sims.mean()), float(sims.std(ddof=1) / np.sqrt(len(sims))) if len(sims) > 1 else 0.0, float(
-        np.mean([o.pr for o in res.values()])
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

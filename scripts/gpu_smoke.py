@@ -49,7 +49,7 @@ from cmbench.backbones.wan.vae import WanVAE  # noqa: E402
 from cmbench.data import Task, prepare_context, write_video  # noqa: E402
 from cmbench.generation import GenerationSettings, continue_task, prefill  # noqa: E402
 from cmbench.methods.registry import build_method  # noqa: E402
-from cmbench.sampler import FlowMatchSampler  # noqa: E402
+from cmbench.generation.sampler import FlowMatchSampler  # noqa: E402
 
 SHAPES = {  # DiT shapes (configs/backbone/lingbot_world_v2_*.yaml) and frame size
     "1.3b": (dict(dim=1536, ffn_dim=8960, num_heads=12, num_layers=30), (480, 832), {}),

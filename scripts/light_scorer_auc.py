@@ -24,8 +24,9 @@ import cv2
 import numpy as np
 from omegaconf import OmegaConf
 
+from cmbench.config_paths import CONFIG_DIR
 from cmbench.scoring import build_scorer
-from cmbench.scoring.miniworld_pairs import build_pairs, descriptor_scores, pipeline_scores, roc_auc
+from cmbench.miniworld.scorer_pairs import build_pairs, descriptor_scores, pipeline_scores, roc_auc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +54,7 @@ def evaluate(scorer, pairs) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(ROOT / "configs/scorer/light.yaml"), help="scorer config yaml")
+    parser.add_argument("--config", default=str(CONFIG_DIR / "scorer" / "light.yaml"), help="scorer config yaml")
     parser.add_argument("--scenes", type=int, default=25, help="scenes per source (8 objects, 16 pairs each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--blur", type=float, nargs="*", default=[], help="Gaussian sigmas (px) for extra blurred runs")

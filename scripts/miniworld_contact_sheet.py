@@ -28,6 +28,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from cmbench.config_paths import CONFIG_DIR  # noqa: E402
 from cmbench.miniworld import build_suite, object_masks, scene_from_seed, visible_fraction  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,7 +146,7 @@ def main() -> None:
     parser.add_argument("--task", default="syn_001_revisit_01", help="task id")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "img" / "miniworld_contact_sheet.png")
     args = parser.parse_args()
-    cfg = OmegaConf.load(REPO / "configs" / "data" / "miniworld.yaml")
+    cfg = OmegaConf.load(CONFIG_DIR / "data" / "miniworld.yaml")
     cfg.root = str(args.root)
     root = build_suite(cfg)
     print(contact_sheet(root, args.task, args.out))

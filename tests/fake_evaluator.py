@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from cmbench.data import load_manifest
-from cmbench.runner import run_tasks
+from cmbench.runs.runner import run_tasks
 
 
 class FakeEvaluator:

@@ -1,4 +1,5 @@
-"""Runtime paths made fast for issue 9: complex-product RoPE, one-shot fork allocation, suffix compaction."""
+"""Runtime paths made fast for the speed targets (docs/speed.md): complex-product RoPE, one-shot fork allocation,
+suffix compaction."""
 
 import pytest
 import torch

@@ -37,7 +37,7 @@ def test_valid_official_layout_loads_every_field(tmp_path):
             "synthetic": {"videos": 50, "tasks": 102, "reappear": 67, "revisit": 35},
         },
     }
-    expected = load_spec("data_manifests/cmbench.yaml")["expected"]
+    expected = load_spec("cmbench")["expected"]
     assert check_counts("m", tasks, expected) == []
 
 
@@ -152,7 +152,7 @@ def test_count_mismatch_names_each_count(tmp_path):
     write_context_video(tmp_path / "videos/synthetic/syn_001.mp4", 0)
     write_manifest(tmp_path, [official_row("a", "videos/synthetic/syn_001.mp4")])
     tasks = load_manifest(tmp_path)
-    expected = load_spec("data_manifests/cmbench.yaml")["expected"]
+    expected = load_spec("cmbench")["expected"]
     problems = [str(p) for p in check_counts("m", tasks, expected)]
     assert "m: <counts>.tasks: is 1, expected 116" in problems
     assert "m: <counts>.real.videos: is 0, expected 8" in problems

@@ -263,7 +263,8 @@ def test_score_variants():
     x_probe = timeline(g, 2, lambda gid: float(gid))
     x_nc = timeline(g, 2, lambda gid: 2.0 * gid + 1.0)
     info = KVCache.from_geometry(g).begin_chunk(0, 0, 2)
-    sig = ChunkSignals(g, info, "generation", 0, 0, 0, x_final, x_probe, x_nc)
+    sig = ChunkSignals(geometry=g, chunk=info, phase="generation", generated_index=0, context_frames=0, seed=0,
+                       x0_final=x_final, x0_probe=x_probe, x0_no_context=x_nc)
     mse = torch.arange(8, dtype=torch.float32) ** 2
     torch.testing.assert_close(build_method({"name": "decoprune"}).token_scores(sig), mse)
     ratio = build_method({"name": "decoprune", "score": "mse_over_no_context"}).token_scores(sig)
@@ -306,10 +307,8 @@ def test_invariants_for_every_method(name, tmp_path):
            **({"k": 6} if name == "forcingkv" else {}), **({"classify_chunk": 1} if name == "dummyforcing" else {})}
     method = build_method(cfg)
     checks = []
-    original = method.after_chunk
 
     def checked(cache, sig):
-        original(cache, sig)
         for bank in cache.all_banks():
             gid = bank.field("gid")
             assert torch.all(gid[1:] > gid[:-1])
@@ -319,9 +318,8 @@ def test_invariants_for_every_method(name, tmp_path):
                 assert bank.n <= bank.group.max_tokens  # what the next chunk sees fits the bank
         checks.append(sig.chunk.index)
 
-    method.after_chunk = checked
     backbone = AttentionBackbone(G)
-    pre = prefill(backbone, method, torch.randn(1, 3, 8, 4, 4), None, 3)
-    cont = continue_task(backbone, pre, None, 8, 4)
+    pre = prefill(backbone, method, torch.randn(1, 3, 8, 4, 4), None, 3, on_chunk_end=checked)
+    cont = continue_task(backbone, pre, None, 8, 4, on_chunk_end=checked)
     assert checks == list(range(8))
     assert torch.isfinite(cont.latents).all()

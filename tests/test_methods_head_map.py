@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from cmbench.errors import ConfigError
-from cmbench.generation import calibrate_head_scores, continue_task, prefill
+from cmbench.calibration.head_map import calibrate_head_scores
+from cmbench.generation import continue_task, prefill
 from cmbench.methods.fullkv import FullKV
 from cmbench.methods.head_map import HeadMap, static_scores
 from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)

@@ -1,19 +1,19 @@
 """Method registry: configs build every method, errors suggest names, external methods plug in."""
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
+from cmbench.config_paths import CONFIG_DIR
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_names
-from cmbench.registry_listing import entries
+from cmbench.cli.ls import entries
 from fakes import AttentionBackbone, fake_geometry
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "method"
+CONFIGS = CONFIG_DIR / "method"
 
 
 def test_every_registered_method_has_a_config_with_description_and_paper_field():

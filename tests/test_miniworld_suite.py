@@ -27,7 +27,7 @@ from cmbench.miniworld.episodes import Episode, TaskPlan
 from cmbench.miniworld.suite import SuiteConfig, episode_stats, expected_counts, suite_plan
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_CFG = REPO / "configs" / "data" / "miniworld.yaml"
+DATA_CFG = REPO / "cmbench" / "configs" / "data" / "miniworld.yaml"
 OFFICIAL = {
     "videos": 58,
     "tasks": 116,
@@ -71,7 +71,7 @@ def full_suite(tmp_path_factory):
 def test_config_and_spec_agree_on_the_official_counts():
     cfg = SuiteConfig.from_data_config(OmegaConf.load(DATA_CFG))
     assert expected_counts(cfg) == OFFICIAL
-    assert load_spec(REPO / "data_manifests" / "miniworld.yaml")["expected"] == OFFICIAL
+    assert load_spec("miniworld")["expected"] == OFFICIAL
     plan = suite_plan(cfg)
     assert {s: len(p) for s, p in plan.items()} == {"synthetic": 50, "real": 8}
     assert sum(len(t) for t in plan["synthetic"]) == 102 and sum(t.count("revisit") for t in plan["synthetic"]) == 35

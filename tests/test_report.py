@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from cmbench.report import ReportError, clustered_mean_ci, read_records, write_reports
-from cmbench.run_records import RecordsError
+from cmbench.runs.records import RecordsError
 
 T975_DF1 = 12.706204736174704  # Student t quantile, 0.975, one degree of freedom
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cmbench.run_records import read_all_records
+from cmbench.runs.records import read_all_records
 from test_tiny_backbone import random_model
 
 REPO = Path(__file__).resolve().parents[1]

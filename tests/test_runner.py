@@ -15,8 +15,9 @@ import pytest
 
 from cmbench.data import load_manifest
 from cmbench.errors import ConfigError
-from cmbench.run_records import RecordWriter, read_all_records
-from cmbench.runner import select_tasks, shard_tasks, summarise, task_seed, run_tasks
+from cmbench.runs.records import RecordWriter, read_all_records
+from cmbench.hashing import task_seed
+from cmbench.runs.runner import select_tasks, shard_tasks, summarise, run_tasks
 from fake_evaluator import FakeEvaluator
 from official_fixture import build_official_layout
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from cmbench.errors import ConfigError
-from cmbench.sampler import FlowMatchSampler, derive_seed, renoise, seeded_generator
+from cmbench.generation.sampler import FlowMatchSampler, renoise
+from cmbench.hashing import derive_seed, seeded_generator
 
 
 def test_levels_and_validation():

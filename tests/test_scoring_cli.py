@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
+
+from cmbench.config_paths import CONFIG_DIR
 from official_fixture import official_row, write_manifest
 
 from cmbench.data import write_video
 from cmbench.miniworld import object_boxes, render_video, scene_from_seed
-from cmbench.scoring.commands import match_videos, summarize
+from cmbench.cli.score import match_videos, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 FPS = 16
@@ -25,7 +27,7 @@ DWELL = 4  # context frames per place
 
 def _scorer_override() -> str:
     """``scorer=light`` when the root config has a scorer default, else ``+scorer=light``."""
-    defaults = OmegaConf.to_container(OmegaConf.load(ROOT / "configs/config.yaml"))["defaults"]
+    defaults = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml"))["defaults"]
     has_scorer = any(isinstance(d, dict) and "scorer" in d for d in defaults)
     return "scorer=light" if has_scorer else "+scorer=light"
 

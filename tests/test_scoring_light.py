@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from cmbench.config_paths import CONFIG_DIR
 from cmbench.scoring import build_scorer
 from cmbench.scoring.appearance import AppearanceEmbedder
 from cmbench.scoring.grabcut_segmenter import GrabCutSegmenter
-from cmbench.scoring.miniworld_pairs import build_pairs, roc_auc
+from cmbench.miniworld.scorer_pairs import build_pairs, roc_auc
 from cmbench.scoring.stages import ReferenceView, Target
 from cmbench.scoring.template_detector import TemplateDetector
 
@@ -137,6 +138,6 @@ def test_light_scorer_auc_script_meets_the_bar(tmp_path):
 
 
 def test_light_config_builds_on_cpu():
-    scorer = build_scorer(OmegaConf.load(ROOT / "configs/scorer/light.yaml"), cache_dir="")
+    scorer = build_scorer(OmegaConf.load(CONFIG_DIR / "scorer" / "light.yaml"), cache_dir="")
     assert scorer.cache is None and scorer.name == "light"
     assert isinstance(scorer.detector, TemplateDetector) and scorer.detector.smooth_sigma == 0.7

@@ -2,15 +2,11 @@
 
 Two MiniWorld episodes built in memory (no suite on disk), two tasks each: the targets are seen once
 in the context, never in the sink chunk nor in the last 32 frames. FullKV must reproduce them (and
-far better than a sink-only cache), measured with ``scripts/check_memory.py``'s target-region
-similarity (SSIM in the target's box).
+far better than a sink-only cache), measured with the memory check's target-region similarity
+(:func:`cmbench.miniworld.metrics.target_region_similarity`, SSIM in the target's box).
 """
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,22 +17,13 @@ from cmbench.generation import continue_task, prefill
 from cmbench.methods.registry import build_method
 from cmbench.miniworld import object_masks, render_video, scene_from_seed, visible_fraction
 from cmbench.miniworld.episodes import plan_episode
+from cmbench.miniworld.metrics import target_region_similarity
 
-ROOT = Path(__file__).resolve().parent.parent
 EPISODE_SEEDS = (101, 202)
-
-
-def _check_memory_module():
-    spec = importlib.util.spec_from_file_location("check_memory", ROOT / "scripts" / "check_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def similarities() -> dict[str, list[float]]:
-    similarity = _check_memory_module().target_region_similarity
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small chunk-sized ops: one thread is fastest
     try:
@@ -56,7 +43,7 @@ def similarities() -> dict[str, list[float]]:
                     cams = task.continuation_x
                     cont = continue_task(model, pre, plan, len(cams), seed + 1)
                     truth = render_video(scene, cams, first_frame=n_context)
-                    out[name].append(similarity(np.asarray(model.decode(cont.latents)), truth,
+                    out[name].append(target_region_similarity(np.asarray(model.decode(cont.latents)), truth,
                                                 object_masks(scene, cams, task.target_id),
                                                 visible_fraction(scene, cams)[:, task.target_id]))
         return out

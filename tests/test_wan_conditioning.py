@@ -225,7 +225,7 @@ def test_condition_reads_the_context_and_the_tasks_camera_plan(vae, text, tmp_pa
 
 def test_four_step_schedules_follow_from_shift_5():
     from cmbench.backbones.wan.schedule import lingbot_schedule, self_forcing_schedule
-    from cmbench.sampler import DEFAULT_TIMESTEPS
+    from cmbench.generation.sampler import DEFAULT_TIMESTEPS
 
     timesteps, sigmas = lingbot_schedule()
     assert timesteps == (999, 957, 899, 702) == tuple(int(t) for t in DEFAULT_TIMESTEPS)

@@ -19,7 +19,7 @@ import yaml
 from cmbench.backbones.dit import DiTConfig
 from cmbench.backbones.wan.synthetic import random_dit_state, save_components, save_lingbot_dit
 from cmbench.data.video import read_video
-from cmbench.run_records import read_all_records
+from cmbench.runs.records import read_all_records
 from official_fixture import official_row, write_context_video, write_manifest
 
 REPO = Path(__file__).resolve().parents[1]

@@ -104,6 +104,21 @@ class TinyConfig:
         return cls(**d)
 
 
+def default_config(world_width: int = 256) -> TinyConfig:
+    """The tiny model: 4 layers, width 128, 4 heads of 32 channels.
+
+    Head channels: 4 temporal (log rule), 8 row (periodic, period 16 > 8 rows, so no aliasing),
+    20 world column (periodic with the panorama's period ``W / 4`` tokens: harmonics 1..10).
+    """
+    dit = DiTConfig(in_channels=12, out_channels=12, dim=128, ffn_dim=512, num_heads=4, num_layers=4, camera_dim=3)
+    rope = {
+        "t": {"dim": 4, "kind": "log", "theta": 10000.0},
+        "h": {"dim": 8, "kind": "periodic", "period": 16.0},
+        "w": {"dim": 20, "kind": "periodic", "period": float(world_width // TOKEN_PX)},
+    }
+    return TinyConfig(dit=dit, rope=rope, world_width=world_width, chunk_frames=4)
+
+
 @dataclass(frozen=True)
 class CameraPlan:
     """The camera of every frame of a timeline (context followed by continuation).

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from cmbench.data.records import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task
+from cmbench.data.task import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task
 from cmbench.data.video import VideoError, probe_video
 from cmbench.errors import CMBenchError
 

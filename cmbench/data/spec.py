@@ -1,4 +1,4 @@
-"""Dataset specs (``data_manifests/<name>.yaml``): provenance, layout and expected counts.
+"""Dataset specs (``cmbench/data/specs/<name>.yaml``): provenance, layout and expected counts.
 
 A spec's ``expected`` block gives the counts a complete copy of the dataset must have::
 
@@ -21,18 +21,18 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cmbench.data.manifest import Problem
-from cmbench.data.records import Task
+from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+SPEC_DIR = Path(__file__).resolve().parent / "specs"
 COUNT_KEYS = ("videos", "tasks", "reappear", "revisit")
 
 
 def load_spec(path: str | Path) -> dict[str, Any]:
-    """Read a dataset spec; relative paths are taken from the repository root."""
+    """Read a dataset spec: a built-in name (``cmbench``, ``miniworld``) or the path of a yaml file."""
     path = Path(path)
-    if not path.is_absolute():
-        path = REPO_ROOT / path
+    if path.suffix == "" and path.name == str(path):
+        path = SPEC_DIR / f"{path}.yaml"
     if not path.is_file():
         raise ConfigError(f"dataset spec not found: {path}")
     spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)

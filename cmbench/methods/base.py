@@ -54,9 +54,9 @@ class Needs:
     attention_chunk: int | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ChunkSignals:
-    """What a method sees when a chunk has been committed.
+    """What a method sees when a chunk has been committed (built with keyword arguments only).
 
     Attributes
     ----------

@@ -11,7 +11,7 @@ from cmbench.cache import KVCache
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.registry import register
-from cmbench.sampler import seeded_generator
+from cmbench.hashing import seeded_generator
 
 
 @register

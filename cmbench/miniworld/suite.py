@@ -19,7 +19,6 @@ of every knob that changes the output; a second call with the same knobs returns
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -28,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from cmbench.data.records import Reference, Task
+from cmbench.data.task import Reference, Task
 from cmbench.data.video import read_video, write_video
 from cmbench.errors import ConfigError
+from cmbench.hashing import json_digest, sequence_seed
 from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocate_tasks, continue_prompt, plan_episode
 from cmbench.miniworld.readers import EXTENSION
 from cmbench.miniworld.render import object_boxes, object_masks, render_video, visible_fraction
@@ -95,13 +95,7 @@ class SuiteConfig:
         return cfg
 
     def build_hash(self) -> str:
-        blob = json.dumps({"version": BUILD_VERSION, "config": asdict(self)}, sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def derive_seed(world_seed: int, *keys: int) -> int:
-    """An independent 32-bit seed for one part of the suite (``numpy`` SeedSequence of the keys)."""
-    return int(np.random.SeedSequence([world_seed, *keys]).generate_state(1)[0])
+        return json_digest({"version": BUILD_VERSION, "config": asdict(self)})[:16]
 
 
 def expected_counts(cfg: SuiteConfig) -> dict[str, Any]:
@@ -121,7 +115,7 @@ def suite_plan(cfg: SuiteConfig) -> dict[str, list[list[str]]]:
     plan = {}
     for source in (s for s in SOURCES if s in cfg.sources):
         counts = cfg.sources[source]
-        rng = np.random.default_rng(derive_seed(cfg.world_seed, SOURCES.index(source), 0))
+        rng = np.random.default_rng(sequence_seed(cfg.world_seed, SOURCES.index(source), 0))
         try:
             plan[source] = allocate_tasks(counts.videos, counts.reappear, counts.revisit, rng, max_tasks)
         except ValueError as err:
@@ -214,9 +208,9 @@ def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
         index = SOURCES.index(source)
         for number, task_types in enumerate(contexts, start=1):
             context_id = f"{ID_PREFIX[source]}_{number:03d}"
-            scene_seed = derive_seed(cfg.world_seed, index, number, 1)
+            scene_seed = sequence_seed(cfg.world_seed, index, number, 1)
             scene = scene_from_seed(scene_seed, source, cfg.panorama_width)
-            rng = np.random.default_rng(derive_seed(cfg.world_seed, index, number, 2))
+            rng = np.random.default_rng(sequence_seed(cfg.world_seed, index, number, 2))
             episode = plan_episode(scene, task_types, rng, ep)
             stats.append(episode_stats(scene, episode))
             frames = render_video(scene, episode.context_x)

@@ -59,7 +59,7 @@ class FeatureCache:
     root : str or Path
         Cache folder (created on first write).
     config_hash : str
-        The scorer's :func:`cmbench.scoring.hashing.config_hash`.
+        The scorer's :func:`cmbench.scoring.registry.scorer_hash`.
     """
 
     def __init__(self, root: str | Path, config_hash: str):

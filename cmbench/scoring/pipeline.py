@@ -18,7 +18,7 @@ import numpy as np
 from cmbench.data import Task
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures
-from cmbench.scoring.hashing import array_hash, json_hash
+from cmbench.hashing import array_hash, json_digest
 from cmbench.scoring.stages import Detector, Embedder, ReferenceView, Segmenter, Target
 
 
@@ -92,7 +92,7 @@ class Scorer:
     name : str
         Scorer config name, written into records.
     config_hash : str
-        Identity of the config (:func:`cmbench.scoring.hashing.config_hash`).
+        Identity of the config (:func:`cmbench.scoring.registry.scorer_hash`).
     cache : FeatureCache or None
         Where per-frame features are kept between calls; None disables caching.
     min_box_size : float
@@ -193,7 +193,7 @@ class Scorer:
             if ref.ndim != 3 or ref.shape[-1] != 3 or ref.dtype != np.uint8:
                 raise ValueError(f"reference frames must be uint8 [H, W, 3], got {ref.dtype} {ref.shape}")
         video_hash = array_hash([frames])
-        target_hash = json_hash(
+        target_hash = json_digest(
             {
                 "queries": list(queries),
                 "frames": array_hash(reference_frames),

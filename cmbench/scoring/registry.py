@@ -23,12 +23,12 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cmbench.hashing import config_hash
 from cmbench.scoring.appearance import AppearanceEmbedder
 from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.errors import ScorerConfigError
 from cmbench.scoring.feature_cache import FeatureCache
 from cmbench.scoring.grabcut_segmenter import GrabCutSegmenter
-from cmbench.scoring.hashing import config_hash
 from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
 from cmbench.scoring.pipeline import Scorer
 from cmbench.scoring.runtime import Runtime, resolve_runtime
@@ -44,6 +44,9 @@ STAGES: dict[str, dict[str, type]] = {"detector": DETECTORS, "segmenter": SEGMEN
 # Top-level keys; those in RUNTIME_KEYS do not change a number and stay out of the config hash.
 RUNTIME_KEYS = ("name", "description", "paper", "device", "half", "batch_size", "cache_dir")
 RESULT_KEYS = ("min_box_size", *STAGES)
+
+# Bump when a change of the scoring code changes numbers: it invalidates every cached feature.
+SCORER_VERSION = 1
 
 
 def _did_you_mean(word: str, options) -> str:
@@ -91,10 +94,21 @@ def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
 
 
 def result_config(cfg: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
-    """The part of a scorer config that changes numbers (what :func:`config_hash` hashes)."""
+    """The part of a scorer config that changes numbers (what :func:`scorer_hash` hashes)."""
     out = {key: _plain(cfg[key]) for key in RESULT_KEYS if key in cfg}
     out["precision"] = runtime.precision
     return out
+
+
+def scorer_hash(result_config: Mapping[str, Any]) -> str:
+    """Identity of a scorer: the knobs that change its numbers plus :data:`SCORER_VERSION`.
+
+    Returns
+    -------
+    str
+        12 hex digits, written into every record and used as the feature-cache folder.
+    """
+    return config_hash({"scorer_version": SCORER_VERSION, "config": dict(result_config)}, digits=12)
 
 
 def _plain(value: Any) -> Any:
@@ -129,7 +143,7 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer
         raise ScorerConfigError(f"scorer config {cfg.get('name', '?')!r} lacks the stage(s) {', '.join(missing)}")
     runtime = resolve_runtime(cfg.get("device", "auto"), bool(cfg.get("half", False)), cfg.get("batch_size", 8))
     stages = {kind: build_stage(kind, cfg[kind], runtime) for kind in STAGES}
-    digest = config_hash(result_config(cfg, runtime))
+    digest = scorer_hash(result_config(cfg, runtime))
     root = cache_dir if cache_dir is not None else cfg.get("cache_dir")
     return Scorer(
         **stages,

@@ -9,7 +9,6 @@ the last timestep; the caller then runs the ``t = 0`` pass that writes the clean
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,17 +17,6 @@ import torch
 from cmbench.errors import ConfigError
 
 DEFAULT_TIMESTEPS = (999.0, 957.0, 899.0, 702.0)
-
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from any parts (stable across runs, platforms and processes)."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-def seeded_generator(*parts: object) -> torch.Generator:
-    """A CPU generator seeded with :func:`derive_seed` of ``parts`` (e.g. seed, stream, chunk)."""
-    return torch.Generator().manual_seed(derive_seed(*parts))
 
 
 def renoise(x0: torch.Tensor, noise: torch.Tensor, t: float) -> torch.Tensor:

@@ -23,7 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from cmbench.errors import CMBenchError
-from cmbench.run_records import read_all_records
+from cmbench.runs.records import read_all_records
 
 REFERENCE_METHOD = "fullkv"
 

@@ -15,12 +15,12 @@ from cmbench.errors import CMBenchError
 
 # command -> (module:function taking the resolved DictConfig and returning an exit code, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("cmbench.data.commands:validate", "check a manifest and its videos; list every problem"),
-    "prepare": ("cmbench.data.commands:prepare", "build MiniWorld or fetch the official CMBench dataset"),
-    "ls": ("cmbench.registry_listing:ls", "list what is registered in each config group"),
-    "score": ("cmbench.scoring.commands:score", "score a folder of <task_id>.mp4 continuations"),
-    "run": ("cmbench.experiment:run", "generate and score every task with one method (-m to sweep)"),
-    "leaderboard": ("cmbench.experiment:leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs"),
+    "validate": ("cmbench.cli.data:validate", "check a manifest and its videos; list every problem"),
+    "prepare": ("cmbench.cli.data:prepare", "build MiniWorld or fetch the official CMBench dataset"),
+    "ls": ("cmbench.cli.ls:ls", "list what is registered in each config group"),
+    "score": ("cmbench.cli.score:score", "score a folder of <task_id>.mp4 continuations"),
+    "run": ("cmbench.cli.run:run", "generate and score every task with one method (-m to sweep)"),
+    "leaderboard": ("cmbench.cli.run:leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs"),
 }
 
 USAGE = """usage: python -m cmbench <command> [key=value ...] [-m]
@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         return func(rest)
     code, last_cfg = _run_hydra(func, rest)
     if command == "run" and ({"-m", "--multirun"} & set(rest)) and last_cfg is not None:
-        from cmbench import experiment
+        from cmbench.cli import run as run_command
 
         try:  # a sweep ends with the leaderboard over the runs it wrote
-            code = max(code, experiment.leaderboard(last_cfg, runs=list(dict.fromkeys(experiment.RUN_DIRS))))
+            code = max(code, run_command.leaderboard(last_cfg, runs=list(dict.fromkeys(run_command.RUN_DIRS))))
         except CMBenchError as err:
             print(f"cmbench: leaderboard: {err}", file=sys.stderr)
             code = max(code, 1)

@@ -1,6 +1,6 @@
 """One context and its tasks, end to end: context frames -> prefill -> continuation -> video -> score.
 
-:class:`ModelEvaluator` implements :class:`cmbench.runner.Evaluator` for ``python -m cmbench run``:
+:class:`ModelEvaluator` implements :class:`cmbench.runs.runner.Evaluator` for ``python -m cmbench run``:
 ``prepare`` encodes and prefills a context once; ``evaluate`` forks the prefilled cache for one task,
 generates its continuation, writes ``videos/<task_id>.mp4`` and scores it in memory.
 """
@@ -20,8 +20,8 @@ from cmbench.data import Task, read_video, write_video
 from cmbench.data.video import prepare_frames
 from cmbench.generation import GenerationSettings, PrefilledContext, continue_task, prefill
 from cmbench.methods.registry import build_method
-from cmbench.runner import task_seed
-from cmbench.sampler import FlowMatchSampler
+from cmbench.hashing import task_seed
+from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.scoring.references import reference_frames
 from cmbench.scoring.registry import build_scorer
 

@@ -6,13 +6,11 @@ skips what is finished. Records are appended one line per finished task, flushed
 killed at any moment (SIGKILL included) and restarted ends with the records of an uninterrupted run.
 
 What happens to one context and its tasks is delegated to an :class:`Evaluator` (see
-:mod:`cmbench.evaluation`), so this module knows nothing of models or scorers.
+:mod:`cmbench.runs.evaluator`), so this module knows nothing of models or scorers.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import traceback
 from collections import Counter, defaultdict
@@ -23,9 +21,10 @@ from typing import Any, Iterable, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from cmbench.data.records import Task
+from cmbench.data.task import Task
 from cmbench.errors import ConfigError
-from cmbench.run_records import RecordWriter, read_all_records, records_path
+from cmbench.hashing import task_seed
+from cmbench.runs.records import RecordWriter, read_all_records, records_path
 
 
 
@@ -39,18 +38,6 @@ class Evaluator(Protocol):
     def evaluate(self, task: Task, prepared: Any, seed: int) -> dict[str, Any]:
         """Fields of one task's record (score, PR, timings, ...)."""
         ...
-
-
-def task_seed(global_seed: int, task_id: str) -> int:
-    """A task's seed from (global seed, task_id): independent of order, shard and resume."""
-    digest = hashlib.sha256(f"{int(global_seed)}:{task_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """Short stable hash of a JSON-able config."""
-    blob = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
 def select_tasks(

@@ -19,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.data import load_manifest
 from cmbench.errors import ConfigError
 from cmbench.provenance import git_commit, versions
-from cmbench.runner import config_hash, run_tasks, select_tasks, shard_from_env, summarise
+from cmbench.hashing import config_hash
+from cmbench.runs.runner import run_tasks, select_tasks, shard_from_env, summarise
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
 SELECTION_KEYS = ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs", "save_videos",
@@ -68,7 +69,7 @@ def run(cfg: DictConfig) -> int:
     """Run the configured method over the selected tasks; exit 3 when some task failed."""
     import torch
 
-    from cmbench.evaluation import ModelEvaluator
+    from cmbench.runs.evaluator import ModelEvaluator
 
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))

@@ -13,6 +13,11 @@ chunk saw. Prefill and continuation are timed separately (the paper's FPS counts
 
 Seeds: the context probe's noise comes from ``(seed, "context-probe", chunk)``; a generated chunk's
 starting noise from ``(seed, "noise", chunk)`` and stochastic-sampler noise from ``(seed, "step", chunk)``.
+
+Hooks: both calls take ``on_chunk_end(cache, signals)``, called after the method has decided and the
+cache has been compacted for every committed chunk (as diffusers pipelines call
+``callback_on_step_end``), so instruments (a keep-pattern recorder, invariant checks) observe the loop
+without patching the method. The loop also times the method's decisions (``decide_seconds``).
 """
 
 from __future__ import annotations
@@ -20,16 +25,19 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from cmbench.cache import AttentionStats, KVCache, PRLedger
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Method, Needs
-from cmbench.methods.fullkv import FullKV
-from cmbench.methods.head_map import static_scores
-from cmbench.sampler import FlowMatchSampler, renoise, seeded_generator
+from cmbench.generation.sampler import FlowMatchSampler, renoise
+from cmbench.hashing import seeded_generator
+
+
+ChunkHook = Callable[[KVCache, ChunkSignals], None]
+"""``on_chunk_end(cache, signals)``: called after each committed chunk's decision and compaction."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +63,9 @@ class GenerationSettings:
     reindex_virtual_length: float = 17.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PrefilledContext:
-    """A context written into a cache, ready to be forked per task.
+    """A context written into a cache, ready to be forked per task (built with keyword arguments only).
 
     Attributes
     ----------
@@ -81,6 +89,8 @@ class PrefilledContext:
     seconds : float
         Wall time of the prefill.
     seed : int
+    decide_seconds : float
+        Of ``seconds``, the time the method spent deciding and compacting.
     """
 
     cache: KVCache
@@ -95,6 +105,7 @@ class PrefilledContext:
     kept_tokens: dict[int, int]
     seconds: float
     seed: int
+    decide_seconds: float = 0.0
 
 
 @dataclass
@@ -115,6 +126,8 @@ class Continuation:
         The task's cache after the last chunk (drop it to free its memory).
     attention : dict[int, AttentionStats]
         Attention recorded at the first call of the listed generated chunks.
+    decide_seconds : float
+        Of ``seconds``, the time the method spent deciding and compacting.
     """
 
     latents: torch.Tensor
@@ -123,6 +136,7 @@ class Continuation:
     seconds: float
     cache: KVCache
     attention: dict[int, AttentionStats] = field(default_factory=dict)
+    decide_seconds: float = 0.0
 
     def summary(self, method: Method | None = None) -> dict[str, Any]:
         """JSON-ready: realised PR (and the budget target, if any), peak bytes, seconds, per-chunk rows."""
@@ -138,13 +152,16 @@ class _Loop:
     """State of one phase: backbone, method, cache, ledger and the signals of the previous chunk."""
 
     def __init__(self, backbone, method: Method, cache: KVCache, ledger: PRLedger, settings: GenerationSettings,
-                 cond: Any, seed: int, context_frames: int, previous: torch.Tensor | None) -> None:
+                 cond: Any, seed: int, context_frames: int, previous: torch.Tensor | None,
+                 on_chunk_end: ChunkHook | None) -> None:
         self.backbone, self.method, self.cache, self.ledger = backbone, method, cache, ledger
         self.settings, self.cond, self.seed = settings, cond, seed
         self.geometry = backbone.geometry
         self.needs: Needs = method.needs()
         self.context_frames = context_frames
         self.previous = previous
+        self.on_chunk_end = on_chunk_end
+        self.decide_seconds = 0.0
 
     def denoise(self, x: torch.Tensor, t: float, frame_start: int) -> torch.Tensor:
         return self.backbone.denoise(x, t, self.cache, frame_start, self.cond)
@@ -172,7 +189,8 @@ class _Loop:
             noise = torch.randn(x0.shape, generator=seeded_generator(self.seed, "context-probe", chunk)).to(x0)
             extra = self.probe_calls(renoise(x0, noise, t), t, frame_start, None)
         self.denoise(x0, 0.0, frame_start)
-        self.finish(ChunkSignals(self.geometry, info, "context", None, self.context_frames, self.seed, x0,
+        self.finish(ChunkSignals(geometry=self.geometry, chunk=info, phase="context", generated_index=None,
+                                 context_frames=self.context_frames, seed=self.seed, x0_final=x0,
                                  previous_final=self.previous, **extra))
 
     def generated_chunk(self, gen_index: int, chunk: int, frame_start: int, shape: tuple[int, ...],
@@ -198,14 +216,19 @@ class _Loop:
         final = trace.final
         self.denoise(final, 0.0, frame_start)
         attention = stats[0] if stats else None
-        self.finish(ChunkSignals(self.geometry, info, "generation", gen_index, self.context_frames, self.seed,
-                                 final, previous_final=self.previous, attention=attention, **extra))
+        self.finish(ChunkSignals(geometry=self.geometry, chunk=info, phase="generation", generated_index=gen_index,
+                                 context_frames=self.context_frames, seed=self.seed, x0_final=final,
+                                 previous_final=self.previous, attention=attention, **extra))
         return final, attention
 
     def finish(self, sig: ChunkSignals) -> None:
         self.cache.commit_chunk()
         self.ledger.note_memory(self.cache)
+        start = time.perf_counter()
         self.method.after_chunk(self.cache, sig)
+        self.decide_seconds += time.perf_counter() - start
+        if self.on_chunk_end is not None:
+            self.on_chunk_end(self.cache, sig)
         self.previous = sig.x0_final
 
 
@@ -244,7 +267,7 @@ def _now(device: torch.device) -> float:
 
 
 def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, seed: int,
-            settings: GenerationSettings | None = None) -> PrefilledContext:
+            settings: GenerationSettings | None = None, on_chunk_end: ChunkHook | None = None) -> PrefilledContext:
     """Write a context into a fresh cache, chunk by chunk, under ``method``.
 
     Parameters
@@ -258,6 +281,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     seed : int
         Seeds the re-noise probe (per chunk).
     settings : GenerationSettings, optional
+    on_chunk_end : callable ``(cache, signals)``, optional
+        Called after every context chunk's decision and compaction.
 
     Returns
     -------
@@ -271,7 +296,7 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity)
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
-    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None)
+    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end)
     start = _now(context_latents.device)
     with torch.no_grad():
         for chunk in range(q0 // f):
@@ -279,12 +304,15 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
         if settings.reindex and q0:
             cache.reindex(q0, settings.reindex_recent, settings.reindex_virtual_length)
     seconds = _now(context_latents.device) - start
-    return PrefilledContext(cache, method, settings, q0, q0 // f, loop.previous, context_latents.shape[0],
-                            context_latents.new_zeros(()), ledger, _kept_tokens(cache), seconds, seed)
+    return PrefilledContext(cache=cache, method=method, settings=settings, context_frames=q0, next_chunk=q0 // f,
+                            last_chunk=loop.previous, batch=context_latents.shape[0],
+                            like=context_latents.new_zeros(()), ledger=ledger, kept_tokens=_kept_tokens(cache),
+                            seconds=seconds, seed=seed, decide_seconds=loop.decide_seconds)
 
 
 def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
-                  method: Method | None = None, record_attention_at: tuple[int, ...] = ()) -> Continuation:
+                  method: Method | None = None, record_attention_at: tuple[int, ...] = (),
+                  on_chunk_end: ChunkHook | None = None) -> Continuation:
     """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
 
     Parameters
@@ -303,6 +331,8 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
         the same bank layout. Default: the prefill method.
     record_attention_at : tuple of int
         Generated chunks (0-based) whose first denoising call's attention is returned.
+    on_chunk_end : callable ``(cache, signals)``, optional
+        Called after every generated chunk's decision and compaction.
 
     Returns
     -------
@@ -320,7 +350,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
-                 prefilled.last_chunk)
+                 prefilled.last_chunk, on_chunk_end)
     wanted = set(record_attention_at) | ({method.needs().attention_chunk} - {None})
     like = prefilled.like
     shape = (prefilled.batch, g.latent_channels, f, g.latent_height, g.latent_width)
@@ -334,33 +364,6 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
             if stats is not None and j in record_attention_at:
                 attention[j] = stats
     seconds = _now(like.device) - start
-    return Continuation(torch.cat(finals, dim=2), ledger, _kept_tokens(cache), seconds, cache, attention)
+    return Continuation(latents=torch.cat(finals, dim=2), ledger=ledger, kept_tokens=_kept_tokens(cache),
+                        seconds=seconds, cache=cache, attention=attention, decide_seconds=loop.decide_seconds)
 
-
-def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | None = None, first: int = 4,
-                          last: int = 4) -> torch.Tensor:
-    """DeCoPrune-HS / ForcingKV head scores from FullKV attention at the first continuation call.
-
-    For each calibration context: prefill with FullKV, record the attention of the first denoising call
-    of the first generated chunk, and compute ``s(l, h)`` = mass on the last ``last`` context frames /
-    mass on all context frames but the first ``first`` (:func:`cmbench.methods.head_map.static_scores`).
-
-    Parameters
-    ----------
-    backbone : Backbone
-    contexts : iterable of ``(latents [B, C, F, h, w], cond, seed)``
-        Calibration contexts (the paper uses 15 videos).
-    settings : GenerationSettings, optional
-
-    Returns
-    -------
-    Tensor, shape ``[num_layers, num_heads]``: the mean of ``s`` over contexts (``nan`` ignored).
-    """
-    scores = []
-    for latents, cond, seed in contexts:
-        pre = prefill(backbone, FullKV(), latents, cond, seed, settings)
-        cont = continue_task(backbone, pre, cond, backbone.geometry.chunk_frames, seed, record_attention_at=(0,))
-        scores.append(static_scores(cont.attention[0].stacked(), pre.context_frames, first, last))
-    if not scores:
-        raise ConfigError("head-map calibration needs at least one context")
-    return torch.stack(scores).nanmean(dim=0)

@@ -1,0 +1,45 @@
+"""Head maps from FullKV attention: which heads look only at the recent past (static) and which reach back.
+
+DeCoPrune-HS and ForcingKV split heads into static (sink + recent window) and dynamic ones from an
+offline map computed here on calibration contexts (the paper: 15 videos). The map's format and the
+static/dynamic rule live in :mod:`cmbench.methods.head_map`; this module runs the generation loop
+to measure the attention they are computed from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cmbench.errors import ConfigError
+from cmbench.generation import GenerationSettings, continue_task, prefill
+from cmbench.methods.fullkv import FullKV
+from cmbench.methods.head_map import static_scores
+
+
+def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | None = None, first: int = 4,
+                          last: int = 4) -> torch.Tensor:
+    """DeCoPrune-HS / ForcingKV head scores from FullKV attention at the first continuation call.
+
+    For each calibration context: prefill with FullKV, record the attention of the first denoising call
+    of the first generated chunk, and compute ``s(l, h)`` = mass on the last ``last`` context frames /
+    mass on all context frames but the first ``first`` (:func:`cmbench.methods.head_map.static_scores`).
+
+    Parameters
+    ----------
+    backbone : Backbone
+    contexts : iterable of ``(latents [B, C, F, h, w], cond, seed)``
+        Calibration contexts (the paper uses 15 videos).
+    settings : GenerationSettings, optional
+
+    Returns
+    -------
+    Tensor, shape ``[num_layers, num_heads]``: the mean of ``s`` over contexts (``nan`` ignored).
+    """
+    scores = []
+    for latents, cond, seed in contexts:
+        pre = prefill(backbone, FullKV(), latents, cond, seed, settings)
+        cont = continue_task(backbone, pre, cond, backbone.geometry.chunk_frames, seed, record_attention_at=(0,))
+        scores.append(static_scores(cont.attention[0].stacked(), pre.context_frames, first, last))
+    if not scores:
+        raise ConfigError("head-map calibration needs at least one context")
+    return torch.stack(scores).nanmean(dim=0)
