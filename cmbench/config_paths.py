@@ -30,3 +30,13 @@ def user_config_dirs() -> list[Path]:
 def config_dirs() -> list[Path]:
     """The package's config folder, then the user folders."""
     return [CONFIG_DIR, *user_config_dirs()]
+
+
+def knob_overrides(overrides: list[str]) -> list[str]:
+    """Hydra overrides with ``method.<knob>=v`` turned into ``++method.<knob>=v``.
+
+    A method yaml lists only what differs from its class (the class holds the defaults), so a knob
+    the yaml leaves out must still be settable on the command line; a misspelt knob then reaches
+    ``build_method``, which names the method's real knobs.
+    """
+    return [f"++{o}" if o.startswith("method.") else o for o in overrides]

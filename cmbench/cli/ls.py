@@ -22,12 +22,29 @@ def entries(group: str) -> dict[str, dict[str, str]]:
             cfg = OmegaConf.load(path)
             # experiment configs are global packages: their documentation sits under `experiment:`
             doc = cfg.get(group) if group == "experiment" and isinstance(cfg.get(group), DictConfig) else cfg
+            if group == "method":
+                doc = method_doc(cfg)
             found[path.stem] = {
                 "description": str(doc.get("description", "") or ""),
                 "paper": str(doc.get("paper", "") or ""),
                 "origin": str(folder),
             }
     return found
+
+
+def method_doc(cfg: DictConfig) -> dict[str, str]:
+    """A method's description and paper, from the class its yaml names (the yaml's own text when it
+    names none, or when the class cannot be imported: then the reason)."""
+    from cmbench.errors import ConfigError
+    from cmbench.methods.registry import config_class
+
+    if not (cfg.get("name") or cfg.get("_target_")):
+        return {"description": str(cfg.get("description", "") or ""), "paper": str(cfg.get("paper", "") or "")}
+    try:
+        cls = config_class(cfg)
+    except ConfigError as err:
+        return {"description": f"(unavailable: {err})", "paper": ""}
+    return {"description": cls.description, "paper": cls.paper}
 
 
 def ls(args: list[str]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from cmbench.config_paths import CONFIG_DIR, user_config_dirs
+from cmbench.config_paths import CONFIG_DIR, knob_overrides, user_config_dirs
 from cmbench.errors import CMBenchError
 
 # command -> (module:function taking the resolved DictConfig and returning an exit code, one-line help)
@@ -97,7 +97,7 @@ def _run_hydra(func, overrides: list[str]):
 
     # Hydra's parser wants its flags (-m, --cfg job, ...) before the overrides; users put them anywhere
     flags = [o for o in overrides if o in ("-m", "--multirun")]
-    overrides = flags + [o for o in overrides if o not in flags]
+    overrides = flags + knob_overrides([o for o in overrides if o not in flags])
     extra = user_config_dirs()
     if extra:
         paths = ",".join(f"file://{p}" for p in extra)

@@ -20,6 +20,7 @@ from cmbench.data import load_manifest
 from cmbench.errors import ConfigError
 from cmbench.provenance import git_commit, versions
 from cmbench.hashing import config_hash
+from cmbench.methods.registry import method_config
 from cmbench.runs.runner import run_tasks, select_tasks, shard_from_env, summarise
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
@@ -33,10 +34,14 @@ def method_label(cfg: DictConfig) -> str:
 
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config minus task selection and display: what changes a record."""
+    """The resolved config minus task selection and display: what changes a record (the method with
+    every knob its class fills in, since a method yaml lists only what differs from the class)."""
     container = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(container, dict)
-    return {k: v for k, v in container.items() if k not in SELECTION_KEYS and k != "hydra"}
+    out = {k: v for k, v in container.items() if k not in SELECTION_KEYS and k != "hydra"}
+    if isinstance(out.get("method"), dict):
+        out["method"] = method_config(out["method"])
+    return out
 
 
 def run_dir_for(cfg: DictConfig) -> Path:
@@ -87,7 +92,7 @@ def run(cfg: DictConfig) -> int:
     base = {
         "label": method_label(cfg),
         "method": str(cfg.method.name),
-        "method_config": OmegaConf.to_container(cfg.method, resolve=True),
+        "method_config": method_config(OmegaConf.to_container(cfg.method, resolve=True)),
         "backbone": str(cfg.backbone.name),
         "scorer": str(cfg.scorer.name),
         "scorer_hash": evaluator.scorer_hash,

@@ -111,8 +111,9 @@ class Method:
     """
 
     name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
-    paper: ClassVar[str] = ""
+    description: ClassVar[str] = ""  # one line: what the method keeps (``ls method``, the README table)
+    paper: ClassVar[str] = ""  # URL of the method's paper ("" if none)
+    paper_title: ClassVar[str] = ""  # how the tables cite it, e.g. "StreamingLLM, arXiv 2309.17453"
 
     sink_chunks: int = 1
     recent_chunks: int = 1

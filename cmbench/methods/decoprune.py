@@ -62,8 +62,10 @@ class DeCoPrune(ScoredMethod):
     """
 
     name = "decoprune"
-    description = "Keep tokens whose probe-step x0 disagrees with the final x0 (denoising consistency)"
+    description = ("tokens whose probe-step `x0` disagrees with the final `x0` (score > gamma), one mask for all "
+                   "layers")
     paper = "https://arxiv.org/abs/2609.39096"
+    paper_title = "DeCoPrune, arXiv 2609.39096"
 
     gamma: float = 0.10
     probe_step: int = 2

@@ -41,8 +41,10 @@ class DummyForcing(Method):
     """
 
     name = "dummyforcing"
-    description = "Online head classification; half the heads see only the last chunk, others first frames or a short window"
+    description = ("heads classified online from attention: half become \"dummy\" (last frames only), others keep "
+                   "the first frames or a short window")
     paper = "https://arxiv.org/abs/2601.20499"
+    paper_title = "Dummy Forcing, arXiv 2601.20499"
 
     first_frames: int = 4
     middle_frames: int = 8

@@ -55,8 +55,10 @@ class ForcingKV(ScoredMethod):
     """
 
     name = "forcingkv"
-    description = "Static heads: sink + recent; dynamic heads: + K patches least similar to the previous frame (keys)"
+    description = ("static heads: sink + recent; dynamic heads: + K patches with the lowest key cosine similarity "
+                   "to the previous frame")
     paper = "https://arxiv.org/abs/2605.09681"
+    paper_title = "ForcingKV, arXiv 2605.09681"
 
     head_map: str | None = None
     k: int = 256

@@ -31,8 +31,9 @@ class RandomTokens(ScoredMethod):
     """
 
     name = "random"
-    description = "Random history tokens with DeCoPrune's windows (selection control)"
+    description = "random history tokens with DeCoPrune's windows (the selection control)"
     paper = "https://arxiv.org/abs/2609.39096"
+    paper_title = "DeCoPrune, arXiv 2609.39096"
 
     keep_ratio: float = 0.15
     keep_counts: Mapping[int, int] | None = None

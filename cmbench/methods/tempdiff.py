@@ -51,8 +51,8 @@ class TempDiff(ScoredMethod):
     """
 
     name = "tempdiff"
-    description = "Keep each frame's K patches least similar to the same patch in the previous frame"
-    paper = ""
+    description = "per frame, the K patches least similar to the same patch in the previous frame"
+    paper_title = "TempDiff, as described in DeCoPrune's baselines"
 
     keep_ratio: float = 0.14
 
