@@ -7,7 +7,12 @@ Two calls per context and task (two tasks share one context)::
 
 ``prefill`` writes the context chunk by chunk (the clean K/V of each chunk by a ``t = 0`` call; the
 method's re-noise probe first, where it wants one), lets the method compact after every chunk, and
-re-indexes the temporal RoPE of the cached keys at the end. ``continue_task`` forks the prefilled
+re-indexes the temporal RoPE of the cached keys at the end.
+
+Two method hooks per chunk, in timeline order: ``before_clean(cache, chunk)`` once the chunk's
+denoising calls and probes are done, right before its ``t = 0`` pass (the chunk is open: e.g.
+DeCoPrune compacts the chunk two back here, so this chunk's denoising and probe still saw it dense);
+then ``after_chunk(cache, signals)`` once the chunk is committed. ``continue_task`` forks the prefilled
 cache and generates the continuation chunk by chunk with the sampler; the PR ledger records what each
 chunk saw. Prefill and continuation are timed separately (the paper's FPS counts the continuation).
 
@@ -55,12 +60,17 @@ class GenerationSettings:
         ``N_r``: context frames nearest the boundary that keep their true positions.
     reindex_virtual_length : float
         ``L_virt``: the whole context is squeezed into this many frames.
+    compute_attention : bool
+        ``False``: the cache stores, compacts and accounts exactly as usual but skips the attention
+        arithmetic (its outputs are zeros): PR and memory at a real model's scale on a CPU
+        (:mod:`cmbench.benchmarks.pr_at_scale`), never for generating video.
     """
 
     sampler: FlowMatchSampler = field(default_factory=FlowMatchSampler)
     reindex: bool = True
     reindex_recent: int = 8
     reindex_virtual_length: float = 17.0
+    compute_attention: bool = True
 
 
 @dataclass(kw_only=True)
@@ -125,7 +135,7 @@ class Continuation:
     cache : KVCache
         The task's cache after the last chunk (drop it to free its memory).
     attention : dict[int, AttentionStats]
-        Attention recorded at the first call of the listed generated chunks.
+        Attention recorded at the first call of the generated chunks listed in ``record_attention_at``.
     decide_seconds : float
         Of ``seconds``, the time the method spent deciding and compacting.
     """
@@ -166,6 +176,26 @@ class _Loop:
     def denoise(self, x: torch.Tensor, t: float, frame_start: int) -> torch.Tensor:
         return self.backbone.denoise(x, t, self.cache, frame_start, self.cond)
 
+    def recorder(self, info, wanted: bool):
+        """Attention recorder for a call of chunk ``info``: the method's (with its key frames) when it
+        asked for this chunk, a plain one when ``wanted``, else none."""
+        if self.needs.attention_chunk == info.index:
+            return self.cache.record_attention(self.method.attention_key_frames(self.geometry, info))
+        return self.cache.record_attention() if wanted else nullcontext()
+
+    def clean_pass(self, x0: torch.Tensor, info, record: bool) -> AttentionStats | None:
+        """The method's ``before_clean`` hook, then the ``t = 0`` pass writing the chunk's clean K/V.
+
+        With ``record`` (context chunks: their only model call) returns the attention the method asked
+        for at this chunk, if it did.
+        """
+        start = time.perf_counter()
+        self.method.before_clean(self.cache, info)
+        self.decide_seconds += time.perf_counter() - start
+        with self.recorder(info, False) if record else nullcontext() as recorded:
+            self.denoise(x0, 0.0, info.frame_start)
+        return recorded
+
     def probe_calls(self, x_t: torch.Tensor, t: float, frame_start: int, x0: torch.Tensor | None) -> dict:
         """The probe-step predictions the method needs (``x0`` = the trajectory's own, if any)."""
         out = {}
@@ -188,10 +218,10 @@ class _Loop:
             t = self.settings.sampler.levels[self.needs.probe_step]
             noise = torch.randn(x0.shape, generator=seeded_generator(self.seed, "context-probe", chunk)).to(x0)
             extra = self.probe_calls(renoise(x0, noise, t), t, frame_start, None)
-        self.denoise(x0, 0.0, frame_start)
+        attention = self.clean_pass(x0, info, record=True)
         self.finish(ChunkSignals(geometry=self.geometry, chunk=info, phase="context", generated_index=None,
                                  context_frames=self.context_frames, seed=self.seed, x0_final=x0,
-                                 previous_final=self.previous, **extra))
+                                 previous_final=self.previous, attention=attention, **extra))
 
     def generated_chunk(self, gen_index: int, chunk: int, frame_start: int, shape: tuple[int, ...],
                         like: torch.Tensor, record_attention: bool) -> tuple[torch.Tensor, AttentionStats | None]:
@@ -203,8 +233,7 @@ class _Loop:
         stats: list[AttentionStats] = []
 
         def call(x: torch.Tensor, t: float, step: int) -> torch.Tensor:
-            recorder = self.cache.record_attention() if step == 0 and record_attention else nullcontext()
-            with recorder as recorded:
+            with self.recorder(info, record_attention) if step == 0 else nullcontext() as recorded:
                 x0 = self.denoise(x, t, frame_start)
             if recorded is not None:
                 stats.append(recorded)
@@ -214,7 +243,7 @@ class _Loop:
 
         trace = self.settings.sampler.sample(call, noise, seeded_generator(self.seed, "step", chunk))
         final = trace.final
-        self.denoise(final, 0.0, frame_start)
+        self.clean_pass(final, info, record=False)
         attention = stats[0] if stats else None
         self.finish(ChunkSignals(geometry=self.geometry, chunk=info, phase="generation", generated_index=gen_index,
                                  context_frames=self.context_frames, seed=self.seed, x0_final=final,
@@ -293,7 +322,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     _check(method, settings)
     _check_latents(context_latents, g, "context latents")
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
-    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity)
+    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity,
+                                  compute_attention=settings.compute_attention)
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
     loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end)
@@ -330,7 +360,8 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
         Task-specific knobs (e.g. :class:`RandomTokens` counts); must be the prefill method's class with
         the same bank layout. Default: the prefill method.
     record_attention_at : tuple of int
-        Generated chunks (0-based) whose first denoising call's attention is returned.
+        Generated chunks (0-based) whose first denoising call's attention is returned (over every
+        visible key; the method's own request, ``Needs.attention_chunk``, is served separately).
     on_chunk_end : callable ``(cache, signals)``, optional
         Called after every generated chunk's decision and compaction.
 
@@ -351,7 +382,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
                  prefilled.last_chunk, on_chunk_end)
-    wanted = set(record_attention_at) | ({method.needs().attention_chunk} - {None})
+    wanted = set(record_attention_at)
     like = prefilled.like
     shape = (prefilled.batch, g.latent_channels, f, g.latent_height, g.latent_width)
     finals, attention = [], {}
