@@ -19,6 +19,7 @@ for _command in (
     Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
+    Command("check", "check a method against the method contract on a random tiny model", "cmbench.cli.check"),
 ):
     COMMANDS.add(_command.name, _command)
 
