@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_ROOT / "configs"
@@ -51,3 +51,14 @@ def group_entries(group: str) -> dict[str, dict[str, str]]:
                 "origin": str(folder),
             }
     return found
+
+
+def complete_method_name(cfg: DictConfig, choice: str | None) -> None:
+    """Give ``cfg.method`` a ``name`` when its yaml has none (a plug-in yaml with only ``_target_``).
+
+    The name is the config's file name (``choice``, Hydra's selected option), as ``ls`` shows it.
+    """
+    method = cfg.get("method")
+    if isinstance(method, DictConfig) and not method.get("name") and choice:
+        with open_dict(method):
+            method.name = str(choice)

@@ -78,12 +78,15 @@ class ExperimentResult:
         The content of ``summary.json``.
     result : RunResult
         Tasks run now, cached and failed in this invocation.
+    task_ids : tuple of str
+        The selected tasks (all shards), in manifest order.
     """
 
     run_dir: Path
     label: str
     summary: dict[str, Any]
     result: RunResult
+    task_ids: tuple[str, ...]
 
 
 def run_experiment(cfg: DictConfig) -> ExperimentResult:
@@ -121,4 +124,4 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     summary = summarise(run_dir, [t.task_id for t in selected])
     summary.update(run_dir=str(run_dir), label=base["label"], shard={"count": shard[0], "index": shard[1]})
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return ExperimentResult(run_dir, base["label"], summary, result)
+    return ExperimentResult(run_dir, base["label"], summary, result, tuple(t.task_id for t in selected))
