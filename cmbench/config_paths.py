@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -19,6 +20,14 @@ GROUPS = ("data", "method", "backbone", "scorer", "experiment")
 # `${package_root:}` in a config is the installed cmbench package, so shipped files (weights, head
 # maps, dataset specs) resolve from any working directory, in a checkout and in a wheel alike
 OmegaConf.register_new_resolver("package_root", lambda: str(PACKAGE_ROOT), replace=True)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A resolved config mapping (DictConfig or dict) as a plain ``dict`` (lists and nested mappings too)."""
+    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    if not isinstance(plain, dict):
+        raise TypeError(f"expected a config mapping, got {type(plain).__name__}")
+    return {str(k): v for k, v in plain.items()}
 
 
 def user_config_dirs() -> list[Path]:
@@ -43,8 +52,11 @@ def group_entries(group: str) -> dict[str, dict[str, str]]:
     for folder in config_dirs():
         for path in sorted((folder / group).glob("*.yaml")):
             cfg = OmegaConf.load(path)
+            if not isinstance(cfg, DictConfig):
+                continue
             # experiment configs are global packages: their documentation sits under `experiment:`
-            doc = cfg.get(group) if group == "experiment" and isinstance(cfg.get(group), DictConfig) else cfg
+            inner = cfg.get(group)
+            doc = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
             found[path.stem] = {
                 "description": str(doc.get("description", "") or ""),
                 "paper": str(doc.get("paper", "") or ""),

@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 
 from cmbench.backbones.tiny import CameraPlan, TinyWorldModel
 from cmbench.cache import KVCache
-from cmbench.config_paths import CONFIG_DIR
+from cmbench.config_paths import CONFIG_DIR, to_dict
 from cmbench.generation import PrefilledContext, continue_task, prefill
 from cmbench.hashing import file_hash, seeded_generator
 from cmbench.methods.base import Method
@@ -65,9 +65,7 @@ class MethodSpec:
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self) -> Method:
-        cfg = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "method" / f"{self.name}.yaml"), resolve=True)
-        cfg.update(self.overrides)
-        return build_method(cfg)
+        return build_method({**to_dict(OmegaConf.load(CONFIG_DIR / "method" / f"{self.name}.yaml")), **self.overrides})
 
 
 METHODS = {
@@ -218,7 +216,12 @@ class CostProbe:
                 cache = KVCache.from_geometry(g)
             else:
                 cache = full.cache.fork()
-                cache.compact(lambda bank, n=n: torch.arange(bank.n) >= bank.n - n)
+                newest = n
+
+                def keep_newest(bank, newest=newest):
+                    return torch.arange(bank.n) >= bank.n - newest
+
+                cache.compact(keep_newest)
             cache.begin_chunk(full.next_chunk, full.context_frames, g.chunk_frames)
             self.caches[n] = cache
         shape = (full.batch, g.latent_channels, g.chunk_frames, g.latent_height, g.latent_width)
@@ -284,7 +287,9 @@ def timed_round(backbone, entries: dict[str, Entry], probe: CostProbe, threads: 
     """One continuation per method and one cost-model measurement at ``threads`` torch threads, in a
     shuffled order."""
     torch.set_num_threads(threads)
-    for label in rng.permutation([*entries, None]):
+    order: list[str | None] = [*entries, None]
+    for i in rng.permutation(len(order)):
+        label = order[i]
         if label is None:
             probe.measure()
             continue
@@ -334,6 +339,7 @@ def bench_length(backbone, frames: int, *, methods: list[str], continuation: int
         account(backbone, entry, plan, continuation, seed, record=label == DECOPRUNE)
     if DECOPRUNE in entries and oracle:
         deco = entries[DECOPRUNE]
+        assert deco.survivors is not None  # recorded by its accounting run
         replay = OracleMask(survivors=deco.survivors, initial_layout=deco.prefilled.method.layout(g))
         entries[ORACLE] = Entry(dataclasses.replace(deco.prefilled, method=replay), 0.0)
         account(backbone, entries[ORACLE], plan, continuation, seed, record=False)

@@ -7,7 +7,9 @@ overrides, e.g. ``method.gamma=0.2``) and prints one line per check; exit 1 when
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from cmbench.config_paths import to_dict
 
 from cmbench.runs.evaluator import generation_settings
 from cmbench.method_check import check_method, format_results
@@ -18,7 +20,7 @@ def execute(cfg: DictConfig) -> int:
 
     torch.set_num_threads(int(cfg.threads or 1))
     knobs = cfg.get("check") or {}
-    method_cfg = OmegaConf.to_container(cfg.method, resolve=True)
+    method_cfg = to_dict(cfg.method)
     results = check_method(method_cfg, seed=int(knobs.get("seed", 0)),
                            context_chunks=int(knobs.get("context_chunks", 6)),
                            continuation_chunks=int(knobs.get("continuation_chunks", 4)),

@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = COMMANDS.get(name)
     execute = command.function()
+    if execute is None:
+        raise RuntimeError(f"command module {command.module} has no execute function")
     if not command.hydra:
         return int(execute(rest))
     jobs = run_hydra(execute, rest)
