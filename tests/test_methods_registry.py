@@ -10,13 +10,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cmbench.config_paths import CONFIG_DIR, knob_overrides
+from cmbench.config_paths import CONFIG_DIR, group_entries, knob_overrides
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_class, method_names
 from cmbench.methods.catalog import MARKERS, markdown_table
-from cmbench.methods.registry import method_config
-from cmbench.cli.ls import entries
+from cmbench.methods.registry import full_method_config
 from fakes import AttentionBackbone, fake_geometry
 
 CONFIGS = CONFIG_DIR / "method"
@@ -35,7 +34,7 @@ def composed_method(name: str, *overrides: str):
 def test_every_registered_method_has_a_config_and_documents_itself_in_its_class():
     names = method_names()
     assert set(names) == {p.stem for p in CONFIGS.glob("*.yaml")}
-    listed = entries("method")
+    listed = group_entries("method")
     for name in names:
         cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
         assert cfg.name == name
@@ -60,7 +59,7 @@ def test_composed_config_builds_the_class_defaults(name):
         assert built == dataclasses.replace(defaults, head_map=cfg.backbone.head_map)
     else:
         assert built == defaults == build_method({"name": name})
-    assert method_config(method_cfg) == {"name": name, **built.knobs()}
+    assert full_method_config(method_cfg) == {"name": name, **built.knobs()}
 
 
 def test_streaming_one_source_of_truth():
@@ -119,7 +118,7 @@ def test_external_method_plugs_in_by_target(tmp_path, monkeypatch):
         "_target_: test_methods_registry.KeepEveryOther\nname: keep_every_other\nstride: 2\n"
     )
     monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(tmp_path))
-    assert entries("method")["every_other"]["description"] == "test plug-in"  # from the class
+    assert group_entries("method")["every_other"]["description"] == "test plug-in"  # from the class
     method = build_method(OmegaConf.load(folder / "every_other.yaml"))
     assert isinstance(method, KeepEveryOther)
     backbone = AttentionBackbone(fake_geometry())

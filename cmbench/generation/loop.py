@@ -21,8 +21,9 @@ starting noise from ``(seed, "noise", chunk)`` and stochastic-sampler noise from
 
 Hooks: both calls take ``on_chunk_end(cache, signals)``, called after the method has decided and the
 cache has been compacted for every committed chunk (as diffusers pipelines call
-``callback_on_step_end``), so instruments (a keep-pattern recorder, invariant checks) observe the loop
-without patching the method. The loop also times the method's decisions (``decide_seconds``).
+``callback_on_step_end``), and ``on_before_clean(cache, chunk)``, called right before every chunk's
+``t = 0`` pass (after the method's own ``before_clean``), so instruments (a keep-pattern recorder,
+invariant checks) observe the loop without patching the method. The loop also times the method's decisions (``decide_seconds``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from cmbench.cache import AttentionStats, KVCache, PRLedger
+from cmbench.cache import AttentionStats, ChunkInfo, KVCache, PRLedger
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Method, Needs
 from cmbench.generation.sampler import FlowMatchSampler, renoise
@@ -43,6 +44,10 @@ from cmbench.hashing import seeded_generator
 
 ChunkHook = Callable[[KVCache, ChunkSignals], None]
 """``on_chunk_end(cache, signals)``: called after each committed chunk's decision and compaction."""
+
+CleanHook = Callable[[KVCache, ChunkInfo], None]
+"""``on_before_clean(cache, chunk)``: called with the chunk open, after the method's ``before_clean``,
+right before the chunk's ``t = 0`` pass."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,7 @@ class _Loop:
 
     def __init__(self, backbone, method: Method, cache: KVCache, ledger: PRLedger, settings: GenerationSettings,
                  cond: Any, seed: int, context_frames: int, previous: torch.Tensor | None,
-                 on_chunk_end: ChunkHook | None) -> None:
+                 on_chunk_end: ChunkHook | None, on_before_clean: CleanHook | None = None) -> None:
         self.backbone, self.method, self.cache, self.ledger = backbone, method, cache, ledger
         self.settings, self.cond, self.seed = settings, cond, seed
         self.geometry = backbone.geometry
@@ -171,6 +176,7 @@ class _Loop:
         self.context_frames = context_frames
         self.previous = previous
         self.on_chunk_end = on_chunk_end
+        self.on_before_clean = on_before_clean
         self.decide_seconds = 0.0
 
     def denoise(self, x: torch.Tensor, t: float, frame_start: int) -> torch.Tensor:
@@ -192,6 +198,8 @@ class _Loop:
         start = time.perf_counter()
         self.method.before_clean(self.cache, info)
         self.decide_seconds += time.perf_counter() - start
+        if self.on_before_clean is not None:
+            self.on_before_clean(self.cache, info)
         with self.recorder(info, False) if record else nullcontext() as recorded:
             self.denoise(x0, 0.0, info.frame_start)
         return recorded
@@ -296,7 +304,8 @@ def _now(device: torch.device) -> float:
 
 
 def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, seed: int,
-            settings: GenerationSettings | None = None, on_chunk_end: ChunkHook | None = None) -> PrefilledContext:
+            settings: GenerationSettings | None = None, on_chunk_end: ChunkHook | None = None,
+            on_before_clean: CleanHook | None = None) -> PrefilledContext:
     """Write a context into a fresh cache, chunk by chunk, under ``method``.
 
     Parameters
@@ -312,6 +321,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     settings : GenerationSettings, optional
     on_chunk_end : callable ``(cache, signals)``, optional
         Called after every context chunk's decision and compaction.
+    on_before_clean : callable ``(cache, chunk)``, optional
+        Called right before every context chunk's ``t = 0`` pass (after the method's ``before_clean``).
 
     Returns
     -------
@@ -326,7 +337,7 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
                                   compute_attention=settings.compute_attention)
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
-    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end)
+    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean)
     start = _now(context_latents.device)
     with torch.no_grad():
         for chunk in range(q0 // f):
@@ -342,7 +353,7 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
 
 def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
                   method: Method | None = None, record_attention_at: tuple[int, ...] = (),
-                  on_chunk_end: ChunkHook | None = None) -> Continuation:
+                  on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None) -> Continuation:
     """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
 
     Parameters
@@ -364,6 +375,8 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
         visible key; the method's own request, ``Needs.attention_chunk``, is served separately).
     on_chunk_end : callable ``(cache, signals)``, optional
         Called after every generated chunk's decision and compaction.
+    on_before_clean : callable ``(cache, chunk)``, optional
+        Called right before every generated chunk's ``t = 0`` pass (after the method's ``before_clean``).
 
     Returns
     -------
@@ -381,7 +394,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
-                 prefilled.last_chunk, on_chunk_end)
+                 prefilled.last_chunk, on_chunk_end, on_before_clean)
     wanted = set(record_attention_at)
     like = prefilled.like
     shape = (prefilled.batch, g.latent_channels, f, g.latent_height, g.latent_width)

@@ -18,66 +18,33 @@ command line.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib
-from importlib.metadata import entry_points
 from typing import Any, Mapping
 
 from cmbench.errors import ConfigError
 from cmbench.methods.base import Method
+from cmbench.registry import Registry
 
 ENTRY_POINT_GROUP = "cmbench.methods"
 DOC_KEYS = ("description", "paper")
 
-_REGISTRY: dict[str, type[Method]] = {}
+METHODS: Registry[type[Method]] = Registry("method", base=Method, entry_point_group=ENTRY_POINT_GROUP)
 
 
 def register(cls: type[Method]) -> type[Method]:
     """Class decorator: make ``cls`` available as ``name=cls.name``."""
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} has no registry name")
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"method name {cls.name!r} is taken by {_REGISTRY[cls.name].__qualname__}")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _entry_point_classes() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return METHODS.register()(cls)
 
 
 def method_names() -> list[str]:
     """Registered names (built-ins and entry points), sorted."""
-    return sorted(set(_REGISTRY) | set(_entry_point_classes()))
+    return METHODS.names()
 
 
 def method_class(name: str) -> type[Method]:
     """The class registered as ``name``; a :class:`ConfigError` with a suggestion otherwise."""
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    eps = _entry_point_classes()
-    if name in eps:
-        return _check_class(eps[name].load(), f"entry point {name!r}")
-    close = difflib.get_close_matches(name, method_names(), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"unknown method {name!r}.{hint} Known methods: {', '.join(method_names())}")
-
-
-def _import_target(target: str) -> type[Method]:
-    module, _, attr = target.replace(":", ".").rpartition(".")
-    if not module:
-        raise ConfigError(f"method _target_ {target!r} must be 'package.module.Class'")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"cannot import method _target_ {target!r}: {err}") from err
-    return _check_class(cls, f"_target_ {target!r}")
-
-
-def _check_class(cls: Any, where: str) -> type[Method]:
-    if not (isinstance(cls, type) and issubclass(cls, Method)):
-        raise ConfigError(f"{where} is not a subclass of cmbench.methods.base.Method")
-    return cls
+    return METHODS.get(name)
 
 
 def config_class(cfg: Mapping[str, Any]) -> type[Method]:
@@ -90,7 +57,7 @@ def config_class(cfg: Mapping[str, Any]) -> type[Method]:
     """
     target, name = cfg.get("_target_"), cfg.get("name")
     if target:
-        return _import_target(str(target))
+        return METHODS.import_target(str(target))
     if name:
         return method_class(str(name))
     raise ConfigError("a method config needs 'name' (a registered method) or '_target_' (a class path)")
@@ -125,7 +92,7 @@ def build_method(cfg: Mapping[str, Any]) -> Method:
         raise ConfigError(f"method {cls.name!r}: {err}") from err
 
 
-def method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def full_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The complete config of the method ``cfg`` builds: its name (or ``_target_``) and every knob.
 
     A yaml lists only what differs from the class; this is what a run's identity and records need.
@@ -133,6 +100,18 @@ def method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     method = build_method(cfg)
     head = {"_target_": str(cfg["_target_"])} if cfg.get("_target_") else {}
     return {**head, "name": method.name or str(cfg.get("name", "")), **method.knobs()}
+
+
+def config_doc(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``{"description", "paper"}`` of the class a method yaml names; the yaml's own text when it names
+    none (no ``name`` / ``_target_``); the reason when its class cannot be found."""
+    if not (cfg.get("name") or cfg.get("_target_")):
+        return {"description": str(cfg.get("description", "") or ""), "paper": str(cfg.get("paper", "") or "")}
+    try:
+        cls = config_class(cfg)
+    except ConfigError as err:
+        return {"description": f"(unavailable: {err})", "paper": ""}
+    return {"description": cls.description, "paper": cls.paper}
 
 
 def _plain(value: Any) -> Any:
