@@ -56,7 +56,7 @@ def group_entries(group: str) -> dict[str, dict[str, str]]:
                 continue
             # experiment configs are global packages: their documentation sits under `experiment:`
             inner = cfg.get(group)
-            doc = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
+            doc: Any = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
             if group == "method":  # a method documents itself in its class
                 from cmbench.methods.registry import config_doc
 
