@@ -1,7 +1,7 @@
 """Attention statistics on request: how much attention each head puts on each source frame.
 
 SDPA does not return attention weights, so while a :class:`AttentionStats` recorder is active the
-cache recomputes the softmax explicitly, in query blocks to bound memory.
+cache recomputes the softmax explicitly, in query blocks sized to bound memory (:data:`LOGITS_PER_BLOCK`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-QUERY_BLOCK = 256
+LOGITS_PER_BLOCK = 1 << 24  # query rows per block: at most this many logits (64 MB of float32) at once
 
 
 @dataclass
@@ -78,8 +78,9 @@ def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_f
     kt = k.transpose(1, 2).float()  # [B, Hg, N, D]
     per_key = torch.zeros(hg, k.shape[1], dtype=torch.float32, device=q.device)
     scale = 1.0 / math.sqrt(d)
-    for start in range(0, L, QUERY_BLOCK):
-        logits = torch.matmul(qt[:, :, start : start + QUERY_BLOCK], kt.transpose(-1, -2)) * scale
+    block = max(1, LOGITS_PER_BLOCK // max(1, b * hg * k.shape[1]))
+    for start in range(0, L, block):
+        logits = torch.matmul(qt[:, :, start : start + block], kt.transpose(-1, -2)) * scale
         per_key += logits.softmax(dim=-1).sum(dim=(0, 2))
     per_key = per_key.cpu() / (b * L)
     out = torch.zeros(hg, num_frames, dtype=torch.float32)
