@@ -145,6 +145,32 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "
     return path
 
 
+LOSSLESS_CODEC = "FFV1"  # FFmpeg's lossless intra codec, in a Matroska container
+
+
+def write_lossless_video(path: str | Path, frames: np.ndarray, fps: float) -> Path:
+    """Encode frames losslessly (FFV1 in ``.mkv``) and check that they decode back bit-exact.
+
+    Parameters
+    ----------
+    path : str or Path
+        Output file, ``.mkv``.
+    frames : ndarray, ``uint8 [F, H, W, 3]``, RGB
+    fps : float
+
+    Raises
+    ------
+    VideoError
+        When this OpenCV build cannot write FFV1, or the file does not decode to ``frames``.
+    """
+    path = write_video(path, frames, fps, codec=LOSSLESS_CODEC)
+    decoded, _ = read_video(path)
+    if decoded.shape != frames.shape or not np.array_equal(decoded, frames):
+        raise VideoError(f"{path}: the {LOSSLESS_CODEC} video does not decode to the frames written "
+                         f"(this OpenCV build's FFmpeg is not lossless for it)")
+    return path
+
+
 def resample_indices(n_frames: int, src_fps: float, dst_fps: float) -> np.ndarray:
     """Nearest-index resampling from ``src_fps`` to ``dst_fps``.
 
