@@ -204,7 +204,7 @@ def test_adapters_come_from_the_data_config(tmp_path):
     assert type(build_adapter({"root": str(tmp_path)})) is DatasetAdapter
     assert type(build_adapter(_miniworld_data(tmp_path))) is MiniWorldAdapter
     assert type(build_adapter({"root": "x", "adapter": "cmbench.miniworld.adapter:MiniWorldAdapter"})) is MiniWorldAdapter
-    with pytest.raises(ConfigError, match="not one of official, miniworld"):
+    with pytest.raises(ConfigError, match="unknown dataset adapter 'mini'. Did you mean 'miniworld'"):
         build_adapter({"root": "x", "adapter": "mini"})
     with pytest.raises(ConfigError, match="not a subclass of cmbench.data.adapter.DatasetAdapter"):
         build_adapter({"root": "x", "adapter": "cmbench.data.task:Task"})

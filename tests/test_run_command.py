@@ -19,8 +19,10 @@ import pytest
 from cmbench.runs.records import read_all_records
 from test_tiny_backbone import random_model
 
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
+
 REPO = Path(__file__).resolve().parents[1]
-TIMING = {"prefill_seconds", "continuation_seconds", "continuation_fps", "traceback"}
+TIMING = {"prefill_seconds", "continuation_seconds", "continuation_fps", "traceback", "recorded_ns"}
 SMALL_SUITE = [
     "data.clip_frames=24",
     "data.min_absence_frames=16",

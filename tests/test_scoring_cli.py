@@ -18,7 +18,11 @@ from official_fixture import official_row, write_manifest
 
 from cmbench.data import write_video
 from cmbench.miniworld import object_boxes, render_video, scene_from_seed
-from cmbench.cli.score import match_videos, summarize
+from cmbench.runs.records import TaskRecord
+from cmbench.runs.score_videos import match_videos
+from cmbench.runs.summary import summarise
+
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
 
 ROOT = Path(__file__).resolve().parent.parent
 FPS = 16
@@ -60,8 +64,13 @@ def dataset(tmp_path_factory):
     return root, videos
 
 
+def official_data(root: Path) -> list[str]:
+    """The fixture is an official-layout dataset of 32x32 videos."""
+    return ["data=cmbench", f"data.root={root}", "data.height=32", "data.width=32"]
+
+
 def _score(root: Path, videos: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "cmbench", "score", f"videos={videos}", f"data.root={root}", f"out={out}",
+    cmd = [sys.executable, "-m", "cmbench", "score", f"videos={videos}", *official_data(root), f"out={out}",
            _scorer_override(), f"scorer.cache_dir={cache}"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
@@ -84,13 +93,16 @@ def test_score_folder_reports_missing_and_extra_and_scores_the_rest(dataset, tmp
     assert target["n_frames"] == twin["n_frames"] == 8
     assert target["detection_rate"] == 1.0 and target["score"] > 0.9
     assert target["score"] > twin["score"] + 0.4  # the same entity beats its same-category twin
-    assert target["scorer"] == "light" and target["scorer_config_hash"] == twin["scorer_config_hash"]
+    assert target["scorer"] == "light" and target["scorer_hash"] == twin["scorer_hash"]
+    assert target["kind"] == "score" and target["metric"] == "light" and target["seed"] is None
+    assert target["label"] == videos.name and target["context_id"] == "videos/synthetic/syn_001"
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["missing"] == ["syn_001_reappear_03"] and summary["extra"] == ["syn_999_reappear_01.mp4"]
-    assert (summary["n_tasks"], summary["n_videos_matched"], summary["n_scored"], summary["n_failed"]) == (4, 3, 2, 1)
-    assert summary["mean_score"] == pytest.approx((target["score"] + twin["score"]) / 2)
-    assert summary["mean_score_all_tasks"] == pytest.approx((target["score"] + twin["score"]) / 4)
+    assert summary["missing_task_ids"] == ["syn_001_reappear_03"] and summary["extra"] == ["syn_999_reappear_01.mp4"]
+    assert (summary["tasks_expected"], summary["tasks_recorded"], summary["tasks_ok"], summary["tasks_failed"]) == (
+        4, 3, 2, 1)
+    assert summary["score"] == pytest.approx((target["score"] + twin["score"]) / 2)
+    assert summary["score_all_tasks"] == pytest.approx((target["score"] + twin["score"]) / 4)
     assert summary["scorer_config"]["detector"]["score_threshold"] == target["detection_threshold"]
     assert summary["cache"] == {"hits": 0, "misses": 2}
 
@@ -99,9 +111,10 @@ def test_score_folder_reports_missing_and_extra_and_scores_the_rest(dataset, tmp
     assert again.returncode == 0, again.stdout + again.stderr
     summary2 = json.loads((tmp_path / "out2" / "summary.json").read_text())
     assert summary2["cache"] == {"hits": 2, "misses": 0}  # rescoring reads the feature cache
-    assert summary2["missing"] == ["syn_001_reappear_03", "syn_001_reappear_04"]
+    assert summary2["missing_task_ids"] == ["syn_001_reappear_03", "syn_001_reappear_04"]
     records2 = [json.loads(line) for line in (tmp_path / "out2" / "records.jsonl").read_text().splitlines()]
-    assert records2 == [target, twin]
+    written_at = lambda r: {k: v for k, v in r.items() if k != "recorded_ns"}  # noqa: E731
+    assert list(map(written_at, records2)) == list(map(written_at, [target, twin]))
 
 
 def test_score_needs_a_videos_folder(dataset, tmp_path):
@@ -118,15 +131,16 @@ def test_match_videos_and_summary(tmp_path):
 
     for name in ("t1.mp4", "t3.mp4", "zz.mp4", "t2.avi"):
         (tmp_path / name).write_bytes(b"")
-    matched, missing, extra = match_videos([task(1), task(2), task(3)], tmp_path)
+    match = match_videos([task(1), task(2), task(3)], tmp_path)
+    matched, missing, extra = [t for t, _ in match.matched], match.missing, match.extra
     assert [t.task_id for t in matched] == ["t1", "t3"] and missing == ["t2"] and extra == ["zz.mp4"]
     records = [
-        {"status": "ok", "score": 0.8, "source": "real", "task_type": "reappear", "detection_rate": 1.0},
-        {"status": "ok", "score": 0.2, "source": "synthetic", "task_type": "revisit", "detection_rate": 0.5},
-        {"status": "failed", "source": "real", "task_type": "revisit"},
+        TaskRecord(task_id="t1", status="ok", score=0.8, source="real", task_type="reappear", detection_rate=1.0),
+        TaskRecord(task_id="t2", status="ok", score=0.2, source="synthetic", task_type="revisit", detection_rate=0.5),
+        TaskRecord(task_id="t3", status="failed", source="real", task_type="revisit"),
     ]
-    summary = summarize(records, n_tasks=4)
-    assert summary["n_scored"] == 2 and summary["n_failed"] == 1
-    assert summary["mean_score"] == pytest.approx(0.5) and summary["mean_score_all_tasks"] == pytest.approx(0.25)
-    assert summary["by_source"] == {"real": {"n": 1, "mean_score": 0.8}, "synthetic": {"n": 1, "mean_score": 0.2}}
-    assert summary["mean_detection_rate"] == pytest.approx(0.75)
+    summary = summarise(records, ["t1", "t2", "t3", "t4"])
+    assert summary["tasks_ok"] == 2 and summary["tasks_failed"] == 1
+    assert summary["score"] == pytest.approx(0.5) and summary["score_all_tasks"] == pytest.approx(0.25)
+    assert summary["by_source"] == {"real": {"n": 1, "score": 0.8}, "synthetic": {"n": 1, "score": 0.2}}
+    assert summary["detection_rate"] == pytest.approx(0.75)

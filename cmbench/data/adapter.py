@@ -3,8 +3,8 @@
 Every dataset in the official ``metadata.jsonl`` layout is read through one :class:`DatasetAdapter`;
 a dataset that stores more than that layout (MiniWorld's lossless frames and its build knobs)
 subclasses it, so commands and the evaluator never ask which dataset they hold. A data config names
-its adapter (``adapter: official`` | ``miniworld`` | ``package.module:Class``; ``official`` when
-absent)::
+its adapter (``adapter: official`` | ``miniworld`` | a registered name | ``package.module:Class``;
+``official`` when absent)::
 
     adapter = build_adapter(cfg.data)
     adapter.ensure()                         # make the data present (build, or say how to fetch it)
@@ -14,7 +14,6 @@ absent)::
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,7 @@ from cmbench.data.manifest import Problem
 from cmbench.data.task import Task
 from cmbench.data.video import prepare_frames, read_video
 from cmbench.errors import ConfigError
-
-ADAPTERS = {
-    "official": "cmbench.data.adapter:DatasetAdapter",
-    "miniworld": "cmbench.miniworld.adapter:MiniWorldAdapter",
-}
+from cmbench.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -122,9 +117,9 @@ class DatasetAdapter:
 
     def prepare(self) -> Path:
         """``python -m cmbench prepare``: fetch the dataset its spec names (a hub dataset)."""
-        from cmbench.data.fetch import fetch_dataset
+        from cmbench.data.official import fetch_official
 
-        return fetch_dataset(self.data)
+        return fetch_official(self.data)
 
     def problems(self, tasks: list[Task], open_files: bool = True) -> list[Problem]:
         """Checks beyond the official schema (none for the official layout)."""
@@ -159,23 +154,21 @@ class DatasetAdapter:
         return ContinuationShape(None, int(self.data["height"]), int(self.data["width"]))
 
 
+ADAPTERS: Registry[type[DatasetAdapter]] = Registry("dataset adapter", base=DatasetAdapter,
+                                                  entry_point_group="cmbench.datasets")
+ADAPTERS.add("official", DatasetAdapter)
+ADAPTERS.add("miniworld", "cmbench.miniworld.adapter:MiniWorldAdapter")
+
+
 def build_adapter(data: Any) -> DatasetAdapter:
-    """The adapter a data config names (``adapter``: a name of :data:`ADAPTERS` or ``module:Class``).
+    """The adapter a data config names (``adapter``: a registered name, else a ``_target_``-style
+    import path of a :class:`DatasetAdapter` subclass; ``official`` when absent).
 
     Raises
     ------
     ConfigError
-        Unknown name, or a class that is not a :class:`DatasetAdapter`.
+        Unknown name (with the closest one), or a class that is not a :class:`DatasetAdapter`.
     """
     name = str(data.get("adapter") or "official")
-    target = ADAPTERS.get(name, name)
-    module, _, attr = target.partition(":")
-    if not attr:
-        raise ConfigError(f"data.adapter={name!r}: not one of {', '.join(ADAPTERS)} nor 'package.module:Class'")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"data.adapter={name!r}: cannot import {target} ({err})") from err
-    if not (isinstance(cls, type) and issubclass(cls, DatasetAdapter)):
-        raise ConfigError(f"data.adapter={name!r}: {target} is not a subclass of cmbench.data.adapter.DatasetAdapter")
+    cls = ADAPTERS.get(name) if name in ADAPTERS or ("." not in name and ":" not in name) else ADAPTERS.import_target(name)
     return cls(data)

@@ -21,7 +21,12 @@ from cmbench.backbones.loading import build_backbone
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
 from cmbench.data.video import write_lossless_video
-from cmbench.generation import GenerationSettings, PrefilledContext, continue_task, prefill
+from cmbench.generation import (
+    GenerationSettings,
+    PrefilledContext,
+    continue_task,
+    prefill,
+)
 from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method

@@ -33,7 +33,6 @@ from cmbench.hashing import task_seed
 from cmbench.runs.lock import RunLock
 from cmbench.runs.records import RecordWriter, TaskRecord, latest_records, read_task_records, records_path
 
-
 class Evaluator(Protocol):
     """Runs the tasks of one context: a shared preparation (prefill), then each task."""
 
@@ -90,11 +89,16 @@ def select_tasks(
 def shard_tasks(tasks: list[Task], count: int, index: int) -> list[Task]:
     """Tasks of shard ``index`` of ``count``: whole contexts, dealt round-robin in manifest order, so
     the tasks of one context share a prefill within one shard."""
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
+    check_shard(count, index)
     contexts = list(dict.fromkeys(t.context_id for t in tasks))
     mine = set(contexts[index::count])
     return [t for t in tasks if t.context_id in mine]
+
+
+def check_shard(count: int, index: int) -> None:
+    """Raise a :class:`ConfigError` unless ``count >= 1`` and ``0 <= index < count``."""
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
 
 
 def shard_from_env(count: int, index: int) -> tuple[int, int]:

@@ -1,18 +1,19 @@
-"""Fetch a dataset its spec names on a hub (``hub.repo_id``), failing fast and helpfully offline."""
+"""The official CMBench dataset: download it where a hub is reachable, or say how to get it."""
 
 from __future__ import annotations
 
 import os
 import socket
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
+
+from typing import Any
 
 from cmbench.data.spec import load_spec
 from cmbench.errors import CMBenchError, ConfigError
 
 
-def hub_unreachable(endpoint: str, timeout: float = 3.0) -> str | None:
+def _hub_reachable(endpoint: str, timeout: float = 3.0) -> str | None:
     """None when the hub endpoint accepts a TCP connection, else the reason it does not."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
         return "HF_HUB_OFFLINE is set"
@@ -24,8 +25,9 @@ def hub_unreachable(endpoint: str, timeout: float = 3.0) -> str | None:
         return f"{url.hostname} is unreachable ({err})"
 
 
-def fetch_dataset(data: Any) -> Path:
-    """Download the dataset named by ``data.spec``'s ``hub`` block into ``data.root``.
+def fetch_official(data: Any) -> Path:
+    """Download the dataset its spec names on the hub (``hub.repo_id``; the official CMBench set)
+    into ``data.root`` with huggingface_hub.
 
     Nothing happens when the manifest is already there. Offline it fails at once (a 3-second
     connection check), saying how to download it elsewhere and where to put it.
@@ -33,32 +35,30 @@ def fetch_dataset(data: Any) -> Path:
     Raises
     ------
     ConfigError
-        The spec names no hub dataset.
+        The dataset's spec names nothing to download.
     CMBenchError
         The hub cannot be reached.
     """
     from huggingface_hub import constants, snapshot_download
 
     name = str(data.get("name", "dataset"))
-    spec = load_spec(str(data["spec"])) if data.get("spec") else {}
-    hub = spec.get("hub") or {}
+    hub = (load_spec(str(data.spec)) if data.get("spec") else {}).get("hub") or {}
     if "repo_id" not in hub:
-        raise ConfigError(f"data={name}: nothing to prepare (its spec names no dataset to download)")
+        raise ConfigError(f"data={name}: nothing to prepare (its dataset spec names nothing to download)")
     repo_id = hub["repo_id"]
-    root = Path(str(data["root"]))
-    manifest = root / str(data.get("manifest", "metadata.jsonl"))
-    if manifest.is_file():
-        print(f"{name}: {manifest} already present; not downloading again")
+    root = Path(str(data.root))
+    if (root / str(data.manifest)).is_file():
+        print(f"{name}: {root / str(data.manifest)} already present; not downloading again")
         return root
-    why = hub_unreachable(constants.ENDPOINT)
+    why = _hub_reachable(constants.ENDPOINT)
     if why:
         raise CMBenchError(
             f"cannot download dataset {repo_id}: {why}.\n"
             f"On a machine with network access run:\n"
             f"  huggingface-cli download {repo_id} --repo-type dataset --local-dir CMBench\n"
-            f"then copy the folder here so that {manifest} exists "
+            f"then copy the folder here so that {root / str(data.manifest)} exists "
             f"(or point data.root at it) and check it with:\n"
             f"  python -m cmbench validate data={name} data.root={root}"
         )
-    snapshot_download(repo_id=repo_id, repo_type=str(hub.get("repo_type", "dataset")), local_dir=str(root))
+    snapshot_download(repo_id=repo_id, repo_type="dataset", local_dir=str(root))
     return root
