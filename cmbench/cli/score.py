@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cmbench.config_paths import to_dict
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
@@ -73,12 +74,11 @@ def execute(cfg: DictConfig) -> int:
     adapter = build_adapter(cfg.data)
     adapter.ensure()
     tasks = load_manifest(Path(str(cfg.data.root)), str(cfg.data.manifest))
-    scorer_cfg = OmegaConf.to_container(cfg.scorer, resolve=True)
-    assert isinstance(scorer_cfg, dict)
+    scorer_cfg = to_dict(cfg.scorer)
     scorer = build_scorer(scorer_cfg)
     out = Path(str(cfg.get("out") or videos / f"scores_{scorer.name}"))
     label = str(cfg.get("label") or videos_label(videos.resolve()))
-    config = {"data": OmegaConf.to_container(cfg.data, resolve=True), "scorer": scorer_cfg,
+    config = {"data": to_dict(cfg.data), "scorer": scorer_cfg,
               "videos": str(videos), "label": label}
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -22,13 +22,13 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, TypeGuard
 
 from cmbench.data.task import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task
 from cmbench.data.video import VideoError, probe_video
 from cmbench.errors import CMBenchError
 
-REQUIRED_FIELDS: dict[str, type | tuple[type, ...]] = {
+REQUIRED_FIELDS: dict[str, type] = {
     "type": str,
     "task_id": str,
     "scene": str,
@@ -76,7 +76,7 @@ def _kind(value: Any) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

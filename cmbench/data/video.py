@@ -134,7 +134,7 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "
         raise ValueError(f"frames must be non-empty uint8 [F, H, W, 3], got {frames.dtype} {frames.shape}")
     path.parent.mkdir(parents=True, exist_ok=True)
     height, width = frames.shape[1:3]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codec), float(fps), (width, height))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*codec), float(fps), (width, height))
     if not writer.isOpened():
         raise VideoError(f"{path}: cannot open a video writer for codec {codec!r}")
     try:

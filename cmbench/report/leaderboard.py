@@ -30,6 +30,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 from scipy import stats
 
+from cmbench.config_paths import to_dict
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.runs.paths import videos_label
@@ -75,9 +76,9 @@ class RunRecords:
 
 def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``config.yaml`` and ``summary.json`` of a folder (empty when absent)."""
-    config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml")) if (folder / "config.yaml").is_file() else {}
+    config = to_dict(OmegaConf.load(folder / "config.yaml")) if (folder / "config.yaml").is_file() else {}
     summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
-    return (config if isinstance(config, dict) else {}), (summary if isinstance(summary, dict) else {})
+    return config, (summary if isinstance(summary, dict) else {})
 
 
 def folder_manifest(folder: str | Path) -> Path | None:

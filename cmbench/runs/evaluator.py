@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cmbench.backbones.loading import build_backbone
+from cmbench.config_paths import to_dict
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
 from cmbench.data.video import write_lossless_video
@@ -75,10 +76,9 @@ class ModelEvaluator:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.method = build_method(OmegaConf.to_container(cfg.method, resolve=True))  # first: fails fast
+        self.method = build_method(to_dict(cfg.method))  # first: its knob checks fail fast
         self.settings = generation_settings(cfg)
-        scorer_cfg = OmegaConf.to_container(cfg.scorer, resolve=True)
-        assert isinstance(scorer_cfg, dict)
+        scorer_cfg = to_dict(cfg.scorer)
         self.scorer = build_scorer(scorer_cfg)
         self.metric = metric_name(scorer_cfg)
         self.adapter = build_adapter(cfg.data)

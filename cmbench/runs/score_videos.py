@@ -158,7 +158,7 @@ def score_folder(
     with RunLock(path):
         writer = RecordWriter(path, fresh=True)
         for task, video in _in_order(tasks, match):
-            fields = {**base, "task_id": task.task_id, "context_id": task.context_id, "source": task.source,
+            fields: dict[str, Any] = {**base, "task_id": task.task_id, "context_id": task.context_id, "source": task.source,
                       "task_type": task.task_type}
             try:
                 if video is None:
