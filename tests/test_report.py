@@ -178,6 +178,10 @@ def test_records_of_tasks_outside_the_manifest_are_left_out_and_impossible_value
     assert board.loc["x", "n_tasks"] == 4 and board.loc["x", "score"] == pytest.approx(0.65)
     assert "left out the records of 1 task(s) not in" in capsys.readouterr().err
     assert read_records(run).dropped == ("zz_foreign",)
+    (run / "config.yaml").write_text(f"data:\n  root: {tmp_path / 'moved'}\n")
+    write_reports([run], tmp_path / "report_unchecked")
+    assert "metadata.jsonl is not there (run from another folder?): records not checked" in capsys.readouterr().err
+    assert not read_records(run).checked and read_records(run).frame["task_id"].nunique() == 5
     with open(run / "records.jsonl", "a") as f:
         f.write(json.dumps(record("x", "a1", 3.4)) + "\n")
     with pytest.raises(RecordsError, match=r"x/records.jsonl:6: score: is 3.4, expected a similarity in \[-1, 1\]"):

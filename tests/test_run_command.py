@@ -274,3 +274,19 @@ def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup,
     assert "| Method | light (95% CI) |" in board.stdout
     rows = {line.split("|")[1].strip(): line for line in board.stdout.splitlines() if line.startswith("| ")}
     assert rows["decoprune"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
+
+
+def test_validate_checks_miniworld_npz_files_as_run_reads_them(tmp_path):
+    suite = tmp_path / "suite"
+    args = [f"data.root={suite}", *SMALL_SUITE, "data.check_counts=false"]
+    build = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", *args], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    (suite / "context" / "synthetic" / "syn_002.npz").write_bytes(b"corrupt")
+    (suite / "ground_truth" / "real_001_reappear_01.npz").unlink()
+    out = subprocess.run([sys.executable, "-m", "cmbench", "validate", "data=miniworld", *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    assert "miniworld.context_frames: task syn_002_reappear_01: cannot read" in out.stderr
+    assert "miniworld.ground_truth: task real_001_reappear_01:" in out.stderr and "not found" in out.stderr
+    assert "2 problem(s)" in out.stderr and "Traceback" not in out.stderr

@@ -61,7 +61,9 @@ class RunRecords:
     metric : str
         What ``score`` measures (``DINO``, a scorer's name, or ``Score`` when unnamed).
     manifest : Path or None
-        The manifest the records were checked against (None: the folder names none that exists).
+        The manifest the folder names (None: it names none).
+    checked : bool
+        Whether the records were checked against it (False when it is missing).
     dropped : tuple of str
         Task ids of records left out because the manifest has no such task.
     """
@@ -71,6 +73,7 @@ class RunRecords:
     frame: pd.DataFrame
     metric: str = UNNAMED_METRIC
     manifest: Path | None = None
+    checked: bool = False
     dropped: tuple[str, ...] = field(default=())
 
 
@@ -83,13 +86,12 @@ def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def folder_manifest(folder: str | Path) -> Path | None:
     """The manifest a ``run`` or ``score`` folder was made from (``data.root`` / ``data.manifest`` of
-    its ``config.yaml``, else of its ``summary.json``), when it exists."""
+    its ``config.yaml``, else of its ``summary.json``; relative to the working directory), or None."""
     config, summary = _folder_files(Path(folder))
     data = config.get("data") or summary.get("data") or {}
     if not isinstance(data, dict) or not data.get("root"):
         return None
-    manifest = Path(str(data["root"])) / str(data.get("manifest") or "metadata.jsonl")
-    return manifest if manifest.is_file() else None
+    return Path(str(data["root"])) / str(data.get("manifest") or "metadata.jsonl")
 
 
 def _default_label(folder: Path) -> str:
@@ -108,7 +110,7 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
         A ``run`` directory or a ``score`` output folder.
     task_ids : iterable of str or None
         The tasks that may appear; by default those of the folder's manifest
-        (:func:`folder_manifest`), or all when it names none.
+        (:func:`folder_manifest`), or all when it names none or it is missing.
 
     Raises
     ------
@@ -127,7 +129,8 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
     frame["seed"] = frame["seed"].astype("Int64")  # None: unknown (another generator's videos)
     frame["label"] = frame["label"].fillna(_default_label(run_dir))
     manifest = folder_manifest(run_dir) if task_ids is None else None
-    if manifest is not None:
+    checked = task_ids is not None or (manifest is not None and manifest.is_file())
+    if manifest is not None and checked:
         tasks, _ = validate_manifest(manifest.parent, manifest.name, check_videos=False)
         task_ids = [t.task_id for t in tasks]
         for name, value in (("context_id", lambda t: t.context_id), ("source", lambda t: t.source),
@@ -149,7 +152,8 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
     if len(metrics) > 1:
         raise ReportError(f"{run_dir}: records of several metrics ({', '.join(metrics)}) in one folder")
     return RunRecords(run_dir, str(labels[0]), frame.reset_index(drop=True),
-                      metric=metrics[0] if metrics else UNNAMED_METRIC, manifest=manifest, dropped=dropped)
+                      metric=metrics[0] if metrics else UNNAMED_METRIC, manifest=manifest, checked=checked,
+                      dropped=dropped)
 
 
 def clustered_mean_ci(values: np.ndarray, clusters: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -368,6 +372,9 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     if not runs:
         raise ReportError("no run directories given")
     for run in runs:
+        if run.manifest is not None and not run.checked:
+            print(f"leaderboard: {run.path}: its manifest {run.manifest} is not there (run from another "
+                  f"folder?): records not checked against it", file=sys.stderr)
         if run.dropped:
             print(f"leaderboard: {run.path}: left out the records of {len(run.dropped)} task(s) not in "
                   f"{run.manifest}: {', '.join(run.dropped[:10])}{' ...' if len(run.dropped) > 10 else ''}",
