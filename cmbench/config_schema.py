@@ -43,6 +43,7 @@ ROOT_KEYS: dict[str, Role] = {
     "leaderboard": "selection",
     "runs": "selection",
     "save_videos": "selection",
+    "lossless_max_pixels": "selection",
     "videos": "selection",
     "out": "selection",
     "experiment": "selection",
