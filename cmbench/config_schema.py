@@ -12,7 +12,8 @@ Roles:
 ``identity``
     Changes a number in a record: part of the run's (or scorer's) identity.
 ``selection``
-    Chooses which tasks run, where outputs go or how they are shown; never a number.
+    Chooses which tasks run, where outputs go or how they are shown (the ``label`` too: a display
+    name); never a number.
 ``runtime``
     Where and how fast a component runs (device, batch size, cache folder), not what it computes.
 ``doc``
@@ -34,11 +35,14 @@ ROOT_KEYS: dict[str, Role] = {
     "scorer": "identity",
     "generation": "identity",
     "seed": "identity",
-    "label": "identity",
+    "label": "selection",
     "limit": "selection",
     "task_ids": "selection",
     "shard": "selection",
     "progress": "selection",
+    "progress_every": "selection",
+    "progress_seconds": "selection",
+    "keep_other_code": "selection",
     "out_dir": "selection",
     "leaderboard": "selection",
     "runs": "selection",

@@ -4,7 +4,9 @@
 ``prepare`` reads a context through the dataset's adapter, encodes and prefills it once; ``evaluate``
 forks the prefilled cache for one task, generates its continuation, saves it (``videos/<task_id>.mp4``
 to look at, and a lossless ``videos/<task_id>.mkv`` when frames are small, which ``score`` reads to
-reproduce the run's scores exactly) and scores it in memory.
+reproduce the run's scores exactly) and scores it in memory. The continuation runs through a
+:class:`cmbench.generation.accounting.CallRecorder`, so every record also carries the attention work
+the method left (FLOPs and keys read per generated token): a cost no machine load can move.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from cmbench.generation import (
     continue_task,
     prefill,
 )
+from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
 from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method
@@ -125,8 +128,11 @@ class ModelEvaluator:
         return f"videos/{task.task_id}.mkv"
 
     def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:
-        cont = continue_task(self.backbone, prepared.prefilled, self.backbone.condition(task),
+        recorder = CallRecorder(self.backbone)
+        cont = continue_task(recorder, prepared.prefilled, self.backbone.condition(task),
                              self.continuation_frames, seed)
+        geometry = self.backbone.geometry
+        generated_tokens = int(cont.latents.shape[2]) * geometry.tokens_per_frame
         frames = np.asarray(self.backbone.decode(cont.latents))
         video = self.save(task, frames)
         context = prepared.context
@@ -148,4 +154,6 @@ class ModelEvaluator:
             "continuation_seconds": cont.seconds,
             "continuation_frames": int(frames.shape[0]),
             "continuation_fps": frames.shape[0] / cont.seconds if cont.seconds > 0 else None,
+            "attention_flops": attention_flops(recorder.calls, geometry, int(cont.latents.shape[0]), recorder.lengths),
+            "attention_keys_per_token": keys_per_token(recorder.calls, geometry, generated_tokens, recorder.lengths),
         }
