@@ -23,6 +23,8 @@ class Streaming(Method):
     description = "Sink chunks + recent window only (attention-sink streaming)"
     paper = "https://arxiv.org/abs/2309.17453"
 
+    recent_chunks: int = 2
+
     def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         return self.protected(bank, newest)
 

@@ -98,7 +98,7 @@ def normalised_source(source: str, where: str = "<source>") -> str:
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                     and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
+                node.body = body[1:] or ([] if isinstance(node, ast.Module) else [ast.Pass()])
     return ast.dump(tree)
 
 

@@ -4,7 +4,8 @@ The automatic label lists the method's knobs whose configured value differs from
 dataclass default (the only source of defaults), in the class's field order:
 ``decoprune@target_pr=0.8``, ``random@keep_ratio=0.1,seed_offset=3``. So a sweep
 ``-m method=decoprune method.target_pr=0.8,0.9`` gives its runs distinct names, and a plain
-``method=decoprune`` is just ``decoprune``.
+``method=decoprune`` is just ``decoprune``. A knob the method's yaml takes from another setting by
+interpolation (``head_map: ${oc.select:backbone.head_map,null}``) is not listed unless overridden.
 
 A label is a display name, never part of a run's identity: relabelling an existing run (``label=new``
 on the same config) reruns nothing, and leaderboards show the run's current label.
@@ -17,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cmbench.config_paths import to_dict
 from cmbench.runs.paths import path_component
@@ -57,14 +58,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _followed(method_cfg: Mapping[str, Any]) -> set[str]:
+    """Knobs whose value is an interpolation in the config (they follow another setting, e.g. a head
+    map from ``${oc.select:backbone.head_map,null}``): a setting of the setup, not of the method."""
+    if not isinstance(method_cfg, DictConfig):
+        return set()
+    return {str(k) for k in method_cfg if OmegaConf.is_interpolation(method_cfg, str(k))}
+
+
 def changed_knobs(method_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The knobs of a method config whose value differs from the class default, in field order."""
+    """The knobs of a method config whose value differs from the class default, in field order; knobs
+    that follow another setting through an interpolation (a backbone's head map) are left out."""
+    followed = _followed(method_cfg)
     cfg = to_dict(method_cfg) if isinstance(method_cfg, DictConfig) else dict(method_cfg)
     from cmbench.methods.registry import DOC_KEYS
 
     cls = resolve_method_class(cfg)
     defaults = class_defaults(cls)
-    knobs = {k: v for k, v in cfg.items() if k not in (*DOC_KEYS, "name", "_target_")}
+    knobs = {k: v for k, v in cfg.items() if k not in (*DOC_KEYS, "name", "_target_", *followed)}
     order = [f.name for f in dataclasses.fields(cls)]
     return {k: knobs[k] for k in sorted(knobs, key=lambda k: order.index(k) if k in order else len(order))
             if k not in defaults or _plain(knobs[k]) != _plain(defaults[k])}
@@ -83,9 +94,8 @@ def knob_text(value: Any) -> str:
 
 def auto_label(method_cfg: Mapping[str, Any]) -> str:
     """``name`` or ``name@knob=value,...`` (see the module docstring)."""
-    cfg = to_dict(method_cfg) if isinstance(method_cfg, DictConfig) else dict(method_cfg)
-    changed = changed_knobs(cfg)
-    name = str(cfg.get("name"))
+    changed = changed_knobs(method_cfg)
+    name = str(method_cfg.get("name"))
     return name if not changed else f"{name}@" + ",".join(f"{k}={knob_text(v)}" for k, v in changed.items())
 
 

@@ -1,4 +1,5 @@
-"""What a running run shows: a progress bar, or (``progress=false``) a line every N tasks or S seconds.
+"""What a running run shows: a progress bar (stderr), or (``progress=false``) a line on stdout every N
+tasks or S seconds (a log for batch jobs, kept apart from errors).
 
 Both show the tasks finished of the shard's total (cached ones included), how many were cached and
 failed, and the running mean score over every successful task of the shard so far, cached ones
@@ -46,6 +47,7 @@ class Progress:
         ... or when this many seconds passed since the last line, whichever comes first (checked
         when a task finishes), plus a first and a last line.
     stream : text stream
+        Where lines (default: stdout) or the bar (default: stderr) go.
     clock : callable
         Seconds (monotonic); tests pass their own.
     """
@@ -58,9 +60,10 @@ class Progress:
         self.scores = [float(r.score) for r in cached if r.status == "ok" and r.score is not None]
         self.done = self.failed = 0
         self.every_tasks, self.every_seconds = max(1, int(every_tasks)), float(every_seconds)
-        self.stream = stream if stream is not None else sys.stderr
+        self.stream = stream if stream is not None else (sys.stderr if bar else sys.stdout)
         self.clock = clock
         self.start = self.last_line = clock()
+        self.printed_at = -1  # tasks done when the last line was printed
         self.bar = tqdm(total=total, initial=self.cached, unit="task", desc=name, dynamic_ncols=True,
                         file=self.stream) if bar else None
         if self.bar is None:
@@ -89,7 +92,7 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-        elif self.done % self.every_tasks or self.done == 0:
+        elif self.printed_at != self.done:
             self._print("done")
 
     def line(self) -> str:
@@ -111,4 +114,4 @@ class Progress:
 
     def _print(self, note: str = "") -> None:
         print(self.line() + (f"; {note}" if note else ""), file=self.stream, flush=True)
-        self.last_line = self.clock()
+        self.last_line, self.printed_at = self.clock(), self.done
