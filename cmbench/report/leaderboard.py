@@ -111,8 +111,9 @@ def measured_together(a: RunRecords, b: RunRecords) -> bool:
     if a is b:
         return True
     fa, fb = _ok(a.frame), _ok(b.frame)
-    machines = set(fa["machine"]) | set(fb["machine"])
-    if len(machines) != 1 or None in machines or fa["recorded_ns"].isna().any() or fb["recorded_ns"].isna().any():
+    both = pd.concat([fa, fb])
+    if both.empty or both["machine"].isna().any() or both["recorded_ns"].isna().any() \
+            or both["machine"].nunique() != 1:
         return False
     (a0, a1), (b0, b1) = _interval_ns(fa), _interval_ns(fb)
     return a0 <= b1 and b0 <= a1

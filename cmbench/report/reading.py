@@ -68,7 +68,8 @@ class RunRecords:
     setup_hash : str or None
         The setup the entry's runs share (None: a ``score`` output or a run from before setup hashes).
     code_hash : str or None
-        The run's current code identity (``run.json``), else its newest record's.
+        The run's current code identity (``run.json``), else its newest record's; for the seeds of a
+        setup, that of the run written last (records of the others' code count as other code).
     plugin : bool
         Whether the method's code is not CMBench's (its records carry a ``code["method"]`` hash).
     """
@@ -244,8 +245,9 @@ def merge_seeds(runs: list[RunRecords], allow_mixed: bool = False) -> list[RunRe
             raise ReportError(f"the seeds of {members[0].label} cover different tasks: {sizes}; rerun the missing "
                               f"tasks, or pass allow_mixed=true to report them anyway")
         first = members[0]
+        newest = max(members, key=lambda r: r.frame["recorded_ns"].fillna(0).max())
         merged.append(replace(
-            first, frame=pd.concat([r.frame for r in members], ignore_index=True),
+            first, frame=pd.concat([r.frame for r in members], ignore_index=True), code_hash=newest.code_hash,
             dropped=tuple(sorted({t for r in members for t in r.dropped})), paths=tuple(r.path for r in members),
             checked=all(r.checked for r in members), plugin=any(r.plugin for r in members)))
     return merged

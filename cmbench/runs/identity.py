@@ -218,8 +218,11 @@ def plugin_code_hash(obj: Any) -> str | None:
     """The hash of the code behind a plug-in class or loader (see the module docstring), None when it
     is CMBench's own."""
     chain = obj.__mro__ if isinstance(obj, type) else (obj,)
-    owners = [(c, module) for i, c in enumerate(chain)
-              if _plugin_module(module := sys.modules.get(getattr(c, "__module__", "") or ""), own=i == 0)]
+    owners: list[tuple[Any, ModuleType]] = []
+    for i, c in enumerate(chain):
+        module = sys.modules.get(getattr(c, "__module__", "") or "")
+        if module is not None and _plugin_module(module, own=i == 0):
+            owners.append((c, module))
     if not owners:
         return None
     digest = hashlib.sha256(source_hash(plugin_sources(m for _, m in owners)).encode())
