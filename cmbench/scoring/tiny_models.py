@@ -17,6 +17,7 @@ TOKENIZER_VOCAB = 514  # 256 bytes + 256 word-final bytes + BOS + EOS (at the EN
 OWL_IMAGE_SIZE = 64
 SAM_IMAGE_SIZE = 128
 DINO_IMAGE_SIZE = 56
+DINO_SHORTEST_EDGE = 64  # 256 / 224 of the crop, as facebook/dinov2-*'s processors
 
 
 def _byte_tokenizer():
@@ -103,8 +104,12 @@ def save_tiny_sam2(folder: str | Path, seed: int = 0) -> Path:
 
 
 def save_tiny_dinov2(folder: str | Path, seed: int = 0) -> Path:
-    """Write a tiny DINOv2 (patch 14, hidden 32). Returns the folder."""
-    from transformers import Dinov2Config, Dinov2Model
+    """Write a tiny DINOv2 (patch 14, hidden 32) and its image processor, the released models'
+    ``BitImageProcessor`` settings scaled to the tiny input (bicubic resize of the shorter side to 64,
+    centre crop 56, ImageNet mean / std). Returns the folder."""
+    from transformers import BitImageProcessorPil, Dinov2Config, Dinov2Model
+
+    from cmbench.scoring.imagenet import IMAGENET_MEAN, IMAGENET_STD
 
     config = Dinov2Config(
         image_size=DINO_IMAGE_SIZE, patch_size=14, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -113,34 +118,40 @@ def save_tiny_dinov2(folder: str | Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     folder = Path(folder)
     Dinov2Model(config).save_pretrained(folder)
+    BitImageProcessorPil(
+        size={"shortest_edge": DINO_SHORTEST_EDGE}, crop_size={"height": DINO_IMAGE_SIZE, "width": DINO_IMAGE_SIZE},
+        resample=3, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD),
+    ).save_pretrained(folder)
     return folder
 
 
-def tiny_deep_scorer_config(folder: str | Path, detector: str = "owlvit") -> dict[str, Any]:
+def tiny_deep_scorer_config(folder: str | Path, detector: str = "owlvit", seed: int = 0) -> dict[str, Any]:
     """Save the three tiny models under ``folder`` and return a scorer config using them.
 
     The config mirrors ``configs/scorer/owl_sam_dino.yaml`` with local model folders, CPU, no cache
     (set ``cache_dir`` to enable it) and a detection threshold of 0 (random detectors score low).
+    ``seed`` seeds the random weights (another seed: other weights in the same folders).
     """
     folder = Path(folder)
     return {
         "name": f"tiny_{detector}_sam_dino",
         "device": "cpu",
-        "half": False,
+        "precision": "fp32",
         "batch_size": 4,
         "cache_dir": None,
         "min_box_size": 1.0,
+        "reference_aggregation": "mean",
         "detector": {
             "backend": detector,
-            "model": str(save_tiny_owl(folder / detector, version=detector)),
+            "model": str(save_tiny_owl(folder / detector, version=detector, seed=seed)),
             "query_template": "a {}",
             "score_threshold": 0.0,
         },
-        "segmenter": {"backend": "sam2", "model": str(save_tiny_sam2(folder / "sam2")), "mask_threshold": 0.0},
+        "segmenter": {"backend": "sam2", "model": str(save_tiny_sam2(folder / "sam2", seed=seed)), "mask_threshold": 0.0},
         "embedder": {
             "backend": "dinov2",
-            "model": str(save_tiny_dinov2(folder / "dinov2")),
-            "image_size": DINO_IMAGE_SIZE,
+            "model": str(save_tiny_dinov2(folder / "dinov2", seed=seed)),
+            "crop_mode": "processor",
             "background": 0,
         },
     }
