@@ -179,8 +179,10 @@ def test_segmenter_handles_mixed_frame_sizes_and_box_prompts(tiny_config):
     assert all(m.dtype == bool and m.all() for m in masks)
 
 
-def test_dino_ignores_pixels_outside_the_mask(tiny_config):
-    embedder = Dinov2Embedder(tiny_config["embedder"]["model"], resolve_runtime("cpu"), image_size=56, background=0)
+@pytest.mark.parametrize("crop_mode, image_size", [("pad_square", 56), ("processor", None)])
+def test_dino_ignores_pixels_outside_the_mask(tiny_config, crop_mode, image_size):
+    embedder = Dinov2Embedder(tiny_config["embedder"]["model"], resolve_runtime("cpu"), crop_mode=crop_mode,
+                              image_size=image_size, background=0)
     crop = _frames(0, 1, 20, 30)[0]
     mask = np.zeros((20, 30), dtype=bool)
     mask[4:16, 5:25] = True
@@ -194,8 +196,11 @@ def test_dino_ignores_pixels_outside_the_mask(tiny_config):
 
 
 def test_half_precision_only_on_cuda():
-    assert resolve_runtime("cpu", half=True).dtype == torch.float32
-    assert resolve_runtime("auto", half=True).precision == ("fp16" if torch.cuda.is_available() else "fp32")
+    for precision in ("fp16", "bf16"):
+        assert resolve_runtime("cpu", precision=precision).precision == "fp32"
+        assert resolve_runtime("auto", precision=precision).precision == (precision if torch.cuda.is_available() else "fp32")
+    with pytest.raises(ScorerConfigError, match="precision must be one of fp32, fp16, bf16"):
+        resolve_runtime("cpu", precision="half")
 
 
 def test_config_errors_are_actionable(tiny_config, tmp_path):

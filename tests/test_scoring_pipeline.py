@@ -7,7 +7,6 @@ import pytest
 
 from cmbench.data import Reference, Task
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop
-from cmbench.scoring.feature_cache import FeatureCache
 from cmbench.scoring.pipeline import Scorer
 from cmbench.scoring.references import ReferenceFrameError, reference_frames
 from cmbench.scoring.stages import Detections
@@ -146,10 +145,9 @@ def test_reference_frames_use_frame_index_else_timestamp():
 def test_feature_cache_corrupt_entry_is_a_miss(tmp_path):
     frames = _frames()
     detector = ListDetector(boxes=[[10, 5, 30, 15]] * 4, scores=[0.9] * 4)
-    cache = FeatureCache(tmp_path, "cfg")
-    scorer = Scorer(detector, BoxSegmenter(), MeanColourEmbedder(), name="stub", config_hash="cfg", cache=cache)
+    scorer = Scorer(detector, BoxSegmenter(), MeanColourEmbedder(), name="stub", config_hash="cfg", cache_dir=str(tmp_path))
     first = scorer.score_task(_task([(0.25, 0.25, 0.75, 0.75)]), frames, [frames[0]])
-    [entry] = list(tmp_path.rglob("*.npz"))
+    [entry] = list((tmp_path / "cfg").rglob("*.npz"))  # the task entry (reference entries live beside)
     entry.write_bytes(b"not a zip file")
     again = scorer.score_task(_task([(0.25, 0.25, 0.75, 0.75)]), frames, [frames[0]])
     assert again == first and (scorer.cache_hits, scorer.cache_misses) == (0, 2)
