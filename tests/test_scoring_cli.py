@@ -20,6 +20,8 @@ from cmbench.data import write_video
 from cmbench.miniworld import object_boxes, render_video, scene_from_seed
 from cmbench.runs.score_videos import match_videos, summarize
 
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
+
 ROOT = Path(__file__).resolve().parent.parent
 FPS = 16
 DWELL = 4  # context frames per place
