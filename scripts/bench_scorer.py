@@ -10,8 +10,8 @@ Sections (cmbench/benchmarks/scorer.py holds the code):
   scorer's previous host path (``old``) vs transformers' / PIL's processors one image at a time
   (``reference``) vs the batched device path (``new``), in the same rounds, and old / new.
 - ``--memory``: peak RSS of a fresh process that scores one task whose reference is near the end of
-  a generated context video (default one minute of 720p at 24 fps), tiny models, against the
-  RSS of a process that only builds the scorer; and what decoding the whole context took before.
+  a generated context video (one minute and ten seconds of 720p at 24 fps by default), tiny models,
+  its RSS before the task, and what decoding the whole context took before (computed).
 
     python scripts/bench_scorer.py --threads 1                                   # pipeline speed
     python scripts/bench_scorer.py --threads 1 --skip-fps --preprocess --memory --csv results/bench_scorer.csv
@@ -39,7 +39,7 @@ from cmbench.benchmarks.scorer import (  # noqa: E402
     full_size_config,
     peak_rss_one_task,
     pipeline_fps,
-    preprocessing_timings,
+    tiny_preprocessing_timings,
     worst_case_scorer,
     write_context_video,
 )
@@ -86,13 +86,13 @@ def fps_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
 
 def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
     device = (args.devices or ["cpu"])[0]
-    rows = preprocessing_timings(tmp, height, width, args.preprocess_frames, args.rounds, device=device)
+    rows = tiny_preprocessing_timings(tmp, height, width, args.preprocess_frames, args.rounds, device=device)
     print(f"\npreprocessing, ms per frame at {args.size}, tiny models, {device}, {torch.get_num_threads()} thread(s), "
           f"median of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
     print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
     for r in rows:
         print(f"{r['stage']:<8} {r['old_ms']:8.3f} {r['reference_ms']:10.3f} {r['new_ms']:8.3f} {r['old_over_new']:7.1f}x")
-    print("total = owlvit + sam2 + dinov2 (the default scorer); old: previous host code (OWL-ViT processor, OpenCV resize "
+    print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT); old: previous host code (OWL-ViT processor, OpenCV resize "
           "without antialiasing for SAM 2, OpenCV padded square for DINOv2); reference: transformers / PIL processors")
     return [{"section": "preprocess", "item": r["stage"], "old": round(r["old_ms"], 4), "reference": round(r["reference_ms"], 4),
              "new": round(r["new_ms"], 4), "ratio": round(r["old_over_new"], 2), "unit": "ms/frame",
@@ -103,32 +103,35 @@ def memory_rows(args, tmp: Path) -> list[dict]:
     ctx_h, ctx_w = (int(v) for v in args.context_size.split("x"))
     height, width = (int(v) for v in args.size.split("x"))
     cache = ROOT / ".cache" / "bench_scorer"
-    context = write_context_video(cache / f"context_{ctx_h}x{ctx_w}_{args.context_seconds:g}s_{args.context_fps:g}fps.mp4",
-                                  args.context_seconds, args.context_fps, ctx_h, ctx_w)
     continuation = continuation_video(cache / f"continuation_{height}x{width}_{args.continuation_frames}.mp4",
                                       args.continuation_frames, height, width)
-    n_context = int(round(args.context_seconds * args.context_fps))
-    frame_index = n_context - 1 - int(args.context_fps)  # one second before the end
     cfg = dict(tiny_deep_scorer_config(tmp / "memory"), cache_dir=None)
-    built_mb, _ = peak_rss_one_task(cfg, continuation, context, frame_index, stop_after_build=True)
-    peak_mb, out = peak_rss_one_task(cfg, continuation, context, frame_index)
-    whole_mb = n_context * ctx_h * ctx_w * 3 / 2**20
-    print(f"\nmemory: one task, reference = frame {frame_index} of a {args.context_seconds:g} s {ctx_h}x{ctx_w} "
-          f"{args.context_fps:g} fps context ({context.stat().st_size / 2**20:.0f} MB mp4), {out['n_frames']} continuation "
-          f"frames of {args.size}, tiny models, 1 thread:")
-    print(f"  peak RSS, scoring the task:            {peak_mb:8.0f} MB")
-    print(f"  peak RSS, only building the scorer:    {built_mb:8.0f} MB")
-    print(f"  decoding the whole context (before):   {whole_mb:8.0f} MB of frames, {2 * whole_mb:.0f} MB with np.stack "
-          "(computed: frames x H x W x 3)")
-    setting = f"context {ctx_h}x{ctx_w} {args.context_seconds:g}s {args.context_fps:g}fps; continuation {args.size}"
-    return [
-        {"section": "memory", "item": "peak_rss_score_one_task", "old": "", "reference": "", "new": round(peak_mb, 1),
-         "ratio": "", "unit": "MB", "setting": setting},
-        {"section": "memory", "item": "peak_rss_build_scorer_only", "old": "", "reference": "", "new": round(built_mb, 1),
-         "ratio": "", "unit": "MB", "setting": setting},
-        {"section": "memory", "item": "whole_context_decoded_computed", "old": round(2 * whole_mb, 1), "reference": "",
-         "new": "", "ratio": "", "unit": "MB", "setting": setting + "; frames x H x W x 3, twice (list + np.stack)"},
-    ]
+    print(f"\nmemory: one task, reference one second before the end of a generated {ctx_h}x{ctx_w} {args.context_fps:g} fps "
+          f"context, {args.continuation_frames} continuation frames of {args.size} (decoded as `score` does), tiny "
+          "models, 1 thread, a fresh process per row:")
+    print(f"{'context':>8} {'mp4 MB':>7} {'peak RSS':>9} {'RSS before task':>16} {'task adds':>10} {'whole context decoded (before)':>32}")
+    rows = []
+    for seconds in args.context_seconds:
+        context = write_context_video(cache / f"context_{ctx_h}x{ctx_w}_{seconds:g}s_{args.context_fps:g}fps.mp4",
+                                      seconds, args.context_fps, ctx_h, ctx_w)
+        n_context = int(round(seconds * args.context_fps))
+        peak_mb, out = peak_rss_one_task(cfg, continuation, context, n_context - 1 - int(args.context_fps))
+        before, whole = out["rss_before_task_mb"], n_context * ctx_h * ctx_w * 3 / 2**20
+        print(f"{seconds:7g}s {context.stat().st_size / 2**20:7.0f} {peak_mb:8.0f}M {before:15.0f}M {peak_mb - before:9.0f}M "
+              f"{whole:12.0f}M of frames, {2 * whole:.0f}M with np.stack")
+        setting = f"context {ctx_h}x{ctx_w} {seconds:g}s {args.context_fps:g}fps; continuation {args.continuation_frames}x{args.size}"
+        rows += [
+            {"section": "memory", "item": "peak_rss_score_one_task", "old": round(2 * whole, 1), "reference": "",
+             "new": round(peak_mb, 1), "ratio": round(2 * whole / peak_mb, 1), "unit": "MB",
+             "setting": setting + "; old = the whole context decoded (frames x H x W x 3, list + np.stack), computed"},
+            {"section": "memory", "item": "rss_before_task", "old": "", "reference": "", "new": round(before, 1),
+             "ratio": "", "unit": "MB", "setting": setting + "; runtime + tiny models, scorer built"},
+            {"section": "memory", "item": "task_adds", "old": "", "reference": "", "new": round(peak_mb - before, 1),
+             "ratio": "", "unit": "MB", "setting": setting + "; peak RSS - RSS before the task"},
+        ]
+    print("peak RSS: the whole process (Python, torch and transformers alone hold ~370 MB here); task adds: what scoring the "
+          "task costs on top of a built scorer, the continuation's frames included")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--memory", action="store_true", help="peak RSS of scoring one task (long context)")
     parser.add_argument("--context-size", default="720x1280")
-    parser.add_argument("--context-seconds", type=float, default=60.0)
+    parser.add_argument("--context-seconds", type=float, nargs="+", default=[60.0, 10.0],
+                        help="context lengths, one fresh process each (equal peaks: memory does not grow with the context)")
     parser.add_argument("--context-fps", type=float, default=24.0)
     parser.add_argument("--continuation-frames", type=int, default=64)
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")

@@ -37,7 +37,7 @@ from cmbench.scoring.host_preprocess import dino_pixels, processor_pixels, sam2_
 from cmbench.scoring.imagenet import imagenet_normalize
 from cmbench.scoring.pipeline import Scorer
 from cmbench.scoring.references import TaskReferences
-from cmbench.scoring.tiny_models import DINO_IMAGE_SIZE, _byte_tokenizer, tiny_deep_scorer_config
+from cmbench.scoring.tiny_models import byte_tokenizer, tiny_deep_scorer_config
 
 
 def bench_task(label: str, box: Sequence[float], video: str = "v.mp4", frame_index: int | None = None) -> Task:
@@ -46,8 +46,9 @@ def bench_task(label: str, box: Sequence[float], video: str = "v.mp4", frame_ind
     return Task("bench", "synthetic", "s", video, ("p",) * 6, "c", "reappear", label, (), (ref,))
 
 
-def _timed(scorer: Scorer) -> dict[str, float]:
-    """Wrap the scorer's three stage calls with wall-clock accumulators."""
+def time_stages(scorer: Scorer) -> dict[str, float]:
+    """Wrap the scorer's three stage calls with wall-clock accumulators (seconds per stage name,
+    filled as the scorer runs; CUDA work is synchronised at each stage's end, where it is read back)."""
     seconds: dict[str, float] = defaultdict(float)
     for stage, method in ((scorer.detector, "detect"), (scorer.segmenter, "segment"), (scorer.embedder, "embed")):
         inner = getattr(stage, method)
@@ -67,7 +68,7 @@ def _timed(scorer: Scorer) -> dict[str, float]:
 def pipeline_fps(scorer: Scorer, task: Task, frames: np.ndarray, reference: np.ndarray, repeats: int) -> dict:
     """Frames per second of ``scorer.score_task`` (and of each stage) over ``repeats`` calls."""
     scorer.score_task(task, frames[:2], [reference])  # warm-up (lazy inits, CUDA kernels)
-    seconds = _timed(scorer)
+    seconds = time_stages(scorer)
     start = time.perf_counter()
     for _ in range(repeats):
         record = scorer.score_task(task, frames, [reference])
@@ -91,7 +92,7 @@ def full_size_config(folder: Path) -> dict:
     owl.save_pretrained(folder / "owl")
     size = {"height": 768, "width": 768}
     transformers.OwlViTProcessor(
-        image_processor=transformers.OwlViTImageProcessorPil(size=size, crop_size=size), tokenizer=_byte_tokenizer()
+        image_processor=transformers.OwlViTImageProcessorPil(size=size, crop_size=size), tokenizer=byte_tokenizer()
     ).save_pretrained(folder / "owl")
     del owl
     backbone = transformers.Sam2HieraDetConfig(
@@ -180,48 +181,60 @@ def _per_frame_ms(fn: Callable[[], Any], n_frames: int, device: torch.device) ->
 
 
 def preprocessing_timings(
-    folder: Path, height: int, width: int, n_frames: int, rounds: int, device: str = "cpu"
+    scorer: Scorer,
+    frames: np.ndarray,
+    crops: Sequence[np.ndarray],
+    masks: Sequence[np.ndarray],
+    rounds: int,
+    owlv2: Any = None,
 ) -> list[dict[str, Any]]:
-    """Preprocessing milliseconds per frame, old / reference / new, with the tiny models.
+    """Preprocessing milliseconds per frame of a deep scorer's stages, old / reference / new.
 
-    Each round times every path once on the same ``n_frames`` frames (one masked object crop per
-    frame for DINOv2), so the ratios compare like with like under the same machine load; the median
-    over rounds is reported. The ``total`` row is the default scorer (OWL-ViT + SAM 2 + DINOv2);
-    OWLv2 is reported beside it.
+    Each round times every path once on the same frames (one masked object crop per frame for
+    DINOv2), so the ratios compare like with like under the same machine load; the median over rounds
+    is reported. The ``total`` row is the scorer's three stages; an OWLv2 detector, when given, is
+    reported beside it.
+
+    Parameters
+    ----------
+    scorer : Scorer
+        OWL-ViT (or OWLv2) -> SAM 2 -> DINOv2 (``crop_mode="processor"``).
+    frames : ndarray, ``uint8 [N, H, W, 3]``
+    crops, masks : one masked crop per frame (:func:`object_crops`)
+    rounds : int
+    owlv2 : Owlv2Detector, optional
 
     Returns
     -------
     list of dict with ``stage``, ``old_ms``, ``reference_ms``, ``new_ms`` (per frame), ``old_over_new``
     """
-    cfg = tiny_deep_scorer_config(folder / "owlvit")
-    scorer = build_scorer(dict(cfg, device=device, batch_size=n_frames))
-    owlv2 = build_scorer(dict(tiny_deep_scorer_config(folder / "owlv2", detector="owlv2"), device=device)).detector
-    dev = scorer.segmenter.runtime.device
-    frames = synthetic_frames(n_frames, height, width)
-    crops, masks = object_crops(frames)
-    sam_size = scorer.segmenter.input_size
+    detector, segmenter, embedder = scorer.detector, scorer.segmenter, scorer.embedder
+    dev = segmenter.runtime.device
+    n = len(frames)
+    square = embedder.spec.crop[0]
     paths: dict[str, dict[str, Callable[[], Any]]] = {
-        "owlvit": {
-            "old": lambda: processor_pixels(scorer.detector.image_processor, frames),
-            "reference": lambda: processor_pixels(scorer.detector.image_processor, frames),
-            "new": lambda: scorer.detector.preprocess(frames),
+        "owl": {
+            "old": lambda: processor_pixels(detector.image_processor, frames),
+            "reference": lambda: processor_pixels(detector.image_processor, frames),
+            "new": lambda: detector.preprocess(frames),
         },
         "sam2": {
-            "old": lambda: _pre_change_sam2(frames, sam_size),
-            "reference": lambda: sam2_pixels(frames, sam_size),
-            "new": lambda: scorer.segmenter.preprocess(list(frames)),
+            "old": lambda: _pre_change_sam2(frames, segmenter.input_size),
+            "reference": lambda: sam2_pixels(frames, segmenter.input_size),
+            "new": lambda: segmenter.preprocess(list(frames)),
         },
         "dinov2": {
-            "old": lambda: _pre_change_dino(crops, masks, DINO_IMAGE_SIZE),
-            "reference": lambda: dino_pixels(crops, masks, 0, processor=scorer.embedder.image_processor),
-            "new": lambda: scorer.embedder.preprocess(crops, masks),
+            "old": lambda: _pre_change_dino(crops, masks, square),
+            "reference": lambda: dino_pixels(crops, masks, embedder.background, processor=embedder.image_processor),
+            "new": lambda: embedder.preprocess(crops, masks),
         },
-        "owlv2": {
+    }
+    if owlv2 is not None:
+        paths["owlv2"] = {
             "old": lambda: processor_pixels(owlv2.image_processor, frames),
             "reference": lambda: processor_pixels(owlv2.image_processor, frames),
             "new": lambda: owlv2.preprocess(frames),
-        },
-    }
+        }
     times: dict[tuple[str, str], list[float]] = defaultdict(list)
     with torch.inference_mode():
         for stage in paths.values():  # warm-up
@@ -230,13 +243,25 @@ def preprocessing_timings(
         for _ in range(rounds):
             for name, stage in paths.items():
                 for path, fn in stage.items():
-                    times[name, path].append(_per_frame_ms(fn, n_frames, dev))
+                    times[name, path].append(_per_frame_ms(fn, n, dev))
     rows = []
     for name in (*paths, "total"):
-        parts = ("owlvit", "sam2", "dinov2") if name == "total" else (name,)
+        parts = ("owl", "sam2", "dinov2") if name == "total" else (name,)
         ms = {path: sum(statistics.median(times[p, path]) for p in parts) for path in ("old", "reference", "new")}
         rows.append({"stage": name, **{f"{p}_ms": v for p, v in ms.items()}, "old_over_new": ms["old"] / ms["new"]})
     return rows
+
+
+def tiny_preprocessing_timings(
+    folder: Path, height: int, width: int, n_frames: int, rounds: int, device: str = "cpu"
+) -> list[dict[str, Any]]:
+    """:func:`preprocessing_timings` of the tiny OWL-ViT -> SAM 2 -> DINOv2 scorer (and a tiny OWLv2)
+    on ``n_frames`` synthetic frames of ``height x width``."""
+    scorer = build_scorer(dict(tiny_deep_scorer_config(folder / "owlvit"), device=device, batch_size=n_frames))
+    owlv2 = build_scorer(dict(tiny_deep_scorer_config(folder / "owlv2", detector="owlv2"), device=device)).detector
+    frames = synthetic_frames(n_frames, height, width)
+    crops, masks = object_crops(frames)
+    return preprocessing_timings(scorer, frames, crops, masks, rounds, owlv2=owlv2)
 
 
 # ------------------------------------------------------------------------------ memory
@@ -268,35 +293,37 @@ def write_context_video(path: Path, seconds: float, fps: float, height: int, wid
     return path
 
 
-def score_one_task(cfg: dict, continuation: str, context: str, frame_index: int, stop_after_build: bool) -> None:
-    """Child process body: build the scorer, decode the continuation, score one task whose reference is
-    ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`); prints the record as JSON."""
+def _rss_mb() -> float:
+    """Current resident set size of this process (Linux ``/proc/self/statm``)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def score_one_task(cfg: dict, continuation: str, context: str, frame_index: int) -> None:
+    """Child process body: build the scorer, then decode the continuation and score one task whose
+    reference is ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`); prints the RSS
+    before the task and the record's score as JSON."""
     torch.set_num_threads(1)
     scorer = build_scorer(cfg)
-    if stop_after_build:
-        print(json.dumps({"built": True}))
-        return
+    before = _rss_mb()
     frames, _ = read_video(continuation)
     task = bench_task("vase", (0.3, 0.3, 0.6, 0.7), video=context, frame_index=frame_index)
     record = scorer.score_task(task, frames, TaskReferences.from_video(task, context))
-    print(json.dumps({"score": record.score, "n_frames": record.n_frames}))
+    print(json.dumps({"rss_before_task_mb": before, "score": record.score, "n_frames": record.n_frames}))
 
 
-def peak_rss_one_task(
-    cfg: dict, continuation: Path, context: Path, frame_index: int, stop_after_build: bool = False
-) -> tuple[float, dict]:
+def peak_rss_one_task(cfg: dict, continuation: Path, context: Path, frame_index: int) -> tuple[float, dict]:
     """Run :func:`score_one_task` in a fresh process and read its peak RSS from its rusage.
 
     Returns
     -------
     peak_mb : float
-        The child's peak resident set size (MiB).
+        The child's peak resident set size (MiB): the Python / torch / transformers runtime, the
+        models, the continuation's frames, the reference frames and every intermediate.
     output : dict
-        What the child printed.
+        What the child printed (``rss_before_task_mb``: its RSS with the scorer built, before the task).
     """
     code = "import json, sys; from cmbench.benchmarks.scorer import score_one_task; score_one_task(**json.loads(sys.argv[1]))"
-    args = json.dumps({"cfg": cfg, "continuation": str(continuation), "context": str(context),
-                       "frame_index": frame_index, "stop_after_build": stop_after_build})
+    args = json.dumps({"cfg": cfg, "continuation": str(continuation), "context": str(context), "frame_index": frame_index})
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = subprocess.Popen([sys.executable, "-c", code, args], stdout=out, stderr=err, env=env)

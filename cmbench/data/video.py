@@ -109,7 +109,20 @@ def read_video(path: str | Path) -> tuple[np.ndarray, float]:
         The container's frame rate.
     """
     reader = VideoReader(path)
-    return np.stack(list(reader)), reader.fps
+    count, _, _, _ = probe_video(path)
+    frames: np.ndarray | None = None
+    extra: list[np.ndarray] = []  # frames past the container's (approximate) count
+    n = 0
+    for frame in reader:  # copied into one array as decoded: never a list and a stacked copy at once
+        if frames is None:
+            frames = np.empty((count, *frame.shape), dtype=np.uint8)
+        if n < count:
+            frames[n] = frame
+        else:
+            extra.append(frame)
+        n += 1
+    assert frames is not None  # VideoReader raises when nothing decodes
+    return (np.concatenate([frames, np.stack(extra)]) if extra else frames[:n]), reader.fps
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "mp4v") -> Path:

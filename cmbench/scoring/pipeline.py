@@ -24,6 +24,7 @@ from cmbench.scoring.references import TaskReferences
 from cmbench.scoring.stages import Detector, Embedder, ReferenceView, Segmenter, Target
 
 REFERENCE_AGGREGATIONS = ("mean", "max")
+SEGMENT_CHUNK = 16  # generated frames segmented together; only their full-frame masks are held at once
 
 
 @dataclass(frozen=True)
@@ -299,11 +300,16 @@ class Scorer:
         boxes = clip_boxes(detections.boxes, height, width)
         boxes[~np.isfinite(detections.boxes).all(axis=1)] = np.nan
         candidates = np.flatnonzero(detections.found & boxes_valid(boxes, self.min_box_size))
-        masks = self.segmenter.segment([frames[i] for i in candidates], boxes[candidates])
-        kept = [(i, m) for i, m in zip(candidates, masks) if m.any()]
+        kept: list[tuple[int, np.ndarray, np.ndarray]] = []  # (frame, crop, crop mask)
+        for start in range(0, len(candidates), SEGMENT_CHUNK):  # a chunk's full-frame masks at a time
+            chunk = candidates[start : start + SEGMENT_CHUNK]
+            for i, mask in zip(chunk, self.segmenter.segment([frames[i] for i in chunk], boxes[chunk])):
+                if mask.any():
+                    crop, crop_mask = masked_crop(frames[i], mask)
+                    kept.append((int(i), crop, crop_mask.copy()))
         new_refs = [r for r, c in enumerate(cached) if c is None]
         crops = [masked_crop(views[r].frame, views[r].mask) for r in new_refs]
-        crops += [masked_crop(frames[i], m) for i, m in kept]
+        crops += [(crop, mask) for _, crop, mask in kept]
         embeddings = self.embedder.embed([c for c, _ in crops], [m for _, m in crops])
         for row, r in enumerate(new_refs):
             cached[r] = ReferenceFeatures(embedding=embeddings[row].astype(np.float32), mask_fallback=np.array(fallback[r]))
@@ -312,7 +318,7 @@ class Scorer:
         references_embedded = np.stack([c.embedding for c in cached])  # type: ignore[union-attr]
         detected = np.zeros(n_frames, dtype=bool)
         frame_embeddings = np.zeros((n_frames, references_embedded.shape[1]), dtype=np.float32)
-        for row, (i, _) in enumerate(kept):
+        for row, (i, _, _) in enumerate(kept):
             detected[i] = True
             frame_embeddings[i] = embeddings[len(new_refs) + row]
         return FrameFeatures(

@@ -127,7 +127,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer:
+def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: Runtime | None = None) -> Scorer:
     """Build a :class:`Scorer` from a scorer config (``cfg.scorer`` of the Hydra root config).
 
     Parameters
@@ -135,6 +135,9 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer
     cfg : mapping (dict or DictConfig)
     cache_dir : str, optional
         Overrides ``cfg.cache_dir``.
+    runtime : Runtime, optional
+        Overrides ``device`` / ``precision`` / ``batch_size`` as given, without the config rule that a
+        CPU runs fp32 (checks use it to run bf16 autocast on a CPU).
     """
     cfg = _plain(cfg)
     unknown = [k for k in cfg if k not in RUNTIME_KEYS + RESULT_KEYS]
@@ -146,7 +149,8 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer
     missing = [k for k in STAGES if k not in cfg]
     if missing:
         raise ScorerConfigError(f"scorer config {cfg.get('name', '?')!r} lacks the stage(s) {', '.join(missing)}")
-    runtime = resolve_runtime(cfg.get("device", "auto"), str(cfg.get("precision", "fp32")), cfg.get("batch_size", 8))
+    if runtime is None:
+        runtime = resolve_runtime(cfg.get("device", "auto"), str(cfg.get("precision", "fp32")), cfg.get("batch_size", 8))
     stages = {kind: build_stage(kind, cfg[kind], runtime) for kind in STAGES}
     digest = scorer_hash(result_config(cfg, runtime))
     root = cache_dir if cache_dir is not None else cfg.get("cache_dir")

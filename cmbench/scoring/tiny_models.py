@@ -20,7 +20,7 @@ DINO_IMAGE_SIZE = 56
 DINO_SHORTEST_EDGE = 64  # 256 / 224 of the crop, as facebook/dinov2-*'s processors
 
 
-def _byte_tokenizer():
+def byte_tokenizer():
     """A CLIP tokenizer over single bytes (no merges) with BOS/EOS last in the vocab.
 
     OWL-ViT treats a query whose first id is 0 as padding, so BOS must not be id 0.
@@ -64,7 +64,7 @@ def save_tiny_owl(folder: str | Path, version: str = "owlvit", seed: int = 0) ->
         image_processor = transformers.OwlViTImageProcessorPil(size=size, crop_size=size)
     else:
         image_processor = transformers.Owlv2ImageProcessorPil(size=size)
-    processor = getattr(transformers, f"{prefix}Processor")(image_processor=image_processor, tokenizer=_byte_tokenizer())
+    processor = getattr(transformers, f"{prefix}Processor")(image_processor=image_processor, tokenizer=byte_tokenizer())
     folder = Path(folder)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
