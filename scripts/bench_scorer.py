@@ -6,9 +6,10 @@ Sections (cmbench/benchmarks/scorer.py holds the code):
   scorer on MiniWorld 32x32 continuations, and of the OWL-ViT -> SAM 2 -> DINOv2 pipeline on TINY
   RANDOM models (plumbing speed, NOT the real models' cost; ``--full-size`` builds random models with
   the released shapes). Every frame is detected and segmented (worst case).
-- ``--preprocess``: preprocessing milliseconds per frame at ``--size`` with the tiny models, the
-  scorer's previous host path (``old``) vs transformers' / PIL's processors one image at a time
-  (``reference``) vs the batched device path (``new``), in the same rounds, and old / new.
+- ``--preprocess``: preprocessing milliseconds per frame of ``--size`` with the tiny models, at
+  their own preprocessing sizes and at the released models' (the models do not run: the sizes are
+  what costs), the scorer's previous host path (``old``) vs transformers' / PIL's processors one
+  image at a time (``reference``) vs the batched device path (``new``), best of the same rounds.
 - ``--memory``: peak RSS of a fresh process that scores one task whose reference is near the end of
   a generated context video (one minute and ten seconds of 720p at 24 fps by default), tiny models,
   its RSS before the task, and what decoding the whole context took before (computed).
@@ -86,23 +87,30 @@ def fps_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
 
 def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
     device = (args.devices or ["cpu"])[0]
-    rows = tiny_preprocessing_timings(tmp, height, width, args.preprocess_frames, args.rounds, device=device)
-    print(f"\npreprocessing, ms per frame at {args.size}, tiny models, {device}, {torch.get_num_threads()} thread(s), "
-          f"median of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
-    print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
-    for r in rows:
-        print(f"{r['stage']:<8} {r['old_ms']:8.3f} {r['reference_ms']:10.3f} {r['new_ms']:8.3f} {r['old_over_new']:7.1f}x")
-    print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT); old: previous host code (OWL-ViT processor, OpenCV resize "
-          "without antialiasing for SAM 2, OpenCV padded square for DINOv2); reference: transformers / PIL processors")
-    return [{"section": "preprocess", "item": r["stage"], "old": round(r["old_ms"], 4), "reference": round(r["reference_ms"], 4),
-             "new": round(r["new_ms"], 4), "ratio": round(r["old_over_new"], 2), "unit": "ms/frame",
-             "setting": f"{args.size} tiny {device} threads={torch.get_num_threads()}"} for r in rows]
+    rows = []
+    for released in (False, True):
+        sizes = ("released sizes: OWL-ViT 768, OWLv2 960, SAM 2 1024, DINOv2 256/224" if released
+                 else "tiny models' sizes: OWL 64, SAM 2 128, DINOv2 64/56")
+        timings = tiny_preprocessing_timings(tmp / str(released), height, width, args.preprocess_frames, args.rounds,
+                                             device=device, released=released)
+        print(f"\npreprocessing, ms per frame of {args.size}, {sizes}; {device}, {torch.get_num_threads()} thread(s), "
+              f"best of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
+        print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
+        for r in timings:
+            print(f"{r['stage']:<8} {r['old_ms']:8.3f} {r['reference_ms']:10.3f} {r['new_ms']:8.3f} {r['old_over_new']:7.1f}x")
+        setting = f"{args.size} frames; {'released' if released else 'tiny'} preprocessing sizes; {device} threads={torch.get_num_threads()}"
+        rows += [{"section": "preprocess", "item": r["stage"], "old": round(r["old_ms"], 4),
+                  "reference": round(r["reference_ms"], 4), "new": round(r["new_ms"], 4),
+                  "ratio": round(r["old_over_new"], 2), "unit": "ms/frame", "setting": setting} for r in timings]
+    print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT); old: previous host code (OWL-ViT processor, OpenCV "
+          "resize without antialiasing for SAM 2, OpenCV padded square for DINOv2); reference: transformers / PIL processors")
+    return rows
 
 
 def memory_rows(args, tmp: Path) -> list[dict]:
     ctx_h, ctx_w = (int(v) for v in args.context_size.split("x"))
     height, width = (int(v) for v in args.size.split("x"))
-    cache = ROOT / ".cache" / "bench_scorer"
+    cache = Path(args.video_cache)
     continuation = continuation_video(cache / f"continuation_{height}x{width}_{args.continuation_frames}.mp4",
                                       args.continuation_frames, height, width)
     cfg = dict(tiny_deep_scorer_config(tmp / "memory"), cache_dir=None)
@@ -115,7 +123,7 @@ def memory_rows(args, tmp: Path) -> list[dict]:
         context = write_context_video(cache / f"context_{ctx_h}x{ctx_w}_{seconds:g}s_{args.context_fps:g}fps.mp4",
                                       seconds, args.context_fps, ctx_h, ctx_w)
         n_context = int(round(seconds * args.context_fps))
-        peak_mb, out = peak_rss_one_task(cfg, continuation, context, n_context - 1 - int(args.context_fps))
+        peak_mb, out = peak_rss_one_task(cfg, continuation, context, max(0, n_context - 1 - int(args.context_fps)))
         before, whole = out["rss_before_task_mb"], n_context * ctx_h * ctx_w * 3 / 2**20
         print(f"{seconds:7g}s {context.stat().st_size / 2**20:7.0f} {peak_mb:8.0f}M {before:15.0f}M {peak_mb - before:9.0f}M "
               f"{whole:12.0f}M of frames, {2 * whole:.0f}M with np.stack")
@@ -146,13 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-fps", action="store_true", help="skip the pipeline-speed section")
     parser.add_argument("--preprocess", action="store_true", help="preprocessing old vs new")
     parser.add_argument("--preprocess-frames", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15, help="preprocessing rounds (the best round is reported)")
     parser.add_argument("--memory", action="store_true", help="peak RSS of scoring one task (long context)")
     parser.add_argument("--context-size", default="720x1280")
     parser.add_argument("--context-seconds", type=float, nargs="+", default=[60.0, 10.0],
                         help="context lengths, one fresh process each (equal peaks: memory does not grow with the context)")
     parser.add_argument("--context-fps", type=float, default=24.0)
     parser.add_argument("--continuation-frames", type=int, default=64)
+    parser.add_argument("--video-cache", default=str(ROOT / ".cache" / "bench_scorer"),
+                        help="where the generated context and continuation videos are kept between runs")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--json", help="write the pipeline-speed rows here")
     parser.add_argument("--csv", help="write the preprocessing and memory rows here")

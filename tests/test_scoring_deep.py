@@ -286,3 +286,32 @@ def test_bench_script_runs_every_stage_on_every_frame(tmp_path):
     for row in rows:
         assert row["detection_rate"] == 1.0 and row["fps"] > 0 and row["frames"] == 3
         assert set(row["stage_fps"]) == {"detect", "segment", "embed"}
+
+
+@pytest.mark.slow
+def test_bench_script_preprocessing_and_memory_sections(tmp_path):
+    import csv
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "bench.csv"
+    run = subprocess.run(
+        [sys.executable, str(root / "scripts/bench_scorer.py"), "--skip-fps", "--preprocess", "--memory", "--threads", "1",
+         "--size", "40x56", "--preprocess-frames", "2", "--rounds", "1", "--context-size", "36x64",
+         "--context-seconds", "3", "1", "--context-fps", "8", "--continuation-frames", "4",
+         "--video-cache", str(tmp_path / "videos"), "--csv", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=root,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = list(csv.DictReader(out.open()))
+    preprocess = [r for r in rows if r["section"] == "preprocess"]
+    assert [r["item"] for r in preprocess] == ["owl", "sam2", "dinov2", "owlv2", "total"] * 2
+    assert {r["setting"].split("; ")[1] for r in preprocess} == {"tiny preprocessing sizes", "released preprocessing sizes"}
+    for r in preprocess:
+        assert float(r["new"]) > 0 and float(r["ratio"]) == pytest.approx(float(r["old"]) / float(r["new"]), rel=0.01)
+    memory = [r for r in rows if r["section"] == "memory"]
+    assert [r["item"] for r in memory] == ["peak_rss_score_one_task", "rss_before_task", "task_adds"] * 2
+    peak, before, adds = (float(r["new"]) for r in memory[:3])
+    assert before < peak and adds == pytest.approx(peak - before, abs=0.2)

@@ -6,7 +6,7 @@
   three ways in the same rounds: the scorer's code before the device path (``old``: OWL-ViT's
   transformers processor, OpenCV resize for SAM 2 and for DINOv2's padded square), the transformers /
   PIL processors one image at a time (``reference``: what the new path must match numerically), and
-  the batched device path (``new``).
+  the batched device path (``new``); best of several rounds.
 - :func:`peak_rss_one_task`: peak resident memory of a fresh process that scores one task whose
   reference is near the end of a long context video (e.g. one minute of 720p), measured by the
   parent from the child's resource usage.
@@ -17,10 +17,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -31,18 +29,23 @@ import cv2
 import numpy as np
 import torch
 
+from cmbench.benchmarks.process_memory import peak_rss_mb, rss_mb
 from cmbench.data import Reference, Task, read_video, write_video
 from cmbench.scoring import build_scorer
 from cmbench.scoring.host_preprocess import dino_pixels, processor_pixels, sam2_pixels
+from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.imagenet import imagenet_normalize
+from cmbench.scoring.owl import OwlVitDetector
 from cmbench.scoring.pipeline import Scorer
 from cmbench.scoring.references import TaskReferences
+from cmbench.scoring.sam2_hf import Sam2Segmenter
 from cmbench.scoring.tiny_models import byte_tokenizer, tiny_deep_scorer_config
 
 
 def bench_task(label: str, box: Sequence[float], video: str = "v.mp4", frame_index: int | None = None) -> Task:
     """A one-reference task (reference at ``frame_index``, or t = 0) for benchmarks."""
-    ref = Reference(0.0, tuple(box), frame_index=frame_index)
+    x0, y0, x1, y1 = (float(v) for v in box)
+    ref = Reference(0.0, (x0, y0, x1, y1), frame_index=frame_index)
     return Task("bench", "synthetic", "s", video, ("p",) * 6, "c", "reappear", label, (), (ref,))
 
 
@@ -122,7 +125,7 @@ def worst_case_scorer(cfg: dict, device: str, precision: str, batch: int) -> Sco
 
 
 # ------------------------------------------------------------------------------ preprocessing
-def _pre_change_sam2(frames: Sequence[np.ndarray], size: int) -> np.ndarray:
+def _pre_change_sam2(frames: Sequence[np.ndarray] | np.ndarray, size: int) -> np.ndarray:
     """The scorer's SAM 2 input before the device path: OpenCV bilinear (no antialiasing), on the host."""
     return np.stack([imagenet_normalize(cv2.resize(f, (size, size), interpolation=cv2.INTER_LINEAR)) for f in frames])
 
@@ -180,6 +183,15 @@ def _per_frame_ms(fn: Callable[[], Any], n_frames: int, device: torch.device) ->
     return (time.perf_counter() - start) * 1000.0 / n_frames
 
 
+def deep_stages(scorer: Scorer) -> tuple[OwlVitDetector, Sam2Segmenter, Dinov2Embedder]:
+    """The stages of an OWL-ViT / OWLv2 -> SAM 2 -> DINOv2 scorer, checked."""
+    stages = (scorer.detector, scorer.segmenter, scorer.embedder)
+    for stage, kind in zip(stages, (OwlVitDetector, Sam2Segmenter, Dinov2Embedder)):
+        if not isinstance(stage, kind):
+            raise TypeError(f"expected a {kind.__name__} stage, got {type(stage).__name__}")
+    return stages  # type: ignore[return-value]
+
+
 def preprocessing_timings(
     scorer: Scorer,
     frames: np.ndarray,
@@ -191,9 +203,9 @@ def preprocessing_timings(
     """Preprocessing milliseconds per frame of a deep scorer's stages, old / reference / new.
 
     Each round times every path once on the same frames (one masked object crop per frame for
-    DINOv2), so the ratios compare like with like under the same machine load; the median over rounds
-    is reported. The ``total`` row is the scorer's three stages; an OWLv2 detector, when given, is
-    reported beside it.
+    DINOv2); the best (fastest) round of each path is reported, the round least disturbed by other
+    jobs on a shared machine (medians swing by several times there between identical runs). The
+    ``total`` row is the scorer's three stages; an OWLv2 detector, when given, is reported beside it.
 
     Parameters
     ----------
@@ -208,10 +220,10 @@ def preprocessing_timings(
     -------
     list of dict with ``stage``, ``old_ms``, ``reference_ms``, ``new_ms`` (per frame), ``old_over_new``
     """
-    detector, segmenter, embedder = scorer.detector, scorer.segmenter, scorer.embedder
+    detector, segmenter, embedder = deep_stages(scorer)
     dev = segmenter.runtime.device
     n = len(frames)
-    square = embedder.spec.crop[0]
+    square = (embedder.spec.crop or embedder.spec.size or (224, 224))[0]
     paths: dict[str, dict[str, Callable[[], Any]]] = {
         "owl": {
             "old": lambda: processor_pixels(detector.image_processor, frames),
@@ -247,18 +259,21 @@ def preprocessing_timings(
     rows = []
     for name in (*paths, "total"):
         parts = ("owl", "sam2", "dinov2") if name == "total" else (name,)
-        ms = {path: sum(statistics.median(times[p, path]) for p in parts) for path in ("old", "reference", "new")}
+        ms = {path: sum(min(times[p, path]) for p in parts) for path in ("old", "reference", "new")}
         rows.append({"stage": name, **{f"{p}_ms": v for p, v in ms.items()}, "old_over_new": ms["old"] / ms["new"]})
     return rows
 
 
 def tiny_preprocessing_timings(
-    folder: Path, height: int, width: int, n_frames: int, rounds: int, device: str = "cpu"
+    folder: Path, height: int, width: int, n_frames: int, rounds: int, device: str = "cpu", released: bool = False
 ) -> list[dict[str, Any]]:
     """:func:`preprocessing_timings` of the tiny OWL-ViT -> SAM 2 -> DINOv2 scorer (and a tiny OWLv2)
-    on ``n_frames`` synthetic frames of ``height x width``."""
-    scorer = build_scorer(dict(tiny_deep_scorer_config(folder / "owlvit"), device=device, batch_size=n_frames))
-    owlv2 = build_scorer(dict(tiny_deep_scorer_config(folder / "owlv2", detector="owlv2"), device=device)).detector
+    on ``n_frames`` synthetic frames of ``height x width``; ``released``: with the released models'
+    preprocessing sizes (:func:`cmbench.scoring.tiny_models.tiny_deep_scorer_config`)."""
+    cfg = tiny_deep_scorer_config(folder / "owlvit", released_preprocessing=released)
+    scorer = build_scorer(dict(cfg, device=device, batch_size=n_frames))
+    cfg = tiny_deep_scorer_config(folder / "owlv2", detector="owlv2", released_preprocessing=released)
+    owlv2 = build_scorer(dict(cfg, device=device)).detector
     frames = synthetic_frames(n_frames, height, width)
     crops, masks = object_crops(frames)
     return preprocessing_timings(scorer, frames, crops, masks, rounds, owlv2=owlv2)
@@ -293,48 +308,41 @@ def write_context_video(path: Path, seconds: float, fps: float, height: int, wid
     return path
 
 
-def _rss_mb() -> float:
-    """Current resident set size of this process (Linux ``/proc/self/statm``)."""
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def score_one_task(cfg: dict, continuation: str, context: str, frame_index: int) -> None:
     """Child process body: build the scorer, then decode the continuation and score one task whose
-    reference is ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`); prints the RSS
-    before the task and the record's score as JSON."""
+    reference is ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`); prints its RSS
+    before the task, its peak RSS and the record's score as JSON."""
     torch.set_num_threads(1)
     scorer = build_scorer(cfg)
-    before = _rss_mb()
+    before = rss_mb()
     frames, _ = read_video(continuation)
     task = bench_task("vase", (0.3, 0.3, 0.6, 0.7), video=context, frame_index=frame_index)
     record = scorer.score_task(task, frames, TaskReferences.from_video(task, context))
-    print(json.dumps({"rss_before_task_mb": before, "score": record.score, "n_frames": record.n_frames}))
+    print(json.dumps({"rss_before_task_mb": before, "peak_rss_mb": peak_rss_mb(), "score": record.score,
+                      "n_frames": record.n_frames}))
 
 
 def peak_rss_one_task(cfg: dict, continuation: Path, context: Path, frame_index: int) -> tuple[float, dict]:
-    """Run :func:`score_one_task` in a fresh process and read its peak RSS from its rusage.
+    """Run :func:`score_one_task` in a fresh process (so nothing else lives in it) and return its
+    peak RSS.
 
     Returns
     -------
     peak_mb : float
-        The child's peak resident set size (MiB): the Python / torch / transformers runtime, the
-        models, the continuation's frames, the reference frames and every intermediate.
+        The child's peak resident set size (MiB; ``VmHWM``, which starts at its ``exec``): the
+        Python / torch / transformers runtime, the models, the continuation's frames, the reference
+        frames and every intermediate.
     output : dict
         What the child printed (``rss_before_task_mb``: its RSS with the scorer built, before the task).
     """
     code = "import json, sys; from cmbench.benchmarks.scorer import score_one_task; score_one_task(**json.loads(sys.argv[1]))"
     args = json.dumps({"cfg": cfg, "continuation": str(continuation), "context": str(context), "frame_index": frame_index})
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen([sys.executable, "-c", code, args], stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(child.pid, 0)  # reaps the child and returns its own rusage
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if child.returncode:
-            raise RuntimeError(f"the scoring child failed ({child.returncode}):\n{err.read().decode()[-2000:]}")
-        printed = out.read().decode().strip().splitlines()[-1]
-    return usage.ru_maxrss / 1024.0, json.loads(printed)  # ru_maxrss is in KiB on Linux
+    run = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, env=env)
+    if run.returncode:
+        raise RuntimeError(f"the scoring child failed ({run.returncode}):\n{run.stderr[-2000:]}")
+    output = json.loads(run.stdout.strip().splitlines()[-1])
+    return float(output["peak_rss_mb"]), output
 
 
 def continuation_video(path: Path, n_frames: int, height: int, width: int) -> Path:

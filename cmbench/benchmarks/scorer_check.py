@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 import torch
 
-from cmbench.benchmarks.scorer import object_crops, preprocessing_timings, time_stages
+from cmbench.benchmarks.scorer import deep_stages, object_crops, preprocessing_timings, time_stages
 from cmbench.data import Reference, Task
 from cmbench.scoring import build_scorer
 from cmbench.scoring.host_preprocess import dino_pixels, processor_pixels, sam2_pixels
@@ -60,7 +60,8 @@ def _shifted(frame: np.ndarray, n_frames: int) -> np.ndarray:
     """``n_frames`` continuation frames: ``frame`` translated by :data:`OFFSETS`, at the generated size."""
     out = []
     for dy, dx in (OFFSETS * (n_frames // len(OFFSETS) + 1))[:n_frames]:
-        moved = cv2.warpAffine(frame, np.float32([[1, 0, dx], [0, 1, dy]]), frame.shape[1::-1], borderMode=cv2.BORDER_REFLECT)
+        shift = np.array([[1, 0, dx], [0, 1, dy]], dtype=np.float32)
+        moved = cv2.warpAffine(frame, shift, frame.shape[1::-1], borderMode=cv2.BORDER_REFLECT)
         out.append(cv2.resize(moved, GENERATED_SIZE[::-1], interpolation=cv2.INTER_AREA))
     return np.stack(out)
 
@@ -116,7 +117,7 @@ def _grey_levels(ours: torch.Tensor, ref: torch.Tensor, std) -> float:
 
 def _preprocess_agreement(report: CheckReport, scorer: Scorer, frames: np.ndarray) -> None:
     """The device path of every stage against the host reference, on the scorer's device."""
-    detector, segmenter, embedder = scorer.detector, scorer.segmenter, scorer.embedder
+    detector, segmenter, embedder = deep_stages(scorer)
     crops, masks = object_crops(frames)
     pairs = {
         "detector": (detector.preprocess(frames), processor_pixels(detector.image_processor, frames), detector.spec.std),

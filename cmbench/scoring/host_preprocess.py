@@ -24,12 +24,12 @@ def blank_background(crop: np.ndarray, mask: np.ndarray, background: int) -> np.
     return np.where(mask[..., None], crop, np.uint8(background))
 
 
-def processor_pixels(processor: Any, images: Sequence[np.ndarray]) -> torch.Tensor:
+def processor_pixels(processor: Any, images: Sequence[np.ndarray] | np.ndarray) -> torch.Tensor:
     """A transformers image processor on ``uint8 [H_i, W_i, 3]`` images -> ``float32 [N, 3, h, w]``."""
     return processor(images=list(images), return_tensors="pt")["pixel_values"]
 
 
-def sam2_pixels(frames: Sequence[np.ndarray], size: int) -> torch.Tensor:
+def sam2_pixels(frames: Sequence[np.ndarray] | np.ndarray, size: int) -> torch.Tensor:
     """``Sam2ImageProcessor``'s output for ``uint8 [H_i, W_i, 3]`` frames: ``float32 [N, 3, size, size]``."""
     resized = [np.asarray(Image.fromarray(f).resize((size, size), Image.Resampling.BILINEAR)) for f in frames]
     return torch.from_numpy(np.stack([imagenet_normalize(r) for r in resized]))
@@ -40,7 +40,7 @@ def dino_pixels(
     masks: Sequence[np.ndarray],
     background: int,
     processor: Any = None,
-    square_size: int | None = None,
+    square_size: int = 224,
 ) -> torch.Tensor:
     """DINOv2 input of masked crops, one crop at a time on the host.
 
@@ -51,9 +51,9 @@ def dino_pixels(
     background : int
     processor : transformers image processor, optional
         ``crop_mode="processor"``: the model's processor on each blanked crop.
-    square_size : int, optional
-        ``crop_mode="pad_square"``: pad to a centred square of ``background``, PIL bicubic resize to
-        this side, ImageNet-normalise.
+    square_size : int
+        ``crop_mode="pad_square"`` (no ``processor``): pad to a centred square of ``background``, PIL
+        bicubic resize to this side, ImageNet-normalise.
 
     Returns
     -------

@@ -312,9 +312,10 @@ class Scorer:
         crops += [(crop, mask) for _, crop, mask in kept]
         embeddings = self.embedder.embed([c for c, _ in crops], [m for _, m in crops])
         for row, r in enumerate(new_refs):
-            cached[r] = ReferenceFeatures(embedding=embeddings[row].astype(np.float32), mask_fallback=np.array(fallback[r]))
+            entry = ReferenceFeatures(embedding=embeddings[row].astype(np.float32), mask_fallback=np.array(fallback[r]))
+            cached[r] = entry
             if self.cache is not None:
-                self.cache.store_reference(keys[r], cached[r])
+                self.cache.store_reference(keys[r], entry)
         references_embedded = np.stack([c.embedding for c in cached])  # type: ignore[union-attr]
         detected = np.zeros(n_frames, dtype=bool)
         frame_embeddings = np.zeros((n_frames, references_embedded.shape[1]), dtype=np.float32)
