@@ -310,7 +310,7 @@ def test_bench_script_preprocessing_and_memory_sections(tmp_path):
     assert [r["item"] for r in preprocess] == ["owl", "sam2", "dinov2", "owlv2", "total"] * 2
     assert {r["setting"].split("; ")[1] for r in preprocess} == {"tiny preprocessing sizes", "released preprocessing sizes"}
     for r in preprocess:
-        assert float(r["new"]) > 0 and float(r["ratio"]) == pytest.approx(float(r["old"]) / float(r["new"]), rel=0.01)
+        assert float(r["new"]) > 0 and float(r["ratio"]) == pytest.approx(float(r["old"]) / float(r["new"]), rel=0.01, abs=0.006)
     memory = [r for r in rows if r["section"] == "memory"]
     assert [r["item"] for r in memory] == ["peak_rss_score_one_task", "rss_before_task", "task_adds"] * 2
     peak, before, adds = (float(r["new"]) for r in memory[:3])

@@ -82,12 +82,14 @@ Entry = TypeVar("Entry", FrameFeatures, ReferenceFeatures)
 
 
 def _load(path: Path, kind: type[Entry]) -> Entry | None:
+    """An entry, or None when absent or unreadable: an empty, truncated or garbage file (left by a full
+    disk or a crash) is a miss, recomputed and overwritten by the next store."""
     if not path.is_file():
         return None
     try:
         with np.load(path, allow_pickle=False) as data:
             return kind(**{f.name: data[f.name] for f in fields(kind)})
-    except (OSError, ValueError, KeyError):
+    except Exception:  # EOFError, zipfile.BadZipFile, ValueError, KeyError, OSError, ...
         return None
 
 

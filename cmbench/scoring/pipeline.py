@@ -37,12 +37,6 @@ class TaskScore:
     score : float
         The aggregation (``reference_aggregation``) of ``reference_scores``; 0.0 when the target is
         never detected.
-    reference_scores : list of float
-        Per reference, its best cosine similarity over frames (0.0 when never detected).
-    reference_best_frames : list of int or None
-        Per reference, the frame of that best similarity (None when never detected); its box is
-        ``boxes[frame]``.
-    reference_aggregation : {"mean", "max"}
     similarities : list of float or None
         Per generated frame, the cosine to the closest reference; None where not detected.
     detection_rate : float
@@ -58,18 +52,24 @@ class TaskScore:
     scorer : str
         Scorer config name.
     scorer_config_hash : str
+    reference_scores : list of float
+        Per reference, its best cosine similarity over frames (0.0 when never detected).
+    reference_best_frames : list of int or None
+        Per reference, the frame of that best similarity (None when never detected); its box is
+        ``boxes[frame]``.
+    reference_aggregation : {"mean", "max"}
     scorer_models_hash : str
         Identity of the loaded models (weight / processor file contents or hub commits, and the
         transformers version).
+
+    The scorer fills every field; the last four default to None only so that a TaskScore can be
+    written by hand without them.
     """
 
     task_id: str
     source: str
     task_type: str
     score: float
-    reference_scores: list[float]
-    reference_best_frames: list[int | None]
-    reference_aggregation: str
     similarities: list[float | None]
     detection_rate: float
     boxes: list[list[float] | None]
@@ -79,7 +79,10 @@ class TaskScore:
     n_frames: int
     scorer: str
     scorer_config_hash: str
-    scorer_models_hash: str
+    reference_scores: list[float] | None = None
+    reference_best_frames: list[int | None] | None = None
+    reference_aggregation: str | None = None
+    scorer_models_hash: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict."""
