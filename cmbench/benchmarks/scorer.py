@@ -298,7 +298,7 @@ def write_context_video(path: Path, seconds: float, fps: float, height: int, wid
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial.mp4")
-    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (width, height))
+    writer = cv2.VideoWriter(str(tmp), cv2.VideoWriter.fourcc(*"mp4v"), float(fps), (width, height))
     try:
         for frame in frames():
             writer.write(cv2.cvtColor(np.ascontiguousarray(frame), cv2.COLOR_RGB2BGR))

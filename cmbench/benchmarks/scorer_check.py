@@ -182,7 +182,8 @@ def run_check(cfg: dict, device: str, tiny: bool, n_frames: int = 8, rounds: int
             report.timings[f"{control}_{precision}_ms_per_frame"] = {
                 "total": 1000 * total / len(frames), **{k: 1000 * v / len(frames) for k, v in seconds.items()}}
     for name, record in records.items():
-        finite = all(np.isfinite(s) for s in record.reference_scores) and np.isfinite(record.score)
+        scores = [record.score, *(record.reference_scores or [])]
+        finite = bool(record.reference_scores) and bool(np.all(np.isfinite(scores)))
         report.add(f"{name}_finite", float(finite), "== 1", finite)
     pos, neg = records["positive_fp32"], records["negative_fp32"]
     real = not tiny
