@@ -361,7 +361,8 @@ def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kep
     assert "| mine † |" in board.stdout and "computed by other code" in board.stdout
     records = read_all_records(run_dir)
     assert len(records) == 4 and len({r["code_hash"] for r in records}) == 2
-    assert all(r["code"]["method"] and r["code"]["cmbench"] and r["code"]["backbone"] for r in records)
+    assert all(r["code"]["method"] and r["code"]["cmbench"] and r["code"]["backbone"] and r["code"]["scorer"]
+               for r in records)
 
 
 def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_deterministic_cost(setup, tmp_path):

@@ -188,11 +188,11 @@ def _write_text(path: Path, text: str) -> None:
         raise RunFolderError(f"cannot write {path}: {err.strerror or err}") from err
 
 
-def run_identity(cfg: DictConfig) -> CodeIdentity:
+def run_identity(cfg: DictConfig, scorer_hash: str | None) -> CodeIdentity:
     """The code identity of a run of ``cfg`` (:func:`cmbench.runs.identity.code_identity`); call after
     the data is present (the manifest is part of it)."""
     manifest = Path(str(cfg.data.root)) / str(cfg.data.manifest)
-    return code_identity(resolve_method_class(to_dict(cfg.method)), to_dict(cfg.backbone), manifest)
+    return code_identity(resolve_method_class(to_dict(cfg.method)), to_dict(cfg.backbone), manifest, scorer_hash)
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
     selected = select_tasks(tasks, task_ids=options.task_ids, limit=options.limit, seed=options.seed)
     evaluator = ModelEvaluator(cfg, run_dir)
-    code = run_identity(cfg)
+    code = run_identity(cfg, f"{evaluator.scorer_hash}/{evaluator.scorer.models_hash}")
     identity = {
         "label": label,
         "config_hash": run_config_hash(cfg),

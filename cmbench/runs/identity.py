@@ -1,4 +1,4 @@
-"""What computed a record: CMBench's code, a plug-in's code, the backbone's files and the manifest.
+"""What computed a record: CMBench's code, a plug-in's code, the backbone's files, the manifest, the scorer.
 
 A run has two identities, kept apart on purpose (docs/runs.md):
 
@@ -33,6 +33,10 @@ The parts of the code identity:
 ``manifest``
     SHA-256 of the dataset's manifest (the tasks, their references and prompts); the videos it names
     are not hashed.
+``scorer``
+    The scorer's own identities: its config hash (result config, version, precision) and its models'
+    (:attr:`cmbench.scoring.pipeline.Scorer.models_hash`: weight and processor file contents or hub
+    commits, the transformers version).
 """
 
 from __future__ import annotations
@@ -293,8 +297,8 @@ class CodeIdentity:
     Attributes
     ----------
     parts : dict
-        ``{"cmbench", "method", "backbone", "manifest"}``: one short hash per part (``method``: None
-        for built-in methods).
+        ``{"cmbench", "method", "backbone", "manifest", "scorer"}``: one short hash per part
+        (``method``: None for built-in methods).
     hash : str
         The hash over ``parts``: a record's ``code_hash``.
     """
@@ -303,8 +307,10 @@ class CodeIdentity:
     hash: str
 
 
-def code_identity(method_cls: type, backbone_cfg: Mapping[str, Any], manifest: str | Path | None) -> CodeIdentity:
-    """The code identity of a run of ``method_cls`` on a backbone config and a manifest file.
+def code_identity(method_cls: type, backbone_cfg: Mapping[str, Any], manifest: str | Path | None,
+                  scorer_hash: str | None = None) -> CodeIdentity:
+    """The code identity of a run of ``method_cls`` on a backbone config and a manifest file, scored
+    by the scorer ``scorer_hash``.
 
     Parameters
     ----------
@@ -313,6 +319,7 @@ def code_identity(method_cls: type, backbone_cfg: Mapping[str, Any], manifest: s
     backbone_cfg : mapping
         The resolved backbone config (its ``_target_`` and the files it names).
     manifest : path or None
+    scorer_hash : str, optional
     """
     from cmbench.registry import import_object
 
@@ -326,6 +333,7 @@ def code_identity(method_cls: type, backbone_cfg: Mapping[str, Any], manifest: s
         "method": plugin_code_hash(method_cls),
         "backbone": json_digest(backbone)[:HASH_DIGITS],
         "manifest": file_hash(manifest)[:HASH_DIGITS] if manifest is not None and Path(manifest).is_file() else None,
+        "scorer": scorer_hash,
     }
     return CodeIdentity(parts, json_digest(parts)[:12])
 
@@ -340,7 +348,7 @@ def changed_parts(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list
 def describe_changes(parts: Iterable[str]) -> str:
     """Words for :func:`changed_parts`: ``method source, backbone files``."""
     words = {"cmbench": "CMBench code", "method": "method source", "backbone": "backbone code or files",
-             "manifest": "manifest"}
+             "manifest": "manifest", "scorer": "scorer"}
     return ", ".join(words.get(p, p) for p in parts)
 
 
