@@ -383,3 +383,10 @@ def test_the_pareto_plot_says_what_it_plots(runs, monkeypatch):
     tmp, full, deco = runs
     write_reports([full, deco], tmp / "report")
     assert titles == ["CMBench: Score score vs pruning ratio"]
+
+
+def test_methods_with_different_seeds_are_refused_naming_the_seeds(seed_runs):
+    tmp, folders = seed_runs
+    one_seed = write_run(tmp / "other_2", [seeded("other", t, 0.6, 2, "S_other") for t in TASKS])
+    with pytest.raises(ReportError, match=r"runs differ in seeds: .* has \['3'\] that .*other_2 \(other\) lacks"):
+        write_reports([*folders, one_seed], tmp / "r")

@@ -297,7 +297,8 @@ def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
         f = run.frame
         return {
             "task set": frozenset(f["task_id"]),
-            "seeds": frozenset(int(s) for s in f["seed"].dropna()),
+            # the runs' global seeds when known (their task seeds derive from them), else the task seeds
+            "seeds": frozenset(int(s) for s in (f["run_seed"] if f["run_seed"].notna().all() else f["seed"]).dropna()),
             "scorer config": frozenset(f["scorer_hash"].astype(str)),
         }
 
