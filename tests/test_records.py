@@ -137,3 +137,11 @@ def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
     monkeypatch.undo()
     writer.write(ok("b"))
     assert [r["task_id"] for r in read_all_records(tmp_path)] == ["a", "b"]
+
+
+def test_version_1_records_read_with_the_fields_of_version_2_empty():
+    record = TaskRecord.from_json({**ok("t"), "schema_version": 1, "label": "x", "config_hash": "abc"})
+    assert record.schema_version == 2 and record.config_hash == "abc"
+    assert record.code_hash is None and record.run_seed is None and record.attention_flops is None
+    with pytest.raises(ValueError, match="attention_flops: is -1.0, expected a finite number >= 0"):
+        TaskRecord(task_id="t", status="ok", attention_flops=-1.0)

@@ -45,7 +45,6 @@ import ast
 import functools
 import hashlib
 import inspect
-import json
 import marshal
 import os
 import sys
@@ -364,7 +363,3 @@ def portable(value: Any) -> Any:
         return "${package_root:}" + value[len(root):]
     return value
 
-
-def json_text(value: Any) -> str:
-    """Compact JSON of a value (for messages)."""
-    return json.dumps(value, sort_keys=True, default=str)
