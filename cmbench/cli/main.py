@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("cmbench.cli.score:score", "score a folder of <task_id>.mp4 continuations"),
     "run": ("cmbench.cli.run:run", "generate and score every task with one method (-m to sweep)"),
     "leaderboard": ("cmbench.cli.run:leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs"),
+    "report": ("cmbench.cli.report:report", "self-contained HTML report with per-task galleries over runs"),
 }
 
 USAGE = """usage: python -m cmbench <command> [key=value ...] [-m]

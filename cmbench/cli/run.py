@@ -23,8 +23,8 @@ from cmbench.hashing import config_hash
 from cmbench.runs.runner import run_tasks, select_tasks, shard_from_env, summarise
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
-SELECTION_KEYS = ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs", "save_videos",
-                  "videos", "out", "experiment", "threads")
+SELECTION_KEYS = ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "report", "runs",
+                  "save_videos", "videos", "out", "experiment", "threads")
 
 
 def method_label(cfg: DictConfig) -> str:
@@ -113,6 +113,14 @@ def run(cfg: DictConfig) -> int:
     return 0
 
 
+def find_run_dirs(cfg: DictConfig) -> list[Path]:
+    """``runs=[dir, ...]`` when given, else every run directory (one with records) under ``<out_dir>/<data>/``."""
+    base = Path(str(cfg.out_dir)) / str(cfg.data.name)
+    return [Path(str(r)) for r in cfg.runs or []] or sorted(
+        p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
+    )
+
+
 def leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """Write leaderboard CSVs, markdown and the Pareto plot over run directories.
 
@@ -121,11 +129,8 @@ def leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """
     from cmbench.report import write_reports
 
-    base = Path(str(cfg.out_dir)) / str(cfg.data.name)
-    runs = runs or [Path(str(r)) for r in cfg.runs or []] or sorted(
-        p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
-    )
-    out = Path(str(cfg.leaderboard.out or base / "leaderboard"))
+    runs = runs or find_run_dirs(cfg)
+    out = Path(str(cfg.leaderboard.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "leaderboard"))
     paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed))
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")

@@ -16,16 +16,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.backbones.loading import build_backbone
-from cmbench.data import Task, read_video, write_video
+from cmbench.data import Task, write_video
 from cmbench.data.video import prepare_frames
 from cmbench.generation import GenerationSettings, PrefilledContext, continue_task, prefill
 from cmbench.methods.registry import build_method
 from cmbench.hashing import task_seed
 from cmbench.generation.sampler import FlowMatchSampler
-from cmbench.scoring.references import reference_frames
+from cmbench.scoring.references import MINIWORLD_EXTENSION, reference_frames, reference_source
 from cmbench.scoring.registry import build_scorer
-
-MINIWORLD_EXTENSION = "miniworld"
 
 
 def generation_settings(cfg: DictConfig) -> GenerationSettings:
@@ -85,13 +83,10 @@ class ModelEvaluator:
         reference_source : ``uint8 [F', H', W', 3]``
         reference_fps : float
         """
+        original, fps = reference_source(task)  # decoded once: the references index these frames
         if MINIWORLD_EXTENSION in task.extra:
-            from cmbench.miniworld import load_context
-
-            frames, _ = load_context(task)
-            return frames, frames, float(task.extra[MINIWORLD_EXTENSION].get("fps", 16))
+            return original, original, fps
         ctx = self.cfg.backbone.context
-        original, fps = read_video(task.video_path)  # decoded once: the references index these frames
         context = prepare_frames(original, fps, fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
                                  chunk_latent_frames=self.backbone.geometry.chunk_frames,
                                  temporal_stride=int(ctx.temporal_stride))

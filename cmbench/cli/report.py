@@ -1,0 +1,31 @@
+"""The ``report`` command: ``python -m cmbench report [runs=[dir,...]] [report.out=DIR]``.
+
+Writes a self-contained HTML report (``index.html`` plus ``img/``, nothing fetched from anywhere)
+over the same runs as ``leaderboard``: every run directory under ``<out_dir>/<data>/`` unless
+``runs`` names them. ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
+it. See docs/report.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from cmbench.cli.run import find_run_dirs
+
+
+def report(cfg: DictConfig) -> int:
+    """Build the report (and its screenshot) and print where it is, its size and how long it took."""
+    from cmbench.report.html import build_report
+
+    out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
+    result = build_report(find_run_dirs(cfg), out, allow_mixed=bool(cfg.leaderboard.allow_mixed),
+                          data_root=cfg.report.data_root, title=str(cfg.report.title))
+    print(f"report: {len(result.methods)} methods x {result.tasks} tasks -> {result.index} "
+          f"({result.files} files, {result.bytes / 1e6:.1f} MB, {result.seconds:.1f} s)")
+    if cfg.report.screenshot:
+        from cmbench.report.browser import screenshot
+
+        print(f"report: screenshot {screenshot(result.index, Path(str(cfg.report.screenshot)))}")
+    return 0

@@ -1,0 +1,353 @@
+"""A self-contained HTML report over run directories: one folder, ``index.html`` plus ``img/``.
+
+The page holds the leaderboard and every other table :mod:`cmbench.report.leaderboard` computes
+(rendered column by column from its DataFrames, so a new column shows up without a template edit),
+the Pareto and per-frame recall plots, a task gallery and each run's config and provenance. It
+references nothing outside its folder: no CDN, no fonts, no network; open it from disk.
+
+The gallery shows, per task, the reference frame(s) with the annotated target box and label and,
+per method, the continuation as an animated image, its best frame with the detected box
+(:mod:`cmbench.report.gallery` says how both are derived from a record) and its score. Filters
+choose a source, a task type and a method; a method's view starts with the tasks where it loses
+most against FullKV (largest paired score drop).
+
+Reference frames come from each run's dataset (``data.root`` / ``data.manifest`` of its
+``config.yaml``, or ``data_root`` when the data moved); continuations from ``videos/<task_id>.mp4``
+of each run directory.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from omegaconf import OmegaConf
+
+from cmbench.data import Task, load_manifest, read_video
+from cmbench.report import gallery
+from cmbench.report.frame_curves import frame_curves, frame_curves_plot
+from cmbench.report.leaderboard import (
+    REFERENCE_METHOD,
+    ReportError,
+    RunRecords,
+    breakdown,
+    check_comparable,
+    leaderboard,
+    paired_deltas,
+    pareto_plot,
+    read_records,
+)
+from cmbench.scoring.references import reference_frames, reference_source
+
+INDEX = "index.html"
+IMAGES = "img"
+LOSSES_SHOWN = 8  # tasks listed in "where X loses most against FullKV"
+
+# headers of the columns the leaderboard functions produce today; any other column gets its own name
+LABELS = {
+    "method": "Method", "score": "Score", "score_ci95": "± 95% CI", "pr": "PR", "context_pr": "Context PR",
+    "speedup_vs_fullkv": "Speed-up vs FullKV", "continuation_fps": "FPS", "peak_kv_bytes": "Peak KV (MB)",
+    "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
+    "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
+    "losses": "Losses", "n_pairs": "Pairs",
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: what is shown and what it sorts by (numbers numerically; NaN sorts last)."""
+
+    text: str
+    sort: str
+    numeric: bool
+
+
+@dataclass(frozen=True)
+class Table:
+    """A DataFrame made ready to show: column keys and headers, formatted rows."""
+
+    id: str
+    title: str
+    note: str
+    columns: list[tuple[str, str]]  # (DataFrame column, header)
+    rows: list[list[Cell]]
+
+
+@dataclass
+class ReportOutput:
+    """What :func:`build_report` wrote."""
+
+    index: Path
+    files: int
+    bytes: int
+    seconds: float
+    methods: list[str] = field(default_factory=list)
+    tasks: int = 0
+
+
+def format_value(column: str, value: Any) -> Cell:
+    """Format one value by what its column name says it is (fractions, bytes, ratios, counts)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return Cell("—", "", True)
+    if isinstance(value, (bool, np.bool_)):
+        return Cell("yes" if value else "no", str(int(value)), True)
+    if isinstance(value, (int, np.integer)):
+        return Cell(str(int(value)), str(int(value)), True)
+    if not isinstance(value, (float, np.floating)):
+        return Cell(str(value), str(value).lower(), False)
+    v = float(value)
+    name = column.lower()
+    if name.endswith("_ci95"):
+        text = f"± {v:.4f}"
+    elif name == "pr" or name.endswith("_pr") or name.startswith("pr_"):
+        text = f"{100 * v:.2f}%"
+    elif "bytes" in name:
+        text = f"{v / 1e6:.2f}"
+    elif "speedup" in name:
+        text = f"{v:.2f}x"
+    elif "fps" in name or "seconds" in name:
+        text = f"{v:.1f}"
+    else:
+        text = f"{v:.4f}"
+    return Cell(text, repr(v), True)
+
+
+def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
+    """Every column of ``frame``, in its order, as a sortable table."""
+    columns = [(str(c), LABELS.get(str(c), str(c).replace("_", " "))) for c in frame.columns]
+    rows = [[format_value(str(c), value) for c, value in zip(frame.columns, row)]
+            for row in frame.itertuples(index=False, name=None)]
+    return Table(id_, title, note, columns, rows)
+
+
+def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False) -> list[RunRecords]:
+    """Read runs and check they can share a leaderboard (distinct labels, same tasks, seeds, scorer)."""
+    runs = [read_records(d) for d in run_dirs]
+    if not runs:
+        raise ReportError("no run directories given")
+    labels = [r.label for r in runs]
+    if len(set(labels)) != len(labels):
+        raise ReportError(f"several runs share a method label: {labels}; give each a distinct label")
+    check_comparable(runs, allow_mixed)
+    return runs
+
+
+def _manifest_of(run: RunRecords, data_root: Path | None) -> tuple[Path, str]:
+    """``(dataset root, manifest file name)`` a run was made on."""
+    config_file = run.path / "config.yaml"
+    manifest = "metadata.jsonl"
+    root: Path | None = data_root
+    if config_file.is_file():
+        data = OmegaConf.load(config_file).get("data") or {}
+        manifest = str(data.get("manifest") or manifest)
+        if root is None and data.get("root"):
+            root = Path(str(data["root"]))
+    if root is None:
+        raise ReportError(f"{config_file}: no data.root to find the run's tasks; pass data_root=DIR")
+    if not (root / manifest).is_file():
+        raise ReportError(f"{run.path}: its tasks' manifest {root / manifest} is not there; "
+                          "pass the dataset's current location as data_root=DIR")
+    return root, manifest
+
+
+def load_tasks(runs: list[RunRecords], data_root: str | Path | None = None) -> dict[str, Task]:
+    """Every task the runs have records for, by task id, from the runs' manifests."""
+    tasks: dict[str, Task] = {}
+    loaded: set[tuple[Path, str]] = set()
+    for run in runs:
+        source = _manifest_of(run, None if data_root is None else Path(data_root))
+        if source not in loaded:
+            loaded.add(source)
+            for task in load_manifest(source[0], source[1], check_videos=False):
+                tasks.setdefault(task.task_id, task)
+        missing = sorted(set(run.frame["task_id"]) - set(tasks))
+        if missing:
+            raise ReportError(f"{run.path}: records of tasks not in {source[0] / source[1]}: {missing[:5]}")
+    return tasks
+
+
+def _score_text(value: Any) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4f}"
+
+
+def _reference_views(tasks: list[Task], out: Path) -> dict[str, list[dict[str, Any]]]:
+    """Per task, its reference images (annotated box drawn), decoding each context once."""
+    views: dict[str, list[dict[str, Any]]] = {}
+    cached: tuple[str, np.ndarray, float] | None = None
+    for number, task in enumerate(sorted(tasks, key=lambda t: (t.context_id, t.task_id))):
+        if cached is None or cached[0] != task.context_id:
+            cached = (task.context_id, *reference_source(task))
+        frames = reference_frames(task, cached[1], cached[2], native=True)
+        views[task.task_id] = []
+        for i, (frame, ref) in enumerate(zip(frames, task.references)):
+            name = f"{IMAGES}/ref/t{number:04d}_{i}.png"
+            gallery.reference_image(out / name, frame, ref.bbox_xyxy_normalized)
+            views[task.task_id].append({"src": name, "frame": ref.frame_at(cached[2], native=True),
+                                        "seconds": ref.timestamp_seconds})
+    return views
+
+
+def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_number: int, out: Path) -> dict[str, Any]:
+    """A method's view of one task: images (written here) and the numbers shown under them."""
+    cell: dict[str, Any] = {"method": run.label, "status": record.get("status", "ok"),
+                            "score": _score_text(record.get("score")), "error": "", "animation": None, "best": None}
+    if cell["status"] != "ok":
+        cell["error"] = str(record.get("error") or "failed").strip().splitlines()[-1][:300]
+        return cell
+    similarities = record.get("similarities") or []
+    best = gallery.best_frame(similarities)
+    boxes = record.get("boxes") or []
+    rate = record.get("detection_rate")
+    cell.update(best_frame=best, detection_rate="—" if rate is None else f"{100 * float(rate):.0f}%")
+    video = run.path / "videos" / f"{record['task_id']}.mp4"
+    if not video.is_file():
+        cell["error"] = "no video saved (save_videos=false?)"
+        return cell
+    frames, fps = read_video(video)
+    if best is not None and best >= len(frames):
+        raise ReportError(f"{run.path}: task {record['task_id']}: the record's best frame {best} is past the "
+                          f"end of {video} ({len(frames)} frames)")
+    box = boxes[best] if best is not None and best < len(boxes) else None
+    animation = f"{IMAGES}/m{index:02d}/t{task_number:04d}.webp"
+    still = f"{IMAGES}/m{index:02d}/t{task_number:04d}_best.png"
+    gallery.continuation_images(out / animation, out / still, frames, fps or 16.0, best, box)
+    cell.update(animation=animation, best=still, frames=len(frames))
+    return cell
+
+
+def _losses(runs: list[RunRecords]) -> dict[str, list[dict[str, Any]]]:
+    """Per method, the tasks with the largest paired score drop against FullKV, largest first."""
+    reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
+    if reference is None:
+        return {}
+    ref = reference.frame[reference.frame["status"] == "ok"][["task_id", "seed", "score"]]
+    out = {}
+    for run in runs:
+        if run is reference:
+            continue
+        ok = run.frame[run.frame["status"] == "ok"][["task_id", "seed", "score"]]
+        pairs = ok.merge(ref, on=["task_id", "seed"], suffixes=("", "_ref"))
+        pairs["drop"] = pairs["score_ref"] - pairs["score"]
+        worst = pairs.sort_values(["drop", "task_id"], ascending=[False, True], kind="stable").head(LOSSES_SHOWN)
+        out[run.label] = [{"task_id": r.task_id, "reference": _score_text(r.score_ref), "score": _score_text(r.score),
+                           "drop": f"{r.drop:+.4f}"} for r in worst.itertuples()]
+    return out
+
+
+def _provenance(run: RunRecords) -> dict[str, Any]:
+    """What a run was made with: config, commits, versions, scorer, counts."""
+    frame = run.frame
+
+    def counted(column: str) -> list[tuple[str, int]]:
+        if column not in frame:
+            return []
+        values = frame[column].map(lambda v: v if isinstance(v, str) else
+                                   ", ".join(f"{k} {x}" for k, x in sorted(v.items())) if isinstance(v, dict) else str(v))
+        return sorted(Counter(values).items())
+
+    config_file = run.path / "config.yaml"
+    return {
+        "label": run.label,
+        "path": str(run.path),
+        "records": len(frame),
+        "failures": int((frame["status"] != "ok").sum()),
+        "config": config_file.read_text() if config_file.is_file() else "(no config.yaml in the run directory)",
+        "facts": [(name, counted(column)) for name, column in [
+            ("config hash", "config_hash"), ("method", "method"), ("backbone", "backbone"), ("scorer", "scorer"),
+            ("scorer hash", "scorer_hash"), ("git commit", "git_commit"), ("versions", "versions")]
+            if column in frame],
+    }
+
+
+def _environment() -> Environment:
+    return Environment(loader=PackageLoader("cmbench.report", "templates"), autoescape=select_autoescape(default=True),
+                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def build_report(
+    run_dirs: Iterable[str | Path],
+    out_dir: str | Path,
+    *,
+    allow_mixed: bool = False,
+    data_root: str | Path | None = None,
+    title: str = "CMBench report",
+) -> ReportOutput:
+    """Write the report of ``run_dirs`` into ``out_dir`` (its ``index.html`` and ``img/`` are replaced).
+
+    Parameters
+    ----------
+    run_dirs : run directories (``records*.jsonl``, ``config.yaml``, ``videos/``), one method each
+    out_dir : the report folder
+    allow_mixed : report runs with different task sets, seeds or scorers together
+    data_root : where the runs' dataset is now, when it moved since the runs
+    title : the page title
+
+    Returns
+    -------
+    ReportOutput with the index path, file count, total bytes and seconds taken.
+    """
+    start = time.perf_counter()
+    runs = load_runs(run_dirs, allow_mixed)
+    tasks = load_tasks(runs, data_root)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / IMAGES, ignore_errors=True)
+    (out / IMAGES).mkdir()
+
+    board = leaderboard(runs).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    order = {label: i for i, label in enumerate(board["method"])}
+    runs = sorted(runs, key=lambda r: (r.label != REFERENCE_METHOD, order.get(r.label, len(order))))
+    tables = [
+        table("leaderboard", "Leaderboard", board,
+              "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."),
+        table("by-source", "Per source", breakdown(runs, "source")),
+        table("by-type", "Per task type", breakdown(runs, "task_type")),
+        table("paired", "Paired deltas against FullKV", paired_deltas(runs),
+              "Per task (matched by task and seed), method score minus FullKV score."),
+    ]
+    plots = [
+        {"src": str(pareto_plot(board, out / IMAGES / "pareto.png").relative_to(out)),
+         "alt": "pruning ratio against score, one point per method"},
+        {"src": str(frame_curves_plot(frame_curves(runs), out / IMAGES / "frame_curves.png").relative_to(out)),
+         "alt": "mean similarity and detection rate per continuation frame, one line per method"},
+    ]
+
+    task_list = sorted((tasks[t] for t in set().union(*(set(r.frame["task_id"]) for r in runs))),
+                       key=lambda t: t.task_id)
+    references = _reference_views(task_list, out)
+    records = {run.label: {r["task_id"]: r for r in run.frame.to_dict("records")} for run in runs}
+    cards = []
+    for number, task in enumerate(task_list):
+        cells = []
+        for index, run in enumerate(runs):
+            record = records[run.label].get(task.task_id)
+            if record is None:
+                cells.append({"method": run.label, "status": "missing", "score": "—", "error": "no record",
+                              "animation": None, "best": None})
+            else:
+                cells.append(_method_cell(run, index, record, number, out))
+        cards.append({"task": task, "aliases": ", ".join(task.target_aliases), "references": references[task.task_id],
+                      "cells": cells})
+
+    html = _environment().get_template("report.html").render(
+        title=title, tables=tables, plots=plots, cards=cards, methods=[r.label for r in runs],
+        reference_method=REFERENCE_METHOD, losses=_losses(runs), losses_shown=LOSSES_SHOWN,
+        sources=sorted({t.source for t in task_list}), task_types=sorted({t.task_type for t in task_list}),
+        provenance=[_provenance(r) for r in runs],
+    )
+    index = out / INDEX
+    index.write_text(html, encoding="utf-8")
+    files = [index, *(p for p in (out / IMAGES).rglob("*") if p.is_file())]
+    return ReportOutput(index=index, files=len(files), bytes=sum(p.stat().st_size for p in files),
+                        seconds=time.perf_counter() - start, methods=[r.label for r in runs], tasks=len(task_list))
+
+
+__all__ = ["ReportOutput", "build_report", "format_value", "load_runs", "load_tasks", "table"]
