@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.backbones.base import Backbone
+from cmbench.config_schema import BACKBONE_KEYS, keys_with_role
 from cmbench.errors import ConfigError
+from cmbench.registry import import_object
 
-NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "head_map", "sampler", "_target_")
+NON_ARGUMENT_KEYS = keys_with_role(BACKBONE_KEYS, "doc", "cmbench")
 
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
@@ -29,10 +30,7 @@ def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
     target = plain.get("_target_")
     if not target:
         raise ConfigError(f"backbone {plain.get('name', '?')!r}: config needs a _target_ (the loader to call)")
-    try:
-        loader = get_method(str(target))
-    except Exception as err:  # hydra wraps import errors in its own types
-        raise ConfigError(f"backbone {plain.get('name', '?')!r}: cannot import _target_ {target!r}: {err}") from err
+    loader = import_object(str(target), f"backbone {plain.get('name', '?')!r}: _target_")
     kwargs = {k: v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
     try:
         backbone = loader(**kwargs)

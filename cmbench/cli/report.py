@@ -12,10 +12,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from cmbench.cli.run import find_run_dirs
+from cmbench.cli.leaderboard import find_run_dirs
 
 
-def report(cfg: DictConfig) -> int:
+def execute(cfg: DictConfig) -> int:
     """Build the report (and its screenshot) and print where it is, its size and how long it took."""
     from cmbench.report.html import build_report
 

@@ -18,10 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.backbones.loading import build_backbone
 from cmbench.data import Task, write_video
 from cmbench.data.video import prepare_frames
-from cmbench.generation import GenerationSettings, PrefilledContext, continue_task, prefill
-from cmbench.methods.registry import build_method
-from cmbench.hashing import task_seed
+from cmbench.generation import (
+    GenerationSettings,
+    PrefilledContext,
+    continue_task,
+    prefill,
+)
 from cmbench.generation.sampler import FlowMatchSampler
+from cmbench.hashing import task_seed
+from cmbench.methods.registry import build_method
 from cmbench.scoring.references import MINIWORLD_EXTENSION, reference_frames, reference_source
 from cmbench.scoring.registry import build_scorer
 
