@@ -170,7 +170,7 @@ def test_report_of_hand_made_runs(made_runs):
     assert result.bytes == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
     board = re.search(r'data-table="leaderboard".*?<tbody>(.*?)</tbody>', text, re.S).group(1)
-    rows = re.findall(r"<tr>\s*<td[^>]*>([^<]*)</td>\s*<td[^>]*>([^<]*)</td>", board)
+    rows = re.findall(r'<tr>\s*<td[^>]*><a href="#method=([^"]+)"[^>]*>[^<]*</a></td>\s*<td[^>]*>([^<]*)</td>', board)
     assert rows == [("fullkv", "0.8000"), ("deco", "0.1500")]  # by score; deco: mean of 0.3 and 0.0
 
     # deco's view opens with its losses against FullKV, the largest drop first
@@ -310,6 +310,11 @@ def test_real_report_in_headless_chromium(real_report, tmp_path):
         assert tasks() == ["task-syn_001_revisit_01"]
         choose(driver, "filter-type", "")
         panel = driver.find_element(By.CSS_SELECTOR, 'section.losses[data-method="streaming"]')
+        assert not panel.is_displayed()
+        driver.find_element(By.CSS_SELECTOR, 'table[data-table="leaderboard"] a[href="#method=streaming"]').click()
+        WebDriverWait(driver, 10).until(lambda d: panel.is_displayed())  # a method's name opens its view
+        assert driver.find_element(By.ID, "filter-method").get_attribute("value") == "streaming"
+        choose(driver, "filter-method", "")
         assert not panel.is_displayed()
         choose(driver, "filter-method", "streaming")
         assert panel.is_displayed() and len(panel.find_elements(By.CSS_SELECTOR, "tbody tr")) == 4

@@ -3,7 +3,7 @@
 Writes a self-contained HTML report (``index.html`` plus ``img/``, nothing fetched from anywhere)
 over the same runs as ``leaderboard``: every run directory under ``<out_dir>/<data>/`` unless
 ``runs`` names them. ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
-it. See docs/report.md.
+it (``report.screenshot_view=method=X`` shows the gallery filtered to method X). See docs/report.md.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ def execute(cfg: DictConfig) -> int:
     out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
     result = build_report(find_run_dirs(cfg), out, allow_mixed=bool(cfg.leaderboard.allow_mixed),
                           data_root=cfg.report.data_root, title=str(cfg.report.title))
-    print(f"report: {len(result.methods)} methods x {result.tasks} tasks -> {result.index} "
+    methods = f"{len(result.methods)} method{'s' if len(result.methods) != 1 else ''}"
+    print(f"report: {methods} x {result.tasks} tasks -> {result.index} "
           f"({result.files} files, {result.bytes / 1e6:.1f} MB, {result.seconds:.1f} s)")
     if cfg.report.screenshot:
         from cmbench.report.browser import screenshot
 
-        print(f"report: screenshot {screenshot(result.index, Path(str(cfg.report.screenshot)))}")
+        shot = screenshot(result.index, Path(str(cfg.report.screenshot)), view=str(cfg.report.screenshot_view or ""))
+        print(f"report: screenshot {shot}")
     return 0

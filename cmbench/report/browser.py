@@ -43,16 +43,19 @@ def chromedriver() -> str:
     return path
 
 
-def screenshot(page: Path, out: Path, width: int = 1400, height: int = 1800, timeout: float = 120.0) -> Path:
+def screenshot(page: Path, out: Path, view: str = "", width: int = 1400, height: int = 1800,
+               timeout: float = 120.0) -> Path:
     """Render ``page`` (a local HTML file) in headless Chromium and save the window as PNG.
 
-    Images load eagerly in a screenshot run (Chromium's ``--screenshot`` waits for the load event).
+    ``view`` is the URL fragment to open (the report reads ``method=X&source=Y&type=Z`` from it and
+    shows the gallery so filtered). Chromium's ``--screenshot`` waits for the page's load event.
     """
     out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cmbench-chromium-") as profile:
         cmd = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--hide-scrollbars",
-               f"--window-size={width},{height}", f"--screenshot={out}", Path(page).resolve().as_uri()]
+               f"--window-size={width},{height}", f"--screenshot={out}",
+               Path(page).resolve().as_uri() + (f"#{view}" if view else "")]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as err:

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cmbench.data import Task, load_manifest, read_video
 from cmbench.report import gallery
@@ -146,7 +146,8 @@ def _manifest_of(run: RunRecords, data_root: Path | None) -> tuple[Path, str]:
     manifest = "metadata.jsonl"
     root: Path | None = data_root
     if config_file.is_file():
-        data = OmegaConf.load(config_file).get("data") or {}
+        config = OmegaConf.load(config_file)
+        data = (config.get("data") if isinstance(config, DictConfig) else None) or {}
         manifest = str(data.get("manifest") or manifest)
         if root is None and data.get("root"):
             root = Path(str(data["root"]))
@@ -343,10 +344,10 @@ def build_report(
         sources=sorted({t.source for t in task_list}), task_types=sorted({t.task_type for t in task_list}),
         provenance=[_provenance(r) for r in runs],
     )
-    index = out / INDEX
-    index.write_text(html, encoding="utf-8")
-    files = [index, *(p for p in (out / IMAGES).rglob("*") if p.is_file())]
-    return ReportOutput(index=index, files=len(files), bytes=sum(p.stat().st_size for p in files),
+    page = out / INDEX
+    page.write_text(html, encoding="utf-8")
+    files = [page, *(p for p in (out / IMAGES).rglob("*") if p.is_file())]
+    return ReportOutput(index=page, files=len(files), bytes=sum(p.stat().st_size for p in files),
                         seconds=time.perf_counter() - start, methods=[r.label for r in runs], tasks=len(task_list))
 
 

@@ -46,7 +46,24 @@ function applyFilters() {
   document.getElementById("shown-count").textContent = shown + " of " + tasks.length + " tasks";
 }
 
-for (const id of ["filter-source", "filter-type", "filter-method"]) {
+const FILTERS = { source: "filter-source", type: "filter-type", method: "filter-method" };
+
+/* "#method=X&source=Y&type=Z" opens the gallery with those filters (leaderboard method names link there). */
+function filtersFromHash() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  if (!Object.keys(FILTERS).some((key) => params.has(key))) return false;
+  for (const [key, id] of Object.entries(FILTERS)) {
+    const select = document.getElementById(id);
+    const value = params.get(key) || "";
+    select.value = Array.from(select.options).some((o) => o.value === value) ? value : "";
+  }
+  applyFilters();
+  document.getElementById("gallery").scrollIntoView();
+  return true;
+}
+
+for (const id of Object.values(FILTERS)) {
   document.getElementById(id).addEventListener("change", applyFilters);
 }
-applyFilters();
+window.addEventListener("hashchange", filtersFromHash);
+if (!filtersFromHash()) applyFilters();
