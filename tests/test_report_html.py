@@ -23,6 +23,7 @@ from PIL import Image
 
 from cmbench.data.video import write_video
 from cmbench.report import gallery, html
+from cmbench.report.frame_curves import frame_curves
 from cmbench.report.html import build_report, format_value
 from cmbench.report.leaderboard import ReportError
 from official_fixture import official_row, write_context_video, write_manifest
@@ -169,12 +170,12 @@ def test_report_of_hand_made_runs(made_runs):
     assert result.files == len(images) + 1
     assert result.bytes == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
-    board = re.search(r'data-table="leaderboard".*?<tbody>(.*?)</tbody>', text, re.S).group(1)
+    board = re.search(r'data-table="leaderboard".*?<tbody>(.*?)</tbody>', text, re.DOTALL).group(1)
     rows = re.findall(r'<tr>\s*<td[^>]*><a href="#method=([^"]+)"[^>]*>[^<]*</a></td>\s*<td[^>]*>([^<]*)</td>', board)
     assert rows == [("fullkv", "0.8000"), ("deco", "0.1500")]  # by score; deco: mean of 0.3 and 0.0
 
     # deco's view opens with its losses against FullKV, the largest drop first
-    panel = re.search(r'<section class="losses" data-method="deco".*?</section>', text, re.S).group(0)
+    panel = re.search(r'<section class="losses" data-method="deco".*?</section>', text, re.DOTALL).group(0)
     assert re.findall(r'href="#task-([^"]+)"', panel) == ["syn_a_revisit_01", "syn_a_reappear_01"]
     assert "+0.8000" in panel and "+0.6000" in panel
     assert 'class="losses" data-method="fullkv"' not in text
@@ -187,7 +188,7 @@ def test_report_of_hand_made_runs(made_runs):
     assert ref.shape == (128, 128, 3)
     x0, y0 = round(REF_BOX[0] * 128), round(REF_BOX[1] * 128)
     assert tuple(ref[y0 + 1, x0 + 20]) == gallery.REFERENCE_COLOUR  # on its top edge
-    card = re.search(r'<article class="task" id="task-syn_a_reappear_01".*?</article>', text, re.S).group(0)
+    card = re.search(r'<article class="task" id="task-syn_a_reappear_01".*?</article>', text, re.DOTALL).group(0)
     best_src = re.search(r'src="(img/m01/[^"]+_best\.png)"', card).group(1)
     best = np.asarray(Image.open(out / best_src).convert("RGB"))
     assert tuple(best[32, 32 + 40]) == gallery.DETECTION_COLOUR  # BOX's top edge at y = 0.25 * 128
@@ -207,8 +208,34 @@ def test_new_leaderboard_columns_show_without_template_edits(made_runs, monkeypa
 
     monkeypatch.setattr(html, "leaderboard", with_matched_pr)
     text = build_report([full, deco], tmp / "report").index.read_text()
-    board = re.search(r'data-table="leaderboard".*?</table>', text, re.S).group(0)
+    board = re.search(r'data-table="leaderboard".*?</table>', text, re.DOTALL).group(0)
     assert 'data-key="matched_pr"' in board and ">matched pr<" in board and board.count(">85.00%<") == 2
+
+
+def test_frame_curves_count_undetected_frames_as_zero(made_runs):
+    _, _, full, deco = made_runs
+    curves = frame_curves(html.load_runs([full, deco])).set_index(["method", "frame"])
+    # fullkv: frame 0 holds half of each score, the best frames 3, 2 and 4 the scores 0.9, 0.8, 0.7
+    assert curves.loc[("fullkv", 0), "mean_similarity"] == pytest.approx((0.45 + 0.4 + 0.35) / 3)
+    assert curves.loc[("fullkv", 3), "mean_similarity"] == pytest.approx(0.9 / 3)
+    assert curves.loc[("fullkv", 3), "detection_rate"] == pytest.approx(1 / 3)
+    assert curves.loc[("fullkv", 5), "detection_rate"] == 0.0
+    # deco: two finished tasks (the failed one does not count), one never detected
+    assert curves.loc[("deco", 3), "mean_similarity"] == pytest.approx(0.3 / 2)
+    assert (curves.loc["deco", "n_tasks"] == 2).all() and len(curves) == 2 * CONTINUATION
+
+
+def test_records_without_per_frame_fields_still_render(made_runs):
+    tmp, _, full, deco = made_runs
+    rows = [json.loads(line) for line in (full / "records.jsonl").read_text().splitlines()]
+    for key in ("similarities", "boxes", "detection_rate"):
+        rows[0].pop(key)  # an older record schema, mixed with newer records in one run
+    (full / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = build_report([full, deco], tmp / "report").index.read_text()
+    card = re.search(r'<article class="task" id="task-syn_a_reappear_01".*?</article>', text, re.DOTALL).group(0)
+    fullkv = re.search(r'data-method="fullkv".*?</figure>', card, re.DOTALL).group(0)
+    assert "score <span class=\"score\">0.9000</span>" in fullkv
+    assert "never detected · detected in — of frames" in fullkv and "_best.png" in fullkv
 
 
 def test_bad_inputs_name_the_file_and_what_to_do(made_runs):
@@ -250,7 +277,8 @@ def real_report(tmp_path_factory):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
     assert "report: 2 methods x 4 tasks" in made.stdout
-    assert Image.open(shot).size == (1400, 1800)
+    width, height = Image.open(shot).size
+    assert width == 1400 and 1000 < height <= 1800
     return tmp / "runs" / "miniworld" / "report" / "index.html"
 
 
@@ -352,6 +380,6 @@ def test_real_report_in_headless_chromium(real_report, tmp_path):
 def test_report_page_has_a_header_for_every_leaderboard_column(made_runs):
     tmp, data, full, deco = made_runs
     text = build_report([full, deco], tmp / "report").index.read_text()
-    board = re.search(r'data-table="leaderboard".*?</thead>', text, re.S).group(0)
+    board = re.search(r'data-table="leaderboard".*?</thead>', text, re.DOTALL).group(0)
     keys = re.findall(r'data-key="([^"]+)"', board)
     assert keys == list(html.leaderboard(html.load_runs([full, deco])).columns)

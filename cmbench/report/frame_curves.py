@@ -18,17 +18,19 @@ from cmbench.report.leaderboard import RunRecords
 def frame_curves(runs: list[RunRecords]) -> pd.DataFrame:
     """One row per (method, frame): ``mean_similarity``, ``detection_rate``, ``n_tasks``.
 
-    Tasks with fewer frames than others simply stop contributing after their last frame.
+    Tasks with fewer frames than others stop contributing after their last frame; records without
+    per-frame similarities do not contribute.
     """
     rows = []
     for run in runs:
         ok = run.frame[run.frame["status"] == "ok"]
-        if ok.empty or "similarities" not in ok:
+        per_task = [s for s in ok.get("similarities", []) if isinstance(s, list) and s]
+        if not per_task:
             continue
-        length = max(len(s) for s in ok["similarities"])
-        sims = np.full((len(ok), length), np.nan)  # [tasks, frames]; NaN past a task's last frame
-        detected = np.zeros((len(ok), length), dtype=bool)
-        for i, values in enumerate(ok["similarities"]):
+        length = max(len(s) for s in per_task)
+        sims = np.full((len(per_task), length), np.nan)  # [tasks, frames]; NaN past a task's last frame
+        detected = np.zeros((len(per_task), length), dtype=bool)
+        for i, values in enumerate(per_task):
             row = np.array([0.0 if v is None else float(v) for v in values])
             sims[i, : len(row)] = row
             detected[i, : len(row)] = [v is not None for v in values]

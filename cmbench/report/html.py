@@ -175,8 +175,13 @@ def load_tasks(runs: list[RunRecords], data_root: str | Path | None = None) -> d
     return tasks
 
 
+def _missing(value: Any) -> bool:
+    """None, or NaN (a field some records of a run lack reads back from the DataFrame as NaN)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _score_text(value: Any) -> str:
-    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{float(value):.4f}"
+    return "—" if _missing(value) else f"{float(value):.4f}"
 
 
 def _reference_views(tasks: list[Task], out: Path) -> dict[str, list[dict[str, Any]]]:
@@ -191,8 +196,7 @@ def _reference_views(tasks: list[Task], out: Path) -> dict[str, list[dict[str, A
         for i, (frame, ref) in enumerate(zip(frames, task.references)):
             name = f"{IMAGES}/ref/t{number:04d}_{i}.png"
             gallery.reference_image(out / name, frame, ref.bbox_xyxy_normalized)
-            views[task.task_id].append({"src": name, "frame": ref.frame_at(cached[2], native=True),
-                                        "seconds": ref.timestamp_seconds})
+            views[task.task_id].append({"src": name, "frame": ref.frame_at(cached[2], native=True)})
     return views
 
 
@@ -201,13 +205,15 @@ def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_numbe
     cell: dict[str, Any] = {"method": run.label, "status": record.get("status", "ok"),
                             "score": _score_text(record.get("score")), "error": "", "animation": None, "best": None}
     if cell["status"] != "ok":
-        cell["error"] = str(record.get("error") or "failed").strip().splitlines()[-1][:300]
+        error = record.get("error")
+        lines = [] if _missing(error) else str(error).strip().splitlines()
+        cell["error"] = lines[-1][:300] if lines else "failed"
         return cell
-    similarities = record.get("similarities") or []
-    best = gallery.best_frame(similarities)
-    boxes = record.get("boxes") or []
-    rate = record.get("detection_rate")
-    cell.update(best_frame=best, detection_rate="—" if rate is None else f"{100 * float(rate):.0f}%")
+    similarities = record.get("similarities")
+    boxes = record.get("boxes")
+    best = gallery.best_frame(similarities if isinstance(similarities, list) else [])
+    rate: Any = record.get("detection_rate")
+    cell.update(best_frame=best, detection_rate="—" if _missing(rate) else f"{100 * float(rate):.0f}%")
     video = run.path / "videos" / f"{record['task_id']}.mp4"
     if not video.is_file():
         cell["error"] = "no video saved (save_videos=false?)"
@@ -216,7 +222,7 @@ def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_numbe
     if best is not None and best >= len(frames):
         raise ReportError(f"{run.path}: task {record['task_id']}: the record's best frame {best} is past the "
                           f"end of {video} ({len(frames)} frames)")
-    box = boxes[best] if best is not None and best < len(boxes) else None
+    box = boxes[best] if best is not None and isinstance(boxes, list) and best < len(boxes) else None
     animation = f"{IMAGES}/m{index:02d}/t{task_number:04d}.webp"
     still = f"{IMAGES}/m{index:02d}/t{task_number:04d}_best.png"
     gallery.continuation_images(out / animation, out / still, frames, fps or 16.0, best, box)
