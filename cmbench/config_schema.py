@@ -48,6 +48,7 @@ ROOT_KEYS: dict[str, Role] = {
     "out": "selection",
     "experiment": "selection",
     "threads": "selection",
+    "check": "selection",
 }
 """Top-level keys of ``configs/config.yaml`` (``hydra`` is Hydra's own and never part of a result)."""
 

@@ -20,6 +20,7 @@ for _command in (
     Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
+    Command("check", "check a method against the method contract on a random tiny model", "cmbench.cli.check"),
 ):
     COMMANDS.add(_command.name, _command)
 
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = COMMANDS.get(name)
     execute = command.function()
+    if execute is None:
+        raise RuntimeError(f"command module {command.module} has no execute function")
     if not command.hydra:
         return int(execute(rest))
     jobs = run_hydra(execute, rest)

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cmbench.config_paths import to_dict
 from cmbench.config_schema import ROOT_KEYS, keys_with_role
 from cmbench.data import load_manifest
 from cmbench.errors import ConfigError
@@ -39,9 +40,7 @@ def method_label(cfg: DictConfig) -> str:
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config minus task selection and display: what changes a record."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(container, dict)
-    return {k: v for k, v in container.items() if k not in SELECTION_KEYS and k != "hydra"}
+    return {k: v for k, v in to_dict(cfg).items() if k not in SELECTION_KEYS and k != "hydra"}
 
 
 def run_dir_for(cfg: DictConfig) -> Path:
@@ -78,12 +77,15 @@ class ExperimentResult:
         The content of ``summary.json``.
     result : RunResult
         Tasks run now, cached and failed in this invocation.
+    task_ids : tuple of str
+        The selected tasks (all shards), in manifest order.
     """
 
     run_dir: Path
     label: str
     summary: dict[str, Any]
     result: RunResult
+    task_ids: tuple[str, ...]
 
 
 def run_experiment(cfg: DictConfig) -> ExperimentResult:
@@ -121,4 +123,4 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     summary = summarise(run_dir, [t.task_id for t in selected])
     summary.update(run_dir=str(run_dir), label=base["label"], shard={"count": shard[0], "index": shard[1]})
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return ExperimentResult(run_dir, base["label"], summary, result)
+    return ExperimentResult(run_dir, method_label(cfg), summary, result, tuple(t.task_id for t in selected))
