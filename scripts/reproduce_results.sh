@@ -49,7 +49,7 @@ if [ -z "$EXTRA" ]; then
   $PY scripts/update_readme_results.py results/miniworld/leaderboard.md
   # the HTML report ($OUT/miniworld/report/, not committed) and, with Debian's chromium, its screenshot
   shot=()
-  if command -v chromium >/dev/null; then shot=(report.screenshot=docs/img/report.png report.screenshot_view=method=decoprune); fi
+  if command -v chromium >/dev/null; then shot=(report.screenshot=docs/img/report.png report.screenshot_method=decoprune); fi
   $PY -m cmbench report out_dir="$OUT" "${shot[@]}"
 else
   $PY -m cmbench leaderboard out_dir="$OUT"

@@ -273,7 +273,8 @@ def real_report(tmp_path_factory):
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert sweep.returncode == 0, sweep.stderr
     shot = tmp / "cli_screenshot.png"
-    made = subprocess.run([sys.executable, "-m", "cmbench", "report", *common, f"report.screenshot={shot}"],
+    made = subprocess.run([sys.executable, "-m", "cmbench", "report", *common, f"report.screenshot={shot}",
+                           "report.screenshot_method=streaming"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert made.returncode == 0, made.stderr
     assert "report: 2 methods x 4 tasks" in made.stdout

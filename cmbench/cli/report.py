@@ -3,12 +3,13 @@
 Writes a self-contained HTML report (``index.html`` plus ``img/``, nothing fetched from anywhere)
 over the same runs as ``leaderboard``: every run directory under ``<out_dir>/<data>/`` unless
 ``runs`` names them. ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
-it (``report.screenshot_view=method=X`` shows the gallery filtered to method X). See docs/report.md.
+it (``report.screenshot_method=X``: method X's view of the gallery). See docs/report.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 from omegaconf import DictConfig
 
@@ -28,6 +29,8 @@ def execute(cfg: DictConfig) -> int:
     if cfg.report.screenshot:
         from cmbench.report.browser import screenshot
 
-        shot = screenshot(result.index, Path(str(cfg.report.screenshot)), view=str(cfg.report.screenshot_view or ""))
+        method = cfg.report.screenshot_method
+        view = f"method={quote(str(method))}" if method else ""
+        shot = screenshot(result.index, Path(str(cfg.report.screenshot)), view=view)
         print(f"report: screenshot {shot}")
     return 0
