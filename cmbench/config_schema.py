@@ -44,6 +44,7 @@ ROOT_KEYS: dict[str, Role] = {
     "report": "selection",
     "runs": "selection",
     "save_videos": "selection",
+    "lossless_max_pixels": "selection",
     "videos": "selection",
     "out": "selection",
     "experiment": "selection",

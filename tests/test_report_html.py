@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cmbench.data.video import write_video
+from cmbench.data.video import write_lossless_video, write_video
 from cmbench.report import gallery, html
 from cmbench.report.frame_curves import frame_curves
 from cmbench.report.html import build_report, format_value
@@ -54,6 +54,18 @@ def assert_self_contained(index: Path) -> list[str]:
     return images
 
 
+def table_rows(text: str, table_id: str) -> list[dict[str, str]]:
+    """The rows of a rendered table as ``{column key: shown text}``."""
+    block = re.search(rf'data-table="{table_id}".*?</table>', text, re.DOTALL).group(0)
+    keys = re.findall(r'data-key="([^"]+)"', block)
+    body = block.split("<tbody>")[1]
+    rows = []
+    for row in re.findall(r"<tr>(.*?)</tr>", body, re.DOTALL):
+        cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL)]
+        rows.append(dict(zip(keys, cells)))
+    return rows
+
+
 # ---------------------------------------------------------------- hand-made runs
 
 
@@ -78,23 +90,27 @@ def record(label: str, task_id: str, context: str, score: float | None, best: in
         "status": "ok", "error": None, "score": score, "similarities": sims, "boxes": boxes,
         "detection_rate": sum(s is not None for s in sims) / CONTINUATION, "pr": 0.0 if label == "fullkv" else 0.9,
         "context_pr": 0.0, "peak_kv_bytes": 4_000_000, "continuation_seconds": 1.0,
-        "continuation_frames": CONTINUATION, "scorer_hash": "abc123def456", "scorer": "light",
+        "continuation_frames": CONTINUATION, "scorer_hash": "abc123def456", "scorer": "light", "metric": "light",
         "config_hash": f"hash-{label}", "git_commit": "0123abcd", "versions": {"cmbench": "0.1.0", "torch": "2.13.0"},
     }
     row.update(over)
     return row
 
 
-def write_run(root: Path, name: str, data_root: Path, rows: list[dict]) -> Path:
+def write_run(root: Path, name: str, data_root: Path, rows: list[dict], lossless: bool = False) -> Path:
+    """A run directory; ``lossless``: the records name a lossless ``.mkv`` (and no mp4 is written)."""
     run = root / name
     (run / "videos").mkdir(parents=True)
     (run / "config.yaml").write_text(
         f"data:\n  name: official\n  root: {data_root}\n  manifest: metadata.jsonl\nmethod:\n"
         f"  name: {rows[0]['label']}\n  paper: https://arxiv.org/abs/0000.00000\n")
-    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     for i, r in enumerate(rows):
-        if r["status"] == "ok":
+        if r["status"] == "ok" and lossless:
+            r["video"] = f"videos/{r['task_id']}.mkv"
+            write_lossless_video(run / r["video"], continuation_frames(i), 16.0)
+        elif r["status"] == "ok":
             write_video(run / "videos" / f"{r['task_id']}.mp4", continuation_frames(i), 16.0)
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
 
 
@@ -112,7 +128,7 @@ def made_runs(tmp_path):
         record("fullkv", "syn_a_reappear_01", "a", 0.9, 3),
         record("fullkv", "syn_a_revisit_01", "a", 0.8, 2),
         record("fullkv", "real_b_reappear_01", "b", 0.7, 4),
-    ])
+    ], lossless=True)
     deco = write_run(tmp_path / "runs", "deco", data, [
         record("deco", "syn_a_reappear_01", "a", 0.3, 3),  # drop 0.6
         record("deco", "syn_a_revisit_01", "a", 0.0, None, detection_rate=0.0),  # never detected: drop 0.8
@@ -170,9 +186,11 @@ def test_report_of_hand_made_runs(made_runs):
     assert result.files == len(images) + 1
     assert result.bytes == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
-    board = re.search(r'data-table="leaderboard".*?<tbody>(.*?)</tbody>', text, re.DOTALL).group(1)
-    rows = re.findall(r'<tr>\s*<td[^>]*><a href="#method=([^"]+)"[^>]*>[^<]*</a></td>\s*<td[^>]*>([^<]*)</td>', board)
-    assert rows == [("fullkv", "0.8000"), ("deco", "0.1500")]  # by score; deco: mean of 0.3 and 0.0
+    board = table_rows(text, "leaderboard")
+    assert [(r["method"], r["metric"], r["score"]) for r in board] == [("fullkv", "light", "0.8000"),
+                                                                       ("deco", "light", "0.1500")]  # 0.3 and 0.0
+    assert ">light<" in re.search(r'<th[^>]*data-key="score".*?</th>', text, re.DOTALL).group(0)  # named by metric
+    assert re.search(r'<a href="#method=deco"', text)
 
     # deco's view opens with its losses against FullKV, the largest drop first
     panel = re.search(r'<section class="losses" data-method="deco".*?</section>', text, re.DOTALL).group(0)
@@ -196,6 +214,10 @@ def test_report_of_hand_made_runs(made_runs):
     assert "best frame 3" in card
     animation = Image.open(out / best_src.replace("_best.png", ".webp"))
     assert animation.size == (128, 128) and animation.n_frames == CONTINUATION
+    # FullKV's records name lossless continuations: the first frame's square is exactly its colour
+    full_anim = re.search(r'src="(img/m00/[^"]+\.webp)"', card).group(1)
+    first = np.asarray(Image.open(out / full_anim).convert("RGB"))
+    assert tuple(first[5 * 8 + 4, 3 * 8 + 4]) == (200, 40, 40) and tuple(first[1, 1]) == (90, 90, 90)
 
 
 def test_new_leaderboard_columns_show_without_template_edits(made_runs, monkeypatch):
@@ -230,12 +252,19 @@ def test_records_without_per_frame_fields_still_render(made_runs):
     rows = [json.loads(line) for line in (full / "records.jsonl").read_text().splitlines()]
     for key in ("similarities", "boxes", "detection_rate"):
         rows[0].pop(key)  # an older record schema, mixed with newer records in one run
+    rows[1].update(best_frame=4, best_box=[0.5, 0.5, 1.0, 1.0])  # the record's own best frame wins
     (full / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text = build_report([full, deco], tmp / "report").index.read_text()
+    out = tmp / "report"
+    text = build_report([full, deco], out).index.read_text()
     card = re.search(r'<article class="task" id="task-syn_a_reappear_01".*?</article>', text, re.DOTALL).group(0)
     fullkv = re.search(r'data-method="fullkv".*?</figure>', card, re.DOTALL).group(0)
     assert "score <span class=\"score\">0.9000</span>" in fullkv
     assert "never detected · detected in — of frames" in fullkv and "_best.png" in fullkv
+    card = re.search(r'<article class="task" id="task-syn_a_revisit_01".*?</article>', text, re.DOTALL).group(0)
+    fullkv = re.search(r'data-method="fullkv".*?</figure>', card, re.DOTALL).group(0)
+    assert "best frame 4" in fullkv  # not the argmax of its similarities (frame 2)
+    best = np.asarray(Image.open(out / re.search(r'src="([^"]+_best\.png)"', fullkv).group(1)).convert("RGB"))
+    assert tuple(best[64, 64 + 20]) == gallery.DETECTION_COLOUR and tuple(best[32, 32 + 40]) != gallery.DETECTION_COLOUR
 
 
 def test_bad_inputs_name_the_file_and_what_to_do(made_runs):

@@ -1,6 +1,7 @@
 """``python -m cmbench leaderboard``: leaderboard CSVs, markdown and the Pareto plot over run directories.
 
-``runs=[dir, ...]`` names them; by default every run directory under ``<out_dir>/<data>/``.
+``runs=[dir, ...]`` names them (``run`` directories and ``score`` output folders alike); by default
+every run directory under ``<out_dir>/<data>/``.
 ``leaderboard.out`` is the output folder (default ``<out_dir>/<data>/leaderboard``).
 """
 
@@ -13,7 +14,9 @@ from omegaconf import DictConfig
 
 def find_run_dirs(cfg: DictConfig) -> list[Path]:
     """``cfg.runs`` when given, else every run directory (one with records) under ``<out_dir>/<data>/``."""
-    base = Path(str(cfg.out_dir)) / str(cfg.data.name)
+    from cmbench.runs.experiment import data_dir
+
+    base = data_dir(cfg)
     return [Path(str(r)) for r in cfg.runs or []] or sorted(
         p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
     )
@@ -22,9 +25,10 @@ def find_run_dirs(cfg: DictConfig) -> list[Path]:
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``)."""
     from cmbench.report import write_reports
+    from cmbench.runs.experiment import data_dir
 
     runs = runs or find_run_dirs(cfg)
-    out = Path(str(cfg.leaderboard.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "leaderboard"))
+    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed))
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")

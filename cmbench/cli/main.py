@@ -16,7 +16,7 @@ for _command in (
     Command("run", "generate and score every task with one method (-m to sweep)", "cmbench.cli.run"),
     Command("leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs", "cmbench.cli.leaderboard"),
     Command("report", "self-contained HTML report with per-task galleries over runs", "cmbench.cli.report"),
-    Command("score", "score a folder of <task_id>.mp4 continuations", "cmbench.cli.score"),
+    Command("score", "score a folder of <task_id>.mkv / .mp4 continuations from any generator", "cmbench.cli.score"),
     Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),

@@ -29,15 +29,18 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from cmbench.config_paths import to_dict
 from cmbench.data import Task, load_manifest, read_video
+from cmbench.data.adapter import DatasetAdapter, build_adapter
 from cmbench.report import gallery
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.report.leaderboard import (
     REFERENCE_METHOD,
     ReportError,
     RunRecords,
+    board_metric,
     breakdown,
     check_comparable,
     leaderboard,
@@ -45,7 +48,7 @@ from cmbench.report.leaderboard import (
     pareto_plot,
     read_records,
 )
-from cmbench.scoring.references import reference_frames, reference_source
+from cmbench.scoring.references import reference_frames
 
 INDEX = "index.html"
 IMAGES = "img"
@@ -53,7 +56,7 @@ LOSSES_SHOWN = 8  # tasks listed in "where X loses most against FullKV"
 
 # headers of the columns the leaderboard functions produce today; any other column gets its own name
 LABELS = {
-    "method": "Method", "score": "Score", "score_ci95": "± 95% CI", "pr": "PR", "context_pr": "Context PR",
+    "method": "Method", "metric": "Metric", "score": "Score", "score_ci95": "± 95% CI", "pr": "PR", "context_pr": "Context PR",
     "speedup_vs_fullkv": "Speed-up vs FullKV", "continuation_fps": "FPS", "peak_kv_bytes": "Peak KV (MB)",
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
@@ -121,8 +124,11 @@ def format_value(column: str, value: Any) -> Cell:
 
 
 def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
-    """Every column of ``frame``, in its order, as a sortable table."""
-    columns = [(str(c), LABELS.get(str(c), str(c).replace("_", " "))) for c in frame.columns]
+    """Every column of ``frame``, in its order, as a sortable table (``score`` headed by its metric)."""
+    labels = dict(LABELS)
+    if "metric" in frame and len(frame):
+        labels["score"] = board_metric(frame)
+    columns = [(str(c), labels.get(str(c), str(c).replace("_", " "))) for c in frame.columns]
     rows = [[format_value(str(c), value) for c, value in zip(frame.columns, row)]
             for row in frame.itertuples(index=False, name=None)]
     return Table(id_, title, note, columns, rows)
@@ -140,39 +146,49 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False) -> list
     return runs
 
 
-def _manifest_of(run: RunRecords, data_root: Path | None) -> tuple[Path, str]:
-    """``(dataset root, manifest file name)`` a run was made on."""
+@dataclass(frozen=True)
+class Dataset:
+    """The tasks a folder's records belong to and the adapter that reads their frames."""
+
+    manifest: Path
+    adapter: DatasetAdapter
+    tasks: dict[str, Task]
+
+
+def _dataset_of(run: RunRecords, data_root: Path | None) -> tuple[Path, dict[str, Any]]:
+    """The manifest a folder was made from (:attr:`RunRecords.manifest`, or the one in ``data_root``)
+    and the data config of its ``config.yaml`` with ``root`` and ``manifest`` pointing there."""
     config_file = run.path / "config.yaml"
-    manifest = "metadata.jsonl"
-    root: Path | None = data_root
-    if config_file.is_file():
-        config = OmegaConf.load(config_file)
-        data = (config.get("data") if isinstance(config, DictConfig) else None) or {}
-        manifest = str(data.get("manifest") or manifest)
-        if root is None and data.get("root"):
-            root = Path(str(data["root"]))
-    if root is None:
-        raise ReportError(f"{config_file}: no data.root to find the run's tasks; pass data_root=DIR")
-    if not (root / manifest).is_file():
-        raise ReportError(f"{run.path}: its tasks' manifest {root / manifest} is not there; "
-                          "pass the dataset's current location as data_root=DIR")
-    return root, manifest
+    data = to_dict(OmegaConf.load(config_file)).get("data") if config_file.is_file() else None
+    data = data if isinstance(data, dict) else {}
+    manifest = run.manifest
+    if data_root is not None:
+        manifest = data_root / (manifest.name if manifest is not None else "metadata.jsonl")
+    if manifest is None:
+        raise ReportError(f"{run.path}: names no dataset (no data.root in its config.yaml); "
+                          "pass the dataset's location as report.data_root=DIR")
+    if not manifest.is_file():
+        raise ReportError(f"{run.path}: its tasks' manifest {manifest} is not there; "
+                          "pass the dataset's current location as report.data_root=DIR")
+    return manifest, {**data, "root": str(manifest.parent), "manifest": manifest.name}
 
 
-def load_tasks(runs: list[RunRecords], data_root: str | Path | None = None) -> dict[str, Task]:
-    """Every task the runs have records for, by task id, from the runs' manifests."""
-    tasks: dict[str, Task] = {}
-    loaded: set[tuple[Path, str]] = set()
+def load_tasks(runs: list[RunRecords], data_root: str | Path | None = None) -> dict[str, tuple[Task, DatasetAdapter]]:
+    """Every task the runs have records for, by task id, with the adapter of its dataset."""
+    datasets: dict[Path, Dataset] = {}
+    found: dict[str, tuple[Task, DatasetAdapter]] = {}
     for run in runs:
-        source = _manifest_of(run, None if data_root is None else Path(data_root))
-        if source not in loaded:
-            loaded.add(source)
-            for task in load_manifest(source[0], source[1], check_videos=False):
-                tasks.setdefault(task.task_id, task)
-        missing = sorted(set(run.frame["task_id"]) - set(tasks))
+        manifest, data = _dataset_of(run, None if data_root is None else Path(data_root))
+        if manifest not in datasets:
+            tasks = load_manifest(manifest.parent, manifest.name, check_videos=False)
+            datasets[manifest] = Dataset(manifest, build_adapter(data), {t.task_id: t for t in tasks})
+        dataset = datasets[manifest]
+        missing = sorted(set(run.frame["task_id"]) - set(dataset.tasks))
         if missing:
-            raise ReportError(f"{run.path}: records of tasks not in {source[0] / source[1]}: {missing[:5]}")
-    return tasks
+            raise ReportError(f"{run.path}: records of tasks not in {manifest}: {missing[:5]}")
+        for task_id in run.frame["task_id"]:
+            found.setdefault(task_id, (dataset.tasks[task_id], dataset.adapter))
+    return found
 
 
 def _missing(value: Any) -> bool:
@@ -184,13 +200,14 @@ def _score_text(value: Any) -> str:
     return "—" if _missing(value) else f"{float(value):.4f}"
 
 
-def _reference_views(tasks: list[Task], out: Path) -> dict[str, list[dict[str, Any]]]:
-    """Per task, its reference images (annotated box drawn), decoding each context once."""
+def _reference_views(tasks: list[tuple[Task, DatasetAdapter]], out: Path) -> dict[str, list[dict[str, Any]]]:
+    """Per task (in the order given), its reference images (annotated box drawn), reading each context once."""
     views: dict[str, list[dict[str, Any]]] = {}
     cached: tuple[str, np.ndarray, float] | None = None
-    for number, task in enumerate(sorted(tasks, key=lambda t: (t.context_id, t.task_id))):
+    numbered = sorted(enumerate(tasks), key=lambda item: (item[1][0].context_id, item[1][0].task_id))
+    for number, (task, adapter) in numbered:
         if cached is None or cached[0] != task.context_id:
-            cached = (task.context_id, *reference_source(task))
+            cached = (task.context_id, *adapter.reference_source(task))
         frames = reference_frames(task, cached[1], cached[2], native=True)
         views[task.task_id] = []
         for i, (frame, ref) in enumerate(zip(frames, task.references)):
@@ -198,6 +215,31 @@ def _reference_views(tasks: list[Task], out: Path) -> dict[str, list[dict[str, A
             gallery.reference_image(out / name, frame, ref.bbox_xyxy_normalized)
             views[task.task_id].append({"src": name, "frame": ref.frame_at(cached[2], native=True)})
     return views
+
+
+def _best_frame(record: dict[str, Any]) -> tuple[int | None, list[float] | None]:
+    """The record's ``best_frame`` and ``best_box``; for records written before those fields, the
+    argmax of ``similarities`` and its entry of ``boxes`` (:func:`gallery.best_frame`)."""
+    best: Any = record.get("best_frame")
+    box = record.get("best_box")
+    if not _missing(best):
+        return int(best), (list(box) if isinstance(box, (list, tuple)) else None)
+    similarities, boxes = record.get("similarities"), record.get("boxes")
+    derived = gallery.best_frame(similarities if isinstance(similarities, list) else [])
+    if derived is None or not isinstance(boxes, list) or derived >= len(boxes):
+        return derived, None
+    return derived, boxes[derived]
+
+
+def continuation_video(folder: Path, record: dict[str, Any]) -> Path | None:
+    """The continuation a record scored: its ``video`` (relative to the folder, or as given), else
+    ``videos/<task_id>.mkv`` (lossless) or ``.mp4`` of the folder; None when none is there."""
+    candidates = []
+    named = record.get("video")
+    if isinstance(named, str) and named:
+        candidates += [Path(named)] if Path(named).is_absolute() else [folder / named, Path(named)]
+    candidates += [folder / "videos" / f"{record['task_id']}{suffix}" for suffix in (".mkv", ".mp4")]
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_number: int, out: Path) -> dict[str, Any]:
@@ -209,20 +251,17 @@ def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_numbe
         lines = [] if _missing(error) else str(error).strip().splitlines()
         cell["error"] = lines[-1][:300] if lines else "failed"
         return cell
-    similarities = record.get("similarities")
-    boxes = record.get("boxes")
-    best = gallery.best_frame(similarities if isinstance(similarities, list) else [])
+    best, box = _best_frame(record)
     rate: Any = record.get("detection_rate")
     cell.update(best_frame=best, detection_rate="—" if _missing(rate) else f"{100 * float(rate):.0f}%")
-    video = run.path / "videos" / f"{record['task_id']}.mp4"
-    if not video.is_file():
+    video = continuation_video(run.path, record)
+    if video is None:
         cell["error"] = "no video saved (save_videos=false?)"
         return cell
     frames, fps = read_video(video)
     if best is not None and best >= len(frames):
         raise ReportError(f"{run.path}: task {record['task_id']}: the record's best frame {best} is past the "
                           f"end of {video} ({len(frames)} frames)")
-    box = boxes[best] if best is not None and isinstance(boxes, list) and best < len(boxes) else None
     animation = f"{IMAGES}/m{index:02d}/t{task_number:04d}.webp"
     still = f"{IMAGES}/m{index:02d}/t{task_number:04d}_best.png"
     gallery.continuation_images(out / animation, out / still, frames, fps or 16.0, best, box)
@@ -250,16 +289,26 @@ def _losses(runs: list[RunRecords]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _provenance(run: RunRecords) -> dict[str, Any]:
-    """What a run was made with: config, commits, versions, scorer, counts."""
+    """What a run was made with: config, commits, versions, scorer, manifest, counts."""
     frame = run.frame
 
+    def text(value: Any) -> str:
+        return ", ".join(f"{k} {x}" for k, x in sorted(value.items())) if isinstance(value, dict) else str(value)
+
     def counted(column: str) -> list[tuple[str, int]]:
-        if column not in frame:
-            return []
-        values = frame[column].map(lambda v: v if isinstance(v, str) else
-                                   ", ".join(f"{k} {x}" for k, x in sorted(v.items())) if isinstance(v, dict) else str(v))
+        values = [text(v) for v in frame[column] if not _missing(v)] if column in frame else []
         return sorted(Counter(values).items())
 
+    facts = [(name, counted(column)) for name, column in [
+        ("kind", "kind"), ("config hash", "config_hash"), ("method", "method"), ("backbone", "backbone"),
+        ("scorer", "scorer"), ("scorer hash", "scorer_hash"), ("metric", "metric"), ("git commit", "git_commit"),
+        ("versions", "versions"), ("record schema", "schema_version")]]
+    if run.manifest is not None:
+        checked = "" if run.checked else " (not there: records not checked against it)"
+        facts.append(("manifest", [(f"{run.manifest}{checked}", len(frame))]))
+    if run.dropped:
+        facts.append(("left out", [(f"records of {len(run.dropped)} task(s) not in the manifest: "
+                                    f"{', '.join(run.dropped[:10])}", len(run.dropped))]))
     config_file = run.path / "config.yaml"
     return {
         "label": run.label,
@@ -267,10 +316,7 @@ def _provenance(run: RunRecords) -> dict[str, Any]:
         "records": len(frame),
         "failures": int((frame["status"] != "ok").sum()),
         "config": config_file.read_text() if config_file.is_file() else "(no config.yaml in the run directory)",
-        "facts": [(name, counted(column)) for name, column in [
-            ("config hash", "config_hash"), ("method", "method"), ("backbone", "backbone"), ("scorer", "scorer"),
-            ("scorer hash", "scorer_hash"), ("git commit", "git_commit"), ("versions", "versions")]
-            if column in frame],
+        "facts": [(name, values) for name, values in facts if values],
     }
 
 
@@ -327,9 +373,9 @@ def build_report(
          "alt": "mean similarity and detection rate per continuation frame, one line per method"},
     ]
 
-    task_list = sorted((tasks[t] for t in set().union(*(set(r.frame["task_id"]) for r in runs))),
-                       key=lambda t: t.task_id)
-    references = _reference_views(task_list, out)
+    with_adapters = sorted(tasks.values(), key=lambda item: item[0].task_id)
+    task_list = [task for task, _ in with_adapters]
+    references = _reference_views(with_adapters, out)
     records = {run.label: {r["task_id"]: r for r in run.frame.to_dict("records")} for run in runs}
     cards = []
     for number, task in enumerate(task_list):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cmbench.data import Task, read_video
+from cmbench.data import Task
 from cmbench.errors import CMBenchError
-from cmbench.miniworld.readers import EXTENSION as MINIWORLD_EXTENSION, load_context
 
 
 class ReferenceFrameError(CMBenchError):
@@ -44,20 +43,3 @@ def reference_frames(task: Task, context_frames: np.ndarray, fps: float, native:
             )
         frames.append(context_frames[index])
     return frames
-
-
-def reference_source(task: Task) -> tuple[np.ndarray, float]:
-    """The frames a task's reference annotations index, and their frame rate.
-
-    MiniWorld rows carry lossless context frames (their mp4s are lossy at 32x32), which are read
-    instead of the video; any other task's context video is decoded at its native rate.
-
-    Returns
-    -------
-    frames : ndarray, ``uint8 [F, H, W, 3]``
-    fps : float
-    """
-    if MINIWORLD_EXTENSION in task.extra:
-        frames, _ = load_context(task)
-        return frames, float(task.extra[MINIWORLD_EXTENSION].get("fps", 16))
-    return read_video(task.video_path)
