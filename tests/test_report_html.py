@@ -267,6 +267,26 @@ def test_records_without_per_frame_fields_still_render(made_runs):
     assert tuple(best[64, 64 + 20]) == gallery.DETECTION_COLOUR and tuple(best[32, 32 + 40]) != gallery.DETECTION_COLOUR
 
 
+def test_score_folders_are_reported_beside_runs(made_runs):
+    tmp, data, full, _ = made_runs
+    elsewhere = tmp / "other_generator"  # `score` records name the video file they read, wherever it is
+    scored = tmp / "scored"
+    rows = []
+    for i, task_id in enumerate(["syn_a_reappear_01", "syn_a_revisit_01", "real_b_reappear_01"]):
+        video = elsewhere / f"{task_id}.mp4"
+        write_video(video, continuation_frames(i), 16.0)
+        row = record("other_gen", task_id, "a" if task_id.startswith("syn") else "b", 0.5, 1, kind="score",
+                     seed=None, video=str(video))
+        rows.append({k: v for k, v in row.items() if k not in ("pr", "context_pr", "peak_kv_bytes", "method")})
+    scored.mkdir()
+    (scored / "config.yaml").write_text(f"data:\n  name: official\n  root: {data}\n  manifest: metadata.jsonl\n")
+    (scored / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = build_report([full, scored], tmp / "report").index.read_text()
+    assert [r["method"] for r in table_rows(text, "leaderboard")] == ["fullkv", "other_gen"]
+    assert text.count('data-method="other_gen" data-status="ok">\n        <div class="pair">') == 3
+    assert_self_contained(tmp / "report" / "index.html")
+
+
 def test_bad_inputs_name_the_file_and_what_to_do(made_runs):
     tmp, data, full, deco = made_runs
     moved = tmp / "moved"
@@ -312,10 +332,12 @@ def real_report(tmp_path_factory):
     return tmp / "runs" / "miniworld" / "report" / "index.html"
 
 
-def visible_rows(driver, table: str) -> list[str]:
+def column(driver, table: str, key: str = "method") -> list[str]:
+    """The shown texts of one column of a table, top to bottom."""
     from selenium.webdriver.common.by import By
 
-    return [row.find_element(By.CSS_SELECTOR, "td").text
+    keys = [th.get_attribute("data-key") for th in driver.find_elements(By.CSS_SELECTOR, f'table[data-table="{table}"] th')]
+    return [row.find_elements(By.CSS_SELECTOR, "td")[keys.index(key)].text
             for row in driver.find_elements(By.CSS_SELECTOR, f'table[data-table="{table}"] tbody tr')]
 
 
@@ -346,15 +368,16 @@ def test_real_report_in_headless_chromium(real_report, tmp_path):
         assert driver.title == "CMBench report"
 
         # the leaderboard: one row per method, by score; sorting by a column reorders it
-        assert visible_rows(driver, "leaderboard") == ["fullkv", "streaming"]
+        assert column(driver, "leaderboard") == ["fullkv", "streaming"]
         click_header(driver, "leaderboard", "pr")
-        assert visible_rows(driver, "leaderboard") == ["fullkv", "streaming"]  # 0% < 92%
+        assert column(driver, "leaderboard") == ["fullkv", "streaming"]  # 0% < 92%
         click_header(driver, "leaderboard", "pr")
-        assert visible_rows(driver, "leaderboard") == ["streaming", "fullkv"]
+        assert column(driver, "leaderboard") == ["streaming", "fullkv"]
+        assert column(driver, "leaderboard", "metric") == ["light", "light"]
         click_header(driver, "by-source", "source")
-        sources = [r.find_elements(By.CSS_SELECTOR, "td")[1].text
-                   for r in driver.find_elements(By.CSS_SELECTOR, 'table[data-table="by-source"] tbody tr')]
-        assert sources == ["real", "real", "synthetic", "synthetic"]
+        assert column(driver, "by-source", "source") == ["real", "real", "synthetic", "synthetic"]
+        click_header(driver, "by-source", "source")
+        assert column(driver, "by-source", "source") == ["synthetic", "synthetic", "real", "real"]
 
         # filters: source, task type, method
         tasks = lambda: [a.get_attribute("id") for a in driver.find_elements(By.CSS_SELECTOR, "article.task")  # noqa: E731
