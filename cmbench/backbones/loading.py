@@ -1,12 +1,13 @@
 """Build a backbone from its config group entry (``configs/backbone/<name>.yaml``).
 
 A backbone config names a callable with ``_target_`` (a class, or a loader such as
-``cmbench.backbones.tiny.TinyWorldModel.from_pretrained``); every other key except the documentation
-keys (``name``, ``description``, ``paper``, ``context``, ``head_map``) is passed to it as a keyword
-argument. ``context`` describes how the backbone wants context videos prepared (frame rate, size,
+``cmbench.backbones.tiny.TinyWorldModel.from_pretrained``); every other key except those in
+:data:`NON_ARGUMENT_KEYS` (``name``, ``description``, ``paper``, ``context``, ``head_map``, ``sampler``,
+``memory``) is passed to it as a keyword argument. ``context`` describes how the backbone wants context videos prepared (frame rate, size,
 temporal stride) and is read by the evaluator; ``sampler`` ({timesteps, stochastic}) is the
-backbone's own schedule, the default of ``generation.timesteps`` / ``generation.stochastic``; ``head_map`` is the backbone's calibrated static /
-dynamic head map (``scripts/build_head_map.py``), the default of head-specialised methods.
+backbone's own schedule, the default of ``generation.timesteps`` / ``generation.stochastic``; ``head_map``
+is the backbone's calibrated static / dynamic head map (``scripts/build_head_map.py``), the default of
+head-specialised methods; ``memory`` configures the memory plan (:mod:`cmbench.backbones.memory`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.backbones.base import Backbone
 from cmbench.errors import ConfigError
 
-NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "head_map", "sampler", "_target_")
+NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "head_map", "sampler", "memory", "_target_")
 
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cmbench.backbones.base import decode_continuation
 from cmbench.backbones.loading import build_backbone
 from cmbench.data import Task, read_video, write_video
 from cmbench.data.video import prepare_frames
@@ -46,6 +47,7 @@ class PreparedContext:
     prefilled: PrefilledContext
     reference_source: np.ndarray  # uint8 [F, H, W, 3]: frames the reference annotations point into
     reference_fps: float
+    context_latents: torch.Tensor  # [1, C, q0, h, w]: a continuation is decoded after them
 
 
 class ModelEvaluator:
@@ -103,12 +105,13 @@ class ModelEvaluator:
         latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context)))
         seed = task_seed(int(self.cfg.seed), task.context_id)
         prefilled = prefill(self.backbone, self.method, latents, self.backbone.condition(task), seed, self.settings)
-        return PreparedContext(prefilled, ref_source, ref_fps)
+        return PreparedContext(prefilled, ref_source, ref_fps, latents)
 
     def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:
         cont = continue_task(self.backbone, prepared.prefilled, self.backbone.condition(task),
                              self.continuation_frames, seed)
-        frames = np.asarray(self.backbone.decode(cont.latents))
+        cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding
+        frames = np.asarray(decode_continuation(self.backbone, cont.latents, prepared.context_latents))
         if self.save_videos:
             write_video(self.run_dir / "videos" / f"{task.task_id}.mp4", frames, float(self.cfg.data.fps))
         refs = reference_frames(task, prepared.reference_source, prepared.reference_fps, native=True)
