@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_ROOT / "configs"
@@ -30,3 +30,24 @@ def user_config_dirs() -> list[Path]:
 def config_dirs() -> list[Path]:
     """The package's config folder, then the user folders."""
     return [CONFIG_DIR, *user_config_dirs()]
+
+
+def group_entries(group: str) -> dict[str, dict[str, str]]:
+    """Configs of one group across all config folders (later folders override earlier ones).
+
+    Returns
+    -------
+    dict name -> {"description": ..., "paper": ..., "origin": folder}
+    """
+    found: dict[str, dict[str, str]] = {}
+    for folder in config_dirs():
+        for path in sorted((folder / group).glob("*.yaml")):
+            cfg = OmegaConf.load(path)
+            # experiment configs are global packages: their documentation sits under `experiment:`
+            doc = cfg.get(group) if group == "experiment" and isinstance(cfg.get(group), DictConfig) else cfg
+            found[path.stem] = {
+                "description": str(doc.get("description", "") or ""),
+                "paper": str(doc.get("paper", "") or ""),
+                "origin": str(folder),
+            }
+    return found

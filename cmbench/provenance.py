@@ -26,7 +26,10 @@ def versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
-    """HEAD of the CMBench checkout, with ``-dirty`` when tracked files changed; ``unknown`` outside git."""
+    """HEAD of the CMBench checkout, with ``-dirty`` when tracked files changed; ``unknown`` for an installed
+    wheel or outside git."""
+    if not (REPO / ".git").exists() or not (REPO / "pyproject.toml").is_file():
+        return "unknown"  # an installed wheel: never report the commit of whatever repository surrounds it
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
         if head.returncode:

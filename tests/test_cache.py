@@ -126,7 +126,7 @@ def snapshot(cache: KVCache):
 def assert_same(a, b):
     (banks_a, wa, ca, cha), (banks_b, wb, cb, chb) = a, b
     assert wa == wb and ca == cb and cha == chb
-    for (na, capa, ka, va, pa), (nb, capb, kb, vb, pb) in zip(banks_a, banks_b):
+    for (na, _, ka, va, pa), (nb, _, kb, vb, pb) in zip(banks_a, banks_b):
         assert na == nb
         assert torch.equal(ka[:, : na + L], kb[:, : nb + L]) and torch.equal(va[:, : na + L], vb[:, : nb + L])
         for name in pa:
@@ -215,7 +215,7 @@ def test_capacity_limit_bounds_allocation():
         cache.begin_chunk(c, 2 * c, 2)
         cache.attend(0, *qkv(c))
         cache.commit_chunk()
-        cache.compact(lambda b: b.field("chunk") >= c - 1)
+        cache.compact(lambda b, c=c: b.field("chunk") >= c - 1)
         assert cache.banks[0][0].capacity <= 3 * L
 
 
@@ -279,7 +279,7 @@ def test_ledger_by_hand_with_head_groups():
         cache.commit_chunk()
         ledger.note_memory(cache)
         # bank (0, heads 2-3) keeps only the newest chunk; everything else keeps all
-        cache.compact(lambda b: torch.ones(b.n, dtype=torch.bool) if b.group.heads != (2, 3) else b.field("chunk") == c)
+        cache.compact(lambda b, c=c: torch.ones(b.n, dtype=torch.bool) if b.group.heads != (2, 3) else b.field("chunk") == c)
     visible = [e.visible.tolist() for e in ledger.entries]
     assert visible == [[[0] * 4, [0] * 4], [[8, 8, 8, 8], [8] * 4], [[16, 16, 8, 8], [16] * 4]]
     assert [e.full for e in ledger.entries] == [0, 8, 16]

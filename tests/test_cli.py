@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from official_fixture import build_official_layout, official_row, write_context_video, write_manifest
+
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
 
 REPO = Path(__file__).resolve().parents[1]
 

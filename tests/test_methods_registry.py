@@ -6,11 +6,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cmbench.config_paths import CONFIG_DIR
+from cmbench.config_paths import CONFIG_DIR, group_entries
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_names
-from cmbench.cli.ls import entries
 from fakes import AttentionBackbone, fake_geometry
 
 CONFIGS = CONFIG_DIR / "method"
@@ -19,7 +18,7 @@ CONFIGS = CONFIG_DIR / "method"
 def test_every_registered_method_has_a_config_with_description_and_paper_field():
     names = method_names()
     assert set(names) == {p.stem for p in CONFIGS.glob("*.yaml")}
-    listed = entries("method")
+    listed = group_entries("method")
     for name in names:
         cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
         assert cfg.name == name and "paper" in cfg
@@ -67,7 +66,7 @@ def test_external_method_plugs_in_by_target(tmp_path, monkeypatch):
         "description: keeps even positions\npaper: https://example.org\nstride: 2\n"
     )
     monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(tmp_path))
-    assert entries("method")["every_other"]["description"] == "keeps even positions"
+    assert group_entries("method")["every_other"]["description"] == "keeps even positions"
     method = build_method(OmegaConf.load(folder / "every_other.yaml"))
     assert isinstance(method, KeepEveryOther)
     backbone = AttentionBackbone(fake_geometry())

@@ -19,6 +19,8 @@ import pytest
 from cmbench.runs.records import read_all_records
 from test_tiny_backbone import random_model
 
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
+
 REPO = Path(__file__).resolve().parents[1]
 TIMING = {"prefill_seconds", "continuation_seconds", "continuation_fps", "traceback"}
 SMALL_SUITE = [

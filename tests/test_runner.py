@@ -123,6 +123,7 @@ def test_torn_last_line_is_cut_off(tmp_path):
     assert [r["task_id"] for r in read_all_records(tmp_path)] == ["a", "c"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_equals_clean_run(official, tmp_path):
     root, tasks = official
     script = str(HERE / "fake_evaluator.py")

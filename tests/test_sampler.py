@@ -45,7 +45,10 @@ def test_oracle_denoiser_recovers_x0_and_every_step_is_kept():
 def test_stochastic_mode_uses_the_generator():
     s = FlowMatchSampler((999, 500, 100), stochastic=True)
     noise = torch.zeros(1, 2, 1, 2, 2)
-    run = lambda seed: s.sample(lambda x, t, i: torch.zeros_like(x) if i == 0 else x, noise, seeded_generator(seed))
+
+    def run(seed):
+        return s.sample(lambda x, t, i: torch.zeros_like(x) if i == 0 else x, noise, seeded_generator(seed))
+
     assert torch.equal(run(1).final, run(1).final)
     assert not torch.equal(run(1).final, run(2).final)
 

@@ -18,7 +18,9 @@ from official_fixture import official_row, write_manifest
 
 from cmbench.data import write_video
 from cmbench.miniworld import object_boxes, render_video, scene_from_seed
-from cmbench.cli.score import match_videos, summarize
+from cmbench.runs.score_videos import match_videos, summarize
+
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
 
 ROOT = Path(__file__).resolve().parent.parent
 FPS = 16

@@ -211,6 +211,7 @@ def test_config_errors_are_actionable(tiny_config, tmp_path):
         build_scorer(_with(tiny_config, embedder__model=str(tmp_path / "no-such-model")))
 
 
+@pytest.mark.slow
 def test_bench_script_runs_every_stage_on_every_frame(tmp_path):
     import subprocess
     import sys

@@ -121,6 +121,7 @@ def test_pairs_show_the_object_or_its_twin():
         assert pair.reference_mask[y0:y1, x0:x1].sum() == pair.reference_mask.sum()
 
 
+@pytest.mark.slow
 def test_light_scorer_auc_script_meets_the_bar(tmp_path):
     """The acceptance check of the light scorer: AUC >= 0.95 on MiniWorld pairs (default settings)."""
     out = tmp_path / "auc.json"

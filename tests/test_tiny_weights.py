@@ -51,6 +51,7 @@ def similarities() -> dict[str, list[float]]:
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_fullkv_recalls_targets_that_a_sink_only_cache_cannot(similarities):
     # the committed weights give about 0.92 (FullKV) vs 0.04 (sink only); weights that lost their
     # memory (or no longer fit the code) fall far below these bounds

@@ -6,6 +6,7 @@ tiny AutoencoderKLWan and a tiny umt5; the task brings an explicit camera plan."
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import subprocess
@@ -21,6 +22,8 @@ from cmbench.backbones.wan.synthetic import random_dit_state, save_components, s
 from cmbench.data.video import read_video
 from cmbench.runs.records import read_all_records
 from official_fixture import official_row, write_context_video, write_manifest
+
+pytestmark = pytest.mark.slow  # subprocesses of the real command line
 
 REPO = Path(__file__).resolve().parents[1]
 DIT = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=2, text_dim=16,

@@ -1,26 +1,27 @@
 """Build a backbone from its config group entry (``configs/backbone/<name>.yaml``).
 
 A backbone config names a callable with ``_target_`` (a class, or a loader such as
-``cmbench.backbones.tiny.TinyWorldModel.from_pretrained``); every other key except those in
-:data:`NON_ARGUMENT_KEYS` (``name``, ``description``, ``paper``, ``context``, ``head_map``, ``sampler``,
-``memory``) is passed to it as a keyword argument. ``context`` describes how the backbone wants context videos prepared (frame rate, size,
+``cmbench.backbones.tiny.TinyWorldModel.from_pretrained``); every other key except the documentation
+keys (``name``, ``description``, ``paper``, ``context``, ``head_map``) is passed to it as a keyword
+argument. ``context`` describes how the backbone wants context videos prepared (frame rate, size,
 temporal stride) and is read by the evaluator; ``sampler`` ({timesteps, stochastic}) is the
-backbone's own schedule, the default of ``generation.timesteps`` / ``generation.stochastic``; ``head_map``
-is the backbone's calibrated static / dynamic head map (``scripts/build_head_map.py``), the default of
-head-specialised methods; ``memory`` configures the memory plan (:mod:`cmbench.backbones.memory`).
+backbone's own schedule, the default of ``generation.timesteps`` / ``generation.stochastic``; ``head_map`` is the backbone's calibrated static /
+dynamic head map (``scripts/build_head_map.py``), the default of head-specialised methods; ``memory``
+configures the memory plan (:mod:`cmbench.backbones.memory`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from hydra.utils import get_method
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.backbones.base import Backbone
+from cmbench.config_schema import BACKBONE_KEYS, keys_with_role
 from cmbench.errors import ConfigError
+from cmbench.registry import import_object
 
-NON_ARGUMENT_KEYS = ("name", "description", "paper", "context", "head_map", "sampler", "memory", "_target_")
+NON_ARGUMENT_KEYS = keys_with_role(BACKBONE_KEYS, "doc", "cmbench")
 
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
@@ -30,10 +31,7 @@ def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
     target = plain.get("_target_")
     if not target:
         raise ConfigError(f"backbone {plain.get('name', '?')!r}: config needs a _target_ (the loader to call)")
-    try:
-        loader = get_method(str(target))
-    except Exception as err:  # hydra wraps import errors in its own types
-        raise ConfigError(f"backbone {plain.get('name', '?')!r}: cannot import _target_ {target!r}: {err}") from err
+    loader = import_object(str(target), f"backbone {plain.get('name', '?')!r}: _target_")
     kwargs = {k: v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
     try:
         backbone = loader(**kwargs)

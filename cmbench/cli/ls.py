@@ -4,40 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from omegaconf import DictConfig, OmegaConf
-
-from cmbench.config_paths import GROUPS, config_dirs
+from cmbench.config_paths import GROUPS, group_entries
 
 
-def entries(group: str) -> dict[str, dict[str, str]]:
-    """Configs of one group across all config folders (later folders override earlier ones).
-
-    Returns
-    -------
-    dict name -> {"description": ..., "paper": ..., "origin": folder}
-    """
-    found: dict[str, dict[str, str]] = {}
-    for folder in config_dirs():
-        for path in sorted((folder / group).glob("*.yaml")):
-            cfg = OmegaConf.load(path)
-            # experiment configs are global packages: their documentation sits under `experiment:`
-            doc = cfg.get(group) if group == "experiment" and isinstance(cfg.get(group), DictConfig) else cfg
-            found[path.stem] = {
-                "description": str(doc.get("description", "") or ""),
-                "paper": str(doc.get("paper", "") or ""),
-                "origin": str(folder),
-            }
-    return found
-
-
-def ls(args: list[str]) -> int:
+def execute(args: list[str]) -> int:
     """Print the entries of the named groups (all groups when none is named)."""
     unknown = [g for g in args if g not in GROUPS]
     if unknown:
         print(f"cmbench ls: unknown group(s) {', '.join(unknown)}; groups are {', '.join(GROUPS)}", file=sys.stderr)
         return 2
     for group in args or GROUPS:
-        found = entries(group)
+        found = group_entries(group)
         print(f"{group}/ ({len(found)})")
         width = max((len(n) for n in found), default=0)
         for name, info in found.items():

@@ -1,27 +1,26 @@
-"""Command line: ``python -m cmbench <command> key=value ...``.
+"""``python -m cmbench <command> key=value ...``: dispatch to the subcommand modules of :mod:`cmbench.cli`.
 
-Every command takes Hydra overrides over ``configs/config.yaml`` (groups ``data/``, ``method/``,
+Every Hydra command takes overrides over ``configs/config.yaml`` (groups ``data/``, ``method/``,
 ``backbone/``, ``scorer/``, ``experiment/``); ``-m`` / ``--multirun`` sweeps work for ``run``.
-Commands are looked up in :data:`COMMANDS` and imported lazily, so ``ls`` and ``validate`` stay fast.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-from cmbench.config_paths import CONFIG_DIR, user_config_dirs
+from cmbench.cli.base import COMMANDS, SWEEP_FLAGS, Command, run_hydra
 from cmbench.errors import CMBenchError
+from cmbench.registry import did_you_mean
 
-# command -> (module:function taking the resolved DictConfig and returning an exit code, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "validate": ("cmbench.cli.data:validate", "check a manifest and its videos; list every problem"),
-    "prepare": ("cmbench.cli.data:prepare", "build MiniWorld or fetch the official CMBench dataset"),
-    "ls": ("cmbench.cli.ls:ls", "list what is registered in each config group"),
-    "score": ("cmbench.cli.score:score", "score a folder of <task_id>.mp4 continuations"),
-    "run": ("cmbench.cli.run:run", "generate and score every task with one method (-m to sweep)"),
-    "leaderboard": ("cmbench.cli.run:leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs"),
-}
+for _command in (
+    Command("run", "generate and score every task with one method (-m to sweep)", "cmbench.cli.run"),
+    Command("leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs", "cmbench.cli.leaderboard"),
+    Command("score", "score a folder of <task_id>.mp4 continuations", "cmbench.cli.score"),
+    Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
+    Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
+    Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
+):
+    COMMANDS.add(_command.name, _command)
 
 USAGE = """usage: python -m cmbench <command> [key=value ...] [-m]
 
@@ -29,21 +28,16 @@ commands:
 {commands}
 
 examples:
+  python -m cmbench run method=decoprune limit=8
   python -m cmbench validate data=cmbench data.root=/path/to/CMBench
   python -m cmbench ls method
 """
 
 
 def usage() -> str:
-    width = max(map(len, COMMANDS))
-    lines = "\n".join(f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items())
-    return USAGE.format(commands=lines)
-
-
-def _resolve(command: str):
-    target, _ = COMMANDS[command]
-    module, func = target.split(":")
-    return getattr(importlib.import_module(module), func)
+    names = COMMANDS.names()
+    width = max(map(len, names))
+    return USAGE.format(commands="\n".join(f"  {n.ljust(width)}  {COMMANDS.get(n).help}" for n in names))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,62 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
-    command, rest = argv[0], argv[1:]
-    if command not in COMMANDS:
-        import difflib
-
-        close = difflib.get_close_matches(command, COMMANDS, n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
-        print(f"cmbench: unknown command '{command}'.{hint}\n\n{usage()}", file=sys.stderr)
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        hint = did_you_mean(name, COMMANDS.names())
+        print(f"cmbench: unknown command {name!r}.{hint}\n\n{usage()}", file=sys.stderr)
         return 2
-    func = _resolve(command)
-    if command == "ls":  # positional group names, no Hydra
-        return func(rest)
-    code, last_cfg = _run_hydra(func, rest)
-    if command == "run" and ({"-m", "--multirun"} & set(rest)) and last_cfg is not None:
-        from cmbench.cli import run as run_command
-
-        try:  # a sweep ends with the leaderboard over the runs it wrote
-            code = max(code, run_command.leaderboard(last_cfg, runs=list(dict.fromkeys(run_command.RUN_DIRS))))
+    command = COMMANDS.get(name)
+    execute = command.function()
+    if not command.hydra:
+        return int(execute(rest))
+    jobs = run_hydra(execute, rest)
+    code = max((job.code for job in jobs), default=0)
+    after_sweep = command.function("after_sweep")
+    configs = [job.cfg for job in jobs if job.cfg is not None]
+    if after_sweep is not None and set(SWEEP_FLAGS) & set(rest) and configs:
+        try:
+            code = max(code, int(after_sweep(configs)))
         except CMBenchError as err:
-            print(f"cmbench: leaderboard: {err}", file=sys.stderr)
+            print(f"cmbench: {name}: {err}", file=sys.stderr)
             code = max(code, 1)
     return code
-
-
-def _run_hydra(func, overrides: list[str]):
-    """Run ``func(cfg)`` under Hydra (so ``-m`` sweeps and the usual override grammar work).
-
-    Returns the worst exit code over the jobs and the last job's config.
-    """
-    import hydra
-    from omegaconf import DictConfig
-
-    codes: list[int] = []
-    configs: list[DictConfig] = []
-
-    @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
-    def _app(cfg: DictConfig) -> None:
-        configs.append(cfg)
-        try:
-            codes.append(int(func(cfg) or 0))
-        except CMBenchError as err:
-            print(f"cmbench: error: {err}", file=sys.stderr)
-            codes.append(1)
-
-    # Hydra's parser wants its flags (-m, --cfg job, ...) before the overrides; users put them anywhere
-    flags = [o for o in overrides if o in ("-m", "--multirun")]
-    overrides = flags + [o for o in overrides if o not in flags]
-    extra = user_config_dirs()
-    if extra:
-        paths = ",".join(f"file://{p}" for p in extra)
-        overrides = [*flags, f"hydra.searchpath=[{paths}]", *overrides[len(flags):]]
-    saved = sys.argv
-    sys.argv = [saved[0] if saved else "cmbench", *overrides]
-    try:
-        _app()
-    except SystemExit as exit_:
-        return int(exit_.code or 0), None
-    finally:
-        sys.argv = saved
-    return max(codes, default=0), (configs[-1] if configs else None)

@@ -1,6 +1,11 @@
 """Task records, the official manifest loader with strict validation, and video I/O."""
 
-from cmbench.data.manifest import ManifestError, Problem, load_manifest, validate_manifest
+from cmbench.data.manifest import (
+    ManifestError,
+    Problem,
+    load_manifest,
+    validate_manifest,
+)
 from cmbench.data.task import SOURCES, TASK_TYPES, Reference, Task
 from cmbench.data.video import VideoError, prepare_context, read_video, write_video
 

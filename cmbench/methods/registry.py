@@ -13,66 +13,33 @@ Either way the class must subclass :class:`cmbench.methods.base.Method`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib
-from importlib.metadata import entry_points
 from typing import Any, Mapping
 
 from cmbench.errors import ConfigError
 from cmbench.methods.base import Method
+from cmbench.registry import Registry
 
 ENTRY_POINT_GROUP = "cmbench.methods"
 DOC_KEYS = ("description", "paper")
 
-_REGISTRY: dict[str, type[Method]] = {}
+METHODS: Registry[type[Method]] = Registry("method", base=Method, entry_point_group=ENTRY_POINT_GROUP)
 
 
 def register(cls: type[Method]) -> type[Method]:
     """Class decorator: make ``cls`` available as ``name=cls.name``."""
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} has no registry name")
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"method name {cls.name!r} is taken by {_REGISTRY[cls.name].__qualname__}")
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def _entry_point_classes() -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return METHODS.register()(cls)
 
 
 def method_names() -> list[str]:
     """Registered names (built-ins and entry points), sorted."""
-    return sorted(set(_REGISTRY) | set(_entry_point_classes()))
+    return METHODS.names()
 
 
 def method_class(name: str) -> type[Method]:
     """The class registered as ``name``; a :class:`ConfigError` with a suggestion otherwise."""
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    eps = _entry_point_classes()
-    if name in eps:
-        return _check_class(eps[name].load(), f"entry point {name!r}")
-    close = difflib.get_close_matches(name, method_names(), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"unknown method {name!r}.{hint} Known methods: {', '.join(method_names())}")
-
-
-def _import_target(target: str) -> type[Method]:
-    module, _, attr = target.replace(":", ".").rpartition(".")
-    if not module:
-        raise ConfigError(f"method _target_ {target!r} must be 'package.module.Class'")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"cannot import method _target_ {target!r}: {err}") from err
-    return _check_class(cls, f"_target_ {target!r}")
-
-
-def _check_class(cls: Any, where: str) -> type[Method]:
-    if not (isinstance(cls, type) and issubclass(cls, Method)):
-        raise ConfigError(f"{where} is not a subclass of cmbench.methods.base.Method")
-    return cls
+    return METHODS.get(name)
 
 
 def build_method(cfg: Mapping[str, Any]) -> Method:
@@ -94,7 +61,7 @@ def build_method(cfg: Mapping[str, Any]) -> Method:
         cfg.pop(key, None)
     target, name = cfg.pop("_target_", None), cfg.pop("name", None)
     if target:
-        cls = _import_target(str(target))
+        cls = METHODS.import_target(str(target))
     elif name:
         cls = method_class(str(name))
     else:

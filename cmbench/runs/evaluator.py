@@ -19,10 +19,15 @@ from cmbench.backbones.base import decode_continuation
 from cmbench.backbones.loading import build_backbone
 from cmbench.data import Task, read_video, write_video
 from cmbench.data.video import prepare_frames
-from cmbench.generation import GenerationSettings, PrefilledContext, continue_task, prefill
-from cmbench.methods.registry import build_method
-from cmbench.hashing import task_seed
+from cmbench.generation import (
+    GenerationSettings,
+    PrefilledContext,
+    continue_task,
+    prefill,
+)
 from cmbench.generation.sampler import FlowMatchSampler
+from cmbench.hashing import task_seed
+from cmbench.methods.registry import build_method
 from cmbench.scoring.references import reference_frames
 from cmbench.scoring.registry import build_scorer
 

@@ -27,7 +27,6 @@ from cmbench.hashing import task_seed
 from cmbench.runs.records import RecordWriter, read_all_records, records_path
 
 
-
 class Evaluator(Protocol):
     """Runs the tasks of one context: a shared preparation (prefill), then each task."""
 

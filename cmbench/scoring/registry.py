@@ -16,14 +16,15 @@ and that backend's keyword arguments::
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cmbench.config_schema import SCORER_KEYS, keys_with_role
 from cmbench.hashing import config_hash
+from cmbench.registry import Registry, did_you_mean
 from cmbench.scoring.appearance import AppearanceEmbedder
 from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.errors import ScorerConfigError
@@ -36,22 +37,23 @@ from cmbench.scoring.sam2_hf import Sam2Segmenter
 from cmbench.scoring.sam2_official import OfficialSam2Segmenter
 from cmbench.scoring.template_detector import TemplateDetector
 
-DETECTORS: dict[str, type] = {"owlvit": OwlVitDetector, "owlv2": Owlv2Detector, "template": TemplateDetector}
-SEGMENTERS: dict[str, type] = {"sam2": Sam2Segmenter, "sam2_official": OfficialSam2Segmenter, "grabcut": GrabCutSegmenter}
-EMBEDDERS: dict[str, type] = {"dinov2": Dinov2Embedder, "appearance": AppearanceEmbedder}
-STAGES: dict[str, dict[str, type]] = {"detector": DETECTORS, "segmenter": SEGMENTERS, "embedder": EMBEDDERS}
+STAGES: dict[str, Registry[type]] = {
+    kind: Registry(f"{kind} backend", entry_point_group=f"cmbench.{kind}s") for kind in ("detector", "segmenter", "embedder")
+}
+for _kind, _backends in (
+    ("detector", {"owlvit": OwlVitDetector, "owlv2": Owlv2Detector, "template": TemplateDetector}),
+    ("segmenter", {"sam2": Sam2Segmenter, "sam2_official": OfficialSam2Segmenter, "grabcut": GrabCutSegmenter}),
+    ("embedder", {"dinov2": Dinov2Embedder, "appearance": AppearanceEmbedder}),
+):
+    for _name, _cls in _backends.items():
+        STAGES[_kind].add(_name, _cls)
 
-# Top-level keys; those in RUNTIME_KEYS do not change a number and stay out of the config hash.
-RUNTIME_KEYS = ("name", "description", "paper", "device", "half", "batch_size", "cache_dir")
-RESULT_KEYS = ("min_box_size", *STAGES)
+# Top-level keys (cmbench.config_schema): RUNTIME_KEYS do not change a number and stay out of the hash.
+RUNTIME_KEYS = keys_with_role(SCORER_KEYS, "doc", "runtime")
+RESULT_KEYS = keys_with_role(SCORER_KEYS, "identity")
 
 # Bump when a change of the scoring code changes numbers: it invalidates every cached feature.
 SCORER_VERSION = 1
-
-
-def _did_you_mean(word: str, options) -> str:
-    close = difflib.get_close_matches(word, list(options), n=1)
-    return f" Did you mean '{close[0]}'?" if close else ""
 
 
 def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
@@ -69,18 +71,18 @@ def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
     registry = STAGES[kind]
     backend = cfg.pop("backend", None)
     if backend not in registry:
-        hint = _did_you_mean(str(backend), registry) if backend else ""
+        hint = did_you_mean(str(backend), registry.names()) if backend else ""
         raise ScorerConfigError(
-            f"scorer.{kind}.backend={backend!r} is not a {kind} backend; choose one of {', '.join(registry)}.{hint}"
+            f"scorer.{kind}.backend={backend!r} is not a {kind} backend; choose one of {', '.join(registry.names())}.{hint}"
         )
-    cls = registry[backend]
+    cls = registry.get(backend)
     params = inspect.signature(cls.__init__).parameters
     accepted = [p for p in params if p not in ("self", "runtime")]
     unknown = [k for k in cfg if k not in accepted]
     if unknown:
         raise ScorerConfigError(
             f"scorer.{kind} ({backend}) does not take {', '.join(unknown)}; it takes {', '.join(accepted)}."
-            + _did_you_mean(unknown[0], accepted)
+            + did_you_mean(unknown[0], accepted)
         )
     missing = [p for p in accepted if params[p].default is inspect.Parameter.empty and p not in cfg]
     if missing:
@@ -136,7 +138,7 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer
     if unknown:
         raise ScorerConfigError(
             f"unknown scorer config key(s) {', '.join(unknown)}; known: {', '.join(RUNTIME_KEYS + RESULT_KEYS)}."
-            + _did_you_mean(unknown[0], RUNTIME_KEYS + RESULT_KEYS)
+            + did_you_mean(unknown[0], RUNTIME_KEYS + RESULT_KEYS)
         )
     missing = [k for k in STAGES if k not in cfg]
     if missing:

@@ -1,0 +1,102 @@
+"""What every subcommand shares: its registry entry and the Hydra runner.
+
+A subcommand is a module of :mod:`cmbench.cli` with an ``execute`` function: Hydra commands take the
+resolved root config (``configs/config.yaml`` plus overrides) and return an exit code; a command with
+``hydra=False`` (``ls``) takes its raw arguments. A ``-m`` sweep runs ``execute`` once per job and then
+the command's ``after_sweep`` (``run``: the leaderboard of the runs the sweep wrote), which gets every
+job's config, so nothing passes between jobs through module state.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cmbench.config_paths import CONFIG_DIR, user_config_dirs
+from cmbench.errors import CMBenchError
+from cmbench.registry import Registry, import_object
+
+SWEEP_FLAGS = ("-m", "--multirun")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one-line help and the module that implements it.
+
+    Attributes
+    ----------
+    name : str
+    help : str
+    module : str
+        Imported on use (``cmbench.cli.<name>``), so listing commands stays cheap.
+    hydra : bool
+        ``execute(cfg) -> int`` under Hydra; ``False``: ``execute(args: list[str]) -> int``.
+    """
+
+    name: str
+    help: str
+    module: str
+    hydra: bool = True
+
+    def function(self, attr: str = "execute") -> Callable[..., Any] | None:
+        """``execute`` (or another attribute, e.g. ``after_sweep``) of the command's module, if defined."""
+        module = import_object(self.module, f"command {self.name!r}")
+        return getattr(module, attr, None)
+
+
+COMMANDS: Registry[Command] = Registry("command")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One Hydra job of a command: its exit code and resolved config."""
+
+    code: int
+    cfg: Any
+
+
+def error(message: str, command: str = "cmbench") -> None:
+    """Print a one-line error (no traceback): what a user can act on."""
+    print(f"{command}: error: {message}", file=sys.stderr)
+
+
+def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
+    """Run ``func(cfg)`` under Hydra, so ``-m`` sweeps and the usual override grammar work.
+
+    Returns
+    -------
+    list of Job
+        One per job, in order; an empty list when Hydra itself refused the overrides (it printed why).
+    """
+    import hydra
+    from omegaconf import DictConfig
+
+    jobs: list[Job] = []
+
+    @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
+    def _app(cfg: DictConfig) -> None:
+        try:
+            code = int(func(cfg) or 0)
+        except CMBenchError as err:
+            error(str(err))
+            code = 1
+        jobs.append(Job(code, cfg))
+
+    # Hydra's parser wants its flags (-m, --cfg job, ...) before the overrides; users put them anywhere
+    flags = [o for o in overrides if o in SWEEP_FLAGS]
+    rest = [o for o in overrides if o not in flags]
+    extra = user_config_dirs()
+    if extra:
+        rest = [f"hydra.searchpath=[{','.join(f'file://{p}' for p in extra)}]", *rest]
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "cmbench", *flags, *rest]
+    try:
+        _app()
+    except SystemExit as exit_:
+        if exit_.code:
+            return [Job(int(exit_.code) if isinstance(exit_.code, int) else 1, None)]
+    finally:
+        sys.argv = saved
+    return jobs

@@ -1,0 +1,38 @@
+"""``python -m cmbench validate``: check a manifest and its videos, listing every problem.
+
+Each problem prints as ``file:line: field: what is wrong``; the official counts (58 videos, 116 tasks)
+are checked against the dataset spec unless ``data.check_counts=false``. Exit 0 when clean.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from cmbench.data.manifest import validate_manifest
+from cmbench.data.spec import check_counts, counts, load_spec
+
+
+def execute(cfg: DictConfig) -> int:
+    """Validate ``cfg.data``'s manifest and videos; print every problem. Exit 0 when clean."""
+    data = cfg.data
+    root = Path(str(data.root))
+    tasks, problems = validate_manifest(root, str(data.manifest), check_videos=bool(data.get("check_videos", True)))
+    readable = not any(p.field == "<file>" for p in problems)
+    if readable and data.get("spec") and data.get("check_counts", True):
+        expected = load_spec(str(data.spec)).get("expected")
+        if expected:
+            problems += check_counts(str(root / str(data.manifest)), tasks, expected)
+    got = counts(tasks)
+    summary = f"{got['tasks']} valid task(s) over {got['videos']} video(s) ({got['reappear']} reappear, {got['revisit']} revisit)"
+    if problems:
+        print(f"{data.name}: {len(problems)} problem(s) in {root / str(data.manifest)}", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        print(f"{data.name}: {summary}", file=sys.stderr)
+        return 1
+    by_source = ", ".join(f"{s}: {c['tasks']} tasks / {c['videos']} videos" for s, c in got["by_source"].items())
+    print(f"{data.name}: OK, {summary}; {by_source}")
+    return 0

@@ -1,0 +1,89 @@
+"""What every config key is for: the one declaration that says which keys decide a result.
+
+Three places need to sort keys: a run's identity hashes the root keys that change a record and leaves
+out those that only select tasks or place outputs; a scorer's identity hashes the keys that change its
+numbers and leaves out device, batch size and cache; a backbone's loader receives every key except
+those CMBench itself reads. Each of these lists is derived here from one table per config level, and a
+test checks that every key of the shipped configs is declared, so a new key cannot silently land on
+the wrong side.
+
+Roles:
+
+``identity``
+    Changes a number in a record: part of the run's (or scorer's) identity.
+``selection``
+    Chooses which tasks run, where outputs go or how they are shown; never a number.
+``runtime``
+    Where and how fast a component runs (device, batch size, cache folder), not what it computes.
+``doc``
+    Documentation (name, description, paper).
+``cmbench``
+    (backbone configs) read by CMBench itself, not passed to the backbone's loader.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Role = Literal["identity", "selection", "runtime", "doc", "cmbench"]
+
+ROOT_KEYS: dict[str, Role] = {
+    "data": "identity",
+    "method": "identity",
+    "backbone": "identity",
+    "scorer": "identity",
+    "generation": "identity",
+    "seed": "identity",
+    "label": "identity",
+    "limit": "selection",
+    "task_ids": "selection",
+    "shard": "selection",
+    "progress": "selection",
+    "out_dir": "selection",
+    "leaderboard": "selection",
+    "runs": "selection",
+    "save_videos": "selection",
+    "videos": "selection",
+    "out": "selection",
+    "experiment": "selection",
+    "threads": "selection",
+}
+"""Top-level keys of ``configs/config.yaml`` (``hydra`` is Hydra's own and never part of a result)."""
+
+SCORER_KEYS: dict[str, Role] = {
+    "name": "doc",
+    "description": "doc",
+    "paper": "doc",
+    "device": "runtime",
+    "half": "runtime",
+    "batch_size": "runtime",
+    "cache_dir": "runtime",
+    "min_box_size": "identity",
+    "detector": "identity",
+    "segmenter": "identity",
+    "embedder": "identity",
+}
+"""Keys of a ``configs/scorer/*.yaml`` (the numeric precision that ``half`` selects is hashed by the scorer)."""
+
+BACKBONE_KEYS: dict[str, Role] = {
+    "name": "doc",
+    "description": "doc",
+    "paper": "doc",
+    "_target_": "cmbench",
+    "context": "cmbench",
+    "head_map": "cmbench",
+    "sampler": "cmbench",
+    "memory": "cmbench",
+}
+"""Keys of a ``configs/backbone/*.yaml`` that CMBench reads; every other key is a loader argument.
+
+``_target_`` is the loader to call; ``context`` how context videos are prepared for the backbone;
+``head_map`` its calibrated static / dynamic head map (the default of head-split methods); ``sampler``
+its own schedule (the default of ``generation.timesteps`` / ``generation.stochastic``); ``memory`` the
+memory plan's settings (:mod:`cmbench.backbones.memory`).
+"""
+
+
+def keys_with_role(schema: dict[str, Role], *roles: Role) -> tuple[str, ...]:
+    """The keys of ``schema`` whose role is one of ``roles``, in declaration order."""
+    return tuple(key for key, role in schema.items() if role in roles)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# CMBench installs as a package, not only as an editable checkout: build a wheel, install it into a fresh
+# virtualenv outside the repository, and run `ls` and a 2-task MiniWorld run from another directory
+# (configs, dataset specs and the tiny model's weights must all come from inside the wheel).
+# Usage: bash scripts/check_wheel.sh        (about 2 minutes; CI runs it)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+python3 -m venv "$work/venv"
+py="$work/venv/bin/python"
+"$py" -m pip install -q "torch==${CMBENCH_TORCH_VERSION:-2.13.0}" ${CMBENCH_TORCH_INDEX:+--index-url "$CMBENCH_TORCH_INDEX"}
+# build from a clean copy of the tracked files, so nothing untracked (data, runs, caches) can leak in
+git -C "$repo" ls-files -z | (cd "$repo" && xargs -0 tar cf -) | (mkdir "$work/src" && cd "$work/src" && tar xf -)
+"$py" -m pip wheel -q --no-deps -w "$work/dist" "$work/src"
+"$py" -m pip install -q "$work"/dist/cmbench-*.whl
+mkdir "$work/elsewhere" && cd "$work/elsewhere"
+"$py" - <<'PY'
+import pathlib, cmbench
+where = pathlib.Path(cmbench.__file__).resolve()
+assert "site-packages" in where.parts, f"cmbench imported from {where}, not from the installed wheel"
+print(f"cmbench imported from {where.parent}")
+PY
+"$py" -m cmbench ls | tee "$work/ls.txt"
+grep -q "decoprune" "$work/ls.txt" && grep -q "miniworld" "$work/ls.txt"
+HF_HUB_OFFLINE=1 "$py" -m cmbench run limit=2 progress=false | tee "$work/run.txt"
+grep -q "2/2 tasks ok" "$work/run.txt"
+echo "check_wheel: OK (wheel installed into a fresh venv; ls and a 2-task run from $PWD)"
