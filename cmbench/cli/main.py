@@ -19,6 +19,7 @@ for _command in (
     Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
+    Command("plan", "predicted device memory per phase and the offloads a run would use", "cmbench.cli.plan"),
 ):
     COMMANDS.add(_command.name, _command)
 

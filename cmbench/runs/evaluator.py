@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench.backbones.base import decode_continuation
 from cmbench.backbones.loading import build_backbone
+from cmbench.backbones.memory.run_plan import plan_run
 from cmbench.data import Task, read_video, write_video
 from cmbench.data.video import prepare_frames
 from cmbench.generation import (
@@ -69,8 +70,9 @@ class ModelEvaluator:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.backbone = build_backbone(cfg.backbone)
         self.method = build_method(OmegaConf.to_container(cfg.method, resolve=True))
+        self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
+        self.backbone = build_backbone(self.memory.backbone_config)
         self.scorer = build_scorer(OmegaConf.to_container(cfg.scorer, resolve=True))
         self.settings = generation_settings(cfg)
         self.continuation_frames = int(cfg.generation.continuation_frames)
@@ -110,6 +112,7 @@ class ModelEvaluator:
         latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context)))
         seed = task_seed(int(self.cfg.seed), task.context_id)
         prefilled = prefill(self.backbone, self.method, latents, self.backbone.condition(task), seed, self.settings)
+        self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)
         return PreparedContext(prefilled, ref_source, ref_fps, latents)
 
     def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 On CUDA the caching allocator keeps the numbers (``torch.cuda.max_memory_allocated``). Elsewhere
 (CPU, the tests) :class:`PeakMemory` counts them itself: a ``TorchDispatchMode`` sees every tensor an
-operator returns, adds the bytes of each storage it has not seen yet and subtracts them when that
-storage is freed, so the peak is exact for tensors made by operators while it is active (it does not
-see memory an operator uses internally and frees before returning).
+operator returns, adds the bytes of each new storage (not one of the operator's inputs: views and
+in-place results are not allocations) and subtracts them when that storage is freed, so the peak is
+exact for tensors made by operators while it is active (it does not see memory an operator uses
+internally and frees before returning).
 """
 
 from __future__ import annotations
@@ -51,13 +52,15 @@ class _Counter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor) and t.device == self.device}
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device != self.device:
                 continue
             storage = t.untyped_storage()
             key = id(storage)
-            if key in self._tracked:
-                continue
+            if key in self._tracked or (storage.nbytes() and storage.data_ptr() in inputs):
+                continue  # seen already, or a view / in-place result of an input (no new memory)
             nbytes = storage.nbytes()
             self._tracked.add(key)
             self.live += nbytes
