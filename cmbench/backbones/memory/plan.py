@@ -66,6 +66,8 @@ class RunShape:
         The KV cache replayed for this method (:func:`~cmbench.backbones.memory.kv.simulate_kv`).
     kv_exact : bool
         Whether the KV replay is exact for the method (``False``: its retention is assumed).
+    camera_values : int
+        Camera channels per token (0 without a camera path).
     notes : tuple of str
     """
 
@@ -90,6 +92,7 @@ class RunShape:
     vae_value_bytes: int
     kv: KVTimeline
     kv_exact: bool = True
+    camera_values: int = 0
     notes: tuple[str, ...] = ()
 
 
@@ -176,10 +179,13 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
     s, kv = shape, shape.kv
     text_cpu, park, offload = "text_cpu" in offloads, "park_prefill" in offloads, "offload_kv" in offloads
     models = {"DiT": s.dit, "VAE": s.vae, "text encoder": 0 if text_cpu else s.text, "scorer": s.scorer}
-    call = workspace.dit_call(s.tokens_per_chunk, s.dim, s.ffn_dim, s.compute_bytes, s.text_len, s.text_dim)
+    call = workspace.dit_call(s.tokens_per_chunk, s.dim, s.ffn_dim, s.compute_bytes, s.text_len, s.text_dim,
+                              s.camera_values)
     text_work = 0 if text_cpu else workspace.TEXT_FORWARD_BYTES
     latent_pixels = (s.height // 8) * (s.width // 8)
+    # context latents, LingBot's I2V latents for the whole timeline, a chunk's camera map (float32, cached)
     inputs = (s.context_frames + (s.context_frames + s.continuation_frames if s.i2v else 0)) * 16 * latent_pixels * 4
+    inputs += s.tokens_per_chunk * s.camera_values * 4
     pixel_frames = 4 * (s.context_frames - 1) + 1
     encode = workspace.vae_encode(pixel_frames, s.height, s.width, s.vae_value_bytes)
     if s.i2v:

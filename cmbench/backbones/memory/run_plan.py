@@ -112,8 +112,57 @@ def scorer_device_shared(cfg: Any, device: torch.device) -> bool:
     return where in ("auto", "cuda", str(device))
 
 
+@dataclass(frozen=True)
+class ModelBytes:
+    """Bytes of the models a run keeps on the device (``scorer``: 0 when it runs elsewhere)."""
+
+    dit: int
+    vae: int
+    text: int
+    scorer: int = 0
+    largest_tensor: int = 0
+
+
+def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method: Any, compute_bytes: int,
+             height: int, width: int, text_len: int, vae_value_bytes: int, context_frames: int,
+             continuation_frames: int, assume_pr: float | None = None, notes: tuple[str, ...] = ()) -> RunShape:
+    """A :class:`RunShape` from the geometry, the DiT's fields, the model bytes and the method.
+
+    Parameters
+    ----------
+    name : str
+    geometry : Geometry
+    dit : mapping
+        The DiT's fields (``dim``, ``ffn_dim``, ``in_channels``, ``out_channels``, ``text_dim``, ``camera_dim``).
+    models : ModelBytes
+    method : Method
+    compute_bytes : int
+        Bytes per value of the DiT's compute dtype (and of the cached K/V).
+    height, width, text_len, vae_value_bytes, context_frames, continuation_frames : int
+    assume_pr : float, optional
+        See :func:`~cmbench.backbones.memory.kv.retention`.
+    notes : tuple of str
+    """
+    g = geometry
+    ret: Retention = retention(method, assume_pr)
+    groups = [[(len(group.heads), group.max_tokens) for group in layer] for layer in method.layout(g)]
+    kv = simulate_kv(g.num_layers, groups, g.head_dim, compute_bytes, g.tokens_per_chunk,
+                     math.ceil(context_frames / g.chunk_frames), math.ceil(continuation_frames / g.chunk_frames), ret)
+    per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
+    notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
+    label = method.name if getattr(method, "target_pr", None) is None else f"{method.name} @ PR {method.target_pr:g}"
+    return RunShape(
+        name=f"{name} + {label}", dit=models.dit, vae=models.vae, text=models.text, scorer=models.scorer,
+        largest_tensor=models.largest_tensor, tokens_per_chunk=g.tokens_per_chunk, dim=int(dit["dim"]),
+        ffn_dim=int(dit["ffn_dim"]), compute_bytes=compute_bytes, text_len=text_len,
+        text_dim=int(dit.get("text_dim") or 0), height=height, width=width, chunk_frames=g.chunk_frames,
+        context_frames=int(context_frames), continuation_frames=int(continuation_frames),
+        i2v=int(dit["in_channels"]) > int(dit["out_channels"]), vae_value_bytes=vae_value_bytes, kv=kv,
+        kv_exact=ret.exact, camera_values=int(dit.get("camera_dim") or 0) * math.prod(g.patch), notes=notes)
+
+
 def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunShape:
-    """Every quantity the plan needs, from a resolved root config and the built method.
+    """Every quantity the plan needs, from a resolved root config and the built method (no weights read).
 
     Parameters
     ----------
@@ -124,23 +173,13 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
         Context latent frames (default: :func:`context_latent_frames`).
     """
     backbone = cfg["backbone"]
-    dit, memory = backbone["dit"], backbone["memory"]
-    g = geometry_of(backbone)
+    dit = backbone["dit"]
     device = torch.device(str(backbone.get("device", "cuda")))
     dtype = str(backbone.get("dtype", "bfloat16"))
-    compute = torch.empty((), dtype=parse_dtype(dtype)).element_size()
     notes = []
     if context_frames is None:
         context_frames, where = context_latent_frames(cfg, backbone)
         notes.append(f"context: {context_frames} latent frames: {where}")
-    continuation = int(cfg["generation"]["continuation_frames"])
-    ret: Retention = retention(method, memory.get("assume_pr"))
-    layout = method.layout(g)
-    groups = [[(len(group.heads), group.max_tokens) for group in layer] for layer in layout]
-    kv = simulate_kv(g.num_layers, groups, g.head_dim, compute, g.tokens_per_chunk,
-                     math.ceil(context_frames / g.chunk_frames), math.ceil(continuation / g.chunk_frames), ret)
-    notes.append(f"method {method.name}: {ret.note}; KV per latent frame "
-                 f"{g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute / GIB:.3f} GiB")
     text_dtype, vae_dtype = str(backbone.get("text_dtype", "bfloat16")), str(backbone.get("vae_dtype", "float32"))
     text, text_source = text_encoder_bytes(_component_folder(backbone, "text_encoder"), text_dtype)
     vae, vae_source = vae_bytes(_component_folder(backbone, "vae"), vae_dtype)
@@ -149,21 +188,16 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
     islands = "float32 islands incl. residual stream and head" if fp32_residual else "float32 islands"
     notes.append(f"DiT {dit_total / GIB:.2f} GiB ({dtype}, {islands}); text encoder {text / GIB:.2f} GiB "
                  f"({text_source}); VAE {vae / GIB:.2f} GiB ({vae_source})")
-    shared = scorer_device_shared(cfg, device)
     scorer_total = 0
-    if shared:
+    if scorer_device_shared(cfg, device):
         scorer_total, scorer_notes = scorer_bytes(cfg["scorer"])
         notes += [f"scorer on the same device: {n}" for n in scorer_notes]
-    label = method.name if getattr(method, "target_pr", None) is None else f"{method.name} @ PR {method.target_pr:g}"
-    return RunShape(
-        name=f"{backbone.get('name', 'backbone')} + {label}", dit=dit_total, vae=vae, text=text,
-        scorer=scorer_total, largest_tensor=largest_tensor_bytes(dit), tokens_per_chunk=g.tokens_per_chunk,
-        dim=int(dit["dim"]), ffn_dim=int(dit["ffn_dim"]), compute_bytes=compute, text_len=int(backbone.get("text_len", 512)),
-        text_dim=int(dit.get("text_dim") or 0), height=int(backbone["height"]), width=int(backbone["width"]),
-        chunk_frames=g.chunk_frames, context_frames=int(context_frames), continuation_frames=continuation,
-        i2v=int(dit["in_channels"]) > int(dit["out_channels"]),
-        vae_value_bytes=torch.empty((), dtype=parse_dtype(vae_dtype)).element_size(), kv=kv, kv_exact=ret.exact,
-        notes=tuple(notes))
+    models = ModelBytes(dit_total, vae, text, scorer_total, largest_tensor_bytes(dit))
+    return shape_of(str(backbone.get("name", "backbone")), geometry_of(backbone), dit, models, method,
+                    torch.empty((), dtype=parse_dtype(dtype)).element_size(), int(backbone["height"]),
+                    int(backbone["width"]), int(backbone.get("text_len", 512)),
+                    torch.empty((), dtype=parse_dtype(vae_dtype)).element_size(), int(context_frames),
+                    int(cfg["generation"]["continuation_frames"]), backbone["memory"].get("assume_pr"), tuple(notes))
 
 
 def configured_offloads(backbone: Any) -> tuple[str, ...]:

@@ -22,10 +22,15 @@ TEXT_FORWARD_BYTES = 300 * 2**20  # umt5-xxl on 512 tokens (hidden states, one l
 SCORER_WORKSPACE_BYTES = 2 * 2**30  # detector / segmenter / embedder on a batch of frames (an allowance)
 
 
-def dit_call(tokens: int, dim: int, ffn_dim: int, compute_bytes: int, text_len: int = 0, text_dim: int = 0) -> int:
-    """Peak activation bytes of one DiT call on ``tokens`` tokens (the KV cache not included)."""
+def dit_call(tokens: int, dim: int, ffn_dim: int, compute_bytes: int, text_len: int = 0, text_dim: int = 0,
+             camera_values: int = 0) -> int:
+    """Peak activation bytes of one DiT call on ``tokens`` tokens (the KV cache not included).
+
+    ``camera_values``: camera channels per token (LingBot: 384 x 2 x 2), whose map each call copies into
+    the compute dtype.
+    """
     body = tokens * (FFN_COEF * compute_bytes * ffn_dim + DIM_COEF * compute_bytes * dim)
-    return int(body + text_len * (text_dim + 3 * dim) * compute_bytes)
+    return int(body + text_len * (text_dim + 3 * dim) * compute_bytes + tokens * camera_values * compute_bytes)
 
 
 def vae_encode(pixel_frames: int, height: int, width: int, vae_bytes_per_value: int = 4) -> int:
