@@ -94,6 +94,13 @@ class Bank:
 
     PROVENANCE = ("frame", "chunk", "pos", "gid", "tpos", "keep", "priority")
 
+    @classmethod
+    def provenance_row_bytes(cls) -> int:
+        """Bytes of provenance per allocated row (kept on the CPU whatever the device of K and V)."""
+        probe = cls.__new__(cls)
+        probe._alloc_prov(1)
+        return sum(getattr(probe, name).element_size() for name in cls.PROVENANCE)
+
     def reserve(self, rows: int, like: torch.Tensor) -> None:
         """Make room for ``rows`` rows (history + slot); ``like`` gives batch, dim, dtype and device."""
         if self.k is not None and rows <= self.capacity:

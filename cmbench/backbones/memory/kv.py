@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cmbench.cache.bank import grown_capacity, shrunk_capacity
+from cmbench.cache.bank import Bank, grown_capacity, shrunk_capacity
 from cmbench.cache.kv_cache import REINDEX_BLOCK_BYTES
 
 REINDEX_TRANSIENT = 3  # a re-index block's copies: the rotated keys, their float32 temporal pairs, the product
@@ -227,7 +227,7 @@ def _bank_rows_after(bank: _Bank, ret: Retention, committed: int, newest: int, c
 
 def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], head_dim: int, dtype_bytes: int,
                 tokens_per_chunk: int, context_chunks: int, continuation_chunks: int, ret: Retention,
-                batch: int = 1) -> KVTimeline:
+                batch: int = 1, provenance: bool = False) -> KVTimeline:
     """Replay the KV cache of one context (prefill) and one task (fork + continuation).
 
     Parameters
@@ -242,12 +242,16 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
         ``q0 / chunk_frames`` and the continuation's chunks.
     ret : Retention
     batch : int
+    provenance : bool
+        Count each row's provenance too (it lives on the CPU: part of the device's memory only when the
+        device is the CPU).
 
     Returns
     -------
     KVTimeline
     """
-    banks = [_Bank(layer, heads, 2 * batch * heads * head_dim * dtype_bytes, max_tokens)
+    extra = Bank.provenance_row_bytes() if provenance else 0
+    banks = [_Bank(layer, heads, 2 * batch * heads * head_dim * dtype_bytes + extra, max_tokens)
              for layer, layer_groups in enumerate(groups) for heads, max_tokens in layer_groups]
     if len(groups) != num_layers:
         raise ValueError(f"layout has {len(groups)} layers, the model {num_layers}")

@@ -68,6 +68,8 @@ class RunShape:
         Whether the KV replay is exact for the method (``False``: its retention is assumed).
     camera_values : int
         Camera channels per token (0 without a camera path).
+    text_work : int
+        One prompt through the text encoder (on its device).
     notes : tuple of str
     """
 
@@ -93,6 +95,7 @@ class RunShape:
     kv: KVTimeline
     kv_exact: bool = True
     camera_values: int = 0
+    text_work: int = 0
     notes: tuple[str, ...] = ()
 
 
@@ -181,7 +184,7 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
     models = {"DiT": s.dit, "VAE": s.vae, "text encoder": 0 if text_cpu else s.text, "scorer": s.scorer}
     call = workspace.dit_call(s.tokens_per_chunk, s.dim, s.ffn_dim, s.compute_bytes, s.text_len, s.text_dim,
                               s.camera_values)
-    text_work = 0 if text_cpu else workspace.TEXT_FORWARD_BYTES
+    text_work = 0 if text_cpu else s.text_work
     latent_pixels = (s.height // 8) * (s.width // 8)
     # context latents, LingBot's I2V latents for the whole timeline, a chunk's camera map (float32, cached)
     inputs = (s.context_frames + (s.context_frames + s.continuation_frames if s.i2v else 0)) * 16 * latent_pixels * 4

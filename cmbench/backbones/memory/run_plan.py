@@ -25,13 +25,16 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.backbones.base import Geometry
 from cmbench.backbones.memory.kv import Retention, retention, simulate_kv
 from cmbench.backbones.memory.plan import GIB, MemoryPlan, RunShape, choose_plan, refusal
-from cmbench.backbones.memory.weights import dit_bytes, largest_tensor_bytes, scorer_bytes, text_encoder_bytes, vae_bytes
+from cmbench.backbones.memory import workspace
+from cmbench.backbones.memory.weights import (dit_bytes, largest_tensor_bytes, scorer_bytes, text_encoder_bytes,
+                                              text_encoder_config, vae_bytes)
 from cmbench.backbones.wan.precision import parse_dtype
 from cmbench.cache.rope import RopeSpec
 from cmbench.errors import ConfigError
 
 DEFAULT_DEVICE_GIB = 139.0  # one H200 as torch reports it, less what the driver keeps
 DEFAULT_CONTEXT_SECONDS = 60.0  # CMBench contexts are about one minute
+DEFAULT_RESERVE_GIB = 8.0  # device memory kept free (the authors' runtime keeps an 8 GiB safety margin)
 SPATIAL_STRIDE = 8  # the Wan VAE
 TEMPORAL_STRIDE = 4
 
@@ -121,11 +124,13 @@ class ModelBytes:
     text: int
     scorer: int = 0
     largest_tensor: int = 0
+    text_work: int = 0  # one prompt through the text encoder (workspace.text_call)
 
 
 def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method: Any, compute_bytes: int,
              height: int, width: int, text_len: int, vae_value_bytes: int, context_frames: int,
-             continuation_frames: int, assume_pr: float | None = None, notes: tuple[str, ...] = ()) -> RunShape:
+             continuation_frames: int, assume_pr: float | None = None, notes: tuple[str, ...] = (),
+             on_cpu: bool = False) -> RunShape:
     """A :class:`RunShape` from the geometry, the DiT's fields, the model bytes and the method.
 
     Parameters
@@ -142,12 +147,15 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     assume_pr : float, optional
         See :func:`~cmbench.backbones.memory.kv.retention`.
     notes : tuple of str
+    on_cpu : bool
+        The device is the CPU (the cache's provenance then shares its memory).
     """
     g = geometry
     ret: Retention = retention(method, assume_pr)
     groups = [[(len(group.heads), group.max_tokens) for group in layer] for layer in method.layout(g)]
     kv = simulate_kv(g.num_layers, groups, g.head_dim, compute_bytes, g.tokens_per_chunk,
-                     math.ceil(context_frames / g.chunk_frames), math.ceil(continuation_frames / g.chunk_frames), ret)
+                     math.ceil(context_frames / g.chunk_frames), math.ceil(continuation_frames / g.chunk_frames), ret,
+                     provenance=on_cpu)
     per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
     label = method.name if getattr(method, "target_pr", None) is None else f"{method.name} @ PR {method.target_pr:g}"
@@ -158,7 +166,8 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         text_dim=int(dit.get("text_dim") or 0), height=height, width=width, chunk_frames=g.chunk_frames,
         context_frames=int(context_frames), continuation_frames=int(continuation_frames),
         i2v=int(dit["in_channels"]) > int(dit["out_channels"]), vae_value_bytes=vae_value_bytes, kv=kv,
-        kv_exact=ret.exact, camera_values=int(dit.get("camera_dim") or 0) * math.prod(g.patch), notes=notes)
+        kv_exact=ret.exact, camera_values=int(dit.get("camera_dim") or 0) * math.prod(g.patch),
+        text_work=models.text_work, notes=notes)
 
 
 def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunShape:
@@ -181,7 +190,12 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
         context_frames, where = context_latent_frames(cfg, backbone)
         notes.append(f"context: {context_frames} latent frames: {where}")
     text_dtype, vae_dtype = str(backbone.get("text_dtype", "bfloat16")), str(backbone.get("vae_dtype", "float32"))
-    text, text_source = text_encoder_bytes(_component_folder(backbone, "text_encoder"), text_dtype)
+    text_folder = _component_folder(backbone, "text_encoder")
+    text, text_source = text_encoder_bytes(text_folder, text_dtype)
+    text_cfg = text_encoder_config(text_folder)[0]
+    text_len = int(backbone.get("text_len", 512))
+    text_work = workspace.text_call(text_len, text_cfg.d_model, text_cfg.d_ff, text_cfg.num_heads,
+                                    torch.empty((), dtype=parse_dtype(text_dtype)).element_size())
     vae, vae_source = vae_bytes(_component_folder(backbone, "vae"), vae_dtype)
     fp32_residual = bool(backbone.get("fp32_residual", False))
     dit_total = dit_bytes(dit, dtype, fp32_residual)
@@ -192,12 +206,13 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
     if scorer_device_shared(cfg, device):
         scorer_total, scorer_notes = scorer_bytes(cfg["scorer"])
         notes += [f"scorer on the same device: {n}" for n in scorer_notes]
-    models = ModelBytes(dit_total, vae, text, scorer_total, largest_tensor_bytes(dit))
+    models = ModelBytes(dit_total, vae, text, scorer_total, largest_tensor_bytes(dit), text_work)
     return shape_of(str(backbone.get("name", "backbone")), geometry_of(backbone), dit, models, method,
                     torch.empty((), dtype=parse_dtype(dtype)).element_size(), int(backbone["height"]),
-                    int(backbone["width"]), int(backbone.get("text_len", 512)),
+                    int(backbone["width"]), text_len,
                     torch.empty((), dtype=parse_dtype(vae_dtype)).element_size(), int(context_frames),
-                    int(cfg["generation"]["continuation_frames"]), backbone["memory"].get("assume_pr"), tuple(notes))
+                    int(cfg["generation"]["continuation_frames"]), backbone["memory"].get("assume_pr"), tuple(notes),
+                    on_cpu=device.type == "cpu")
 
 
 def configured_offloads(backbone: Any) -> tuple[str, ...]:
@@ -228,7 +243,7 @@ def capacities(backbone: Any) -> tuple[int | None, int | None, int]:
         device_bytes = int(torch.cuda.get_device_properties(device).total_memory)
     else:
         device_bytes = int(DEFAULT_DEVICE_GIB * GIB)
-    return device_bytes, host_bytes, int(float(memory.get("reserve_gib", 4.0)) * GIB)
+    return device_bytes, host_bytes, int(float(memory.get("reserve_gib", DEFAULT_RESERVE_GIB)) * GIB)
 
 
 def plan_for(cfg: Any, method: Any, context_frames: int | None = None) -> MemoryPlan:

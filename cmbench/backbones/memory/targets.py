@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cmbench.backbones.memory.plan import GIB, MemoryPlan, RunShape, choose_plan
+from cmbench.backbones.memory.run_plan import DEFAULT_RESERVE_GIB
 
 # the rows of docs/real_backbones.md's table: (backbone config, method overrides), one-minute context
 DOCUMENTED = (("lingbot_world_v2_14b", ("method=fullkv",)),
@@ -33,7 +34,7 @@ TARGETS = (Target("one H200 (139 GiB)", 139.0), Target("4xH200 (one model per GP
 SHORT = {"text_cpu": "text on CPU", "park_prefill": "prefilled KV in host RAM", "offload_kv": "KV in host RAM"}
 
 
-def fit(shape: RunShape, target: Target, reserve_gib: float = 4.0) -> MemoryPlan:
+def fit(shape: RunShape, target: Target, reserve_gib: float = DEFAULT_RESERVE_GIB) -> MemoryPlan:
     """The cheapest plan for ``target`` (host not checked)."""
     return choose_plan(shape, int(target.device_gib * GIB), None, int(reserve_gib * GIB))
 
@@ -47,7 +48,7 @@ def cell(plan: MemoryPlan, target: Target) -> str:
     return f"yes ({offloads}): {plan.peak / GIB:.0f} GiB{host}"
 
 
-def fit_table(shapes: list[RunShape], reserve_gib: float = 4.0) -> str:
+def fit_table(shapes: list[RunShape], reserve_gib: float = DEFAULT_RESERVE_GIB) -> str:
     """Markdown: one row per shape, the weights, the KV cache, then one column per :data:`TARGETS` entry."""
     head = ["backbone + method", "DiT / text enc. (GiB)", "prefilled KV (GiB)", "task fork (GiB)",
             "peak, nothing offloaded (GiB)"] + [t.name for t in TARGETS]

@@ -54,20 +54,22 @@ def _config_json(folder: Path | None) -> dict | None:
     return json.loads((folder / "config.json").read_text())
 
 
-def text_encoder_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str]:
-    """Bytes of the umt5 encoder in ``dtype`` and where its shape came from."""
-    from transformers import AutoConfig, UMT5Config, UMT5EncoderModel
+def text_encoder_config(folder: str | Path | None) -> tuple[Any, str]:
+    """The umt5 encoder's transformers config (its folder's, else umt5-xxl's) and where it came from."""
+    from transformers import AutoConfig, UMT5Config
 
     path = Path(folder).expanduser() if folder is not None else None
-    stated = _config_json(path)
-    if stated is not None:
-        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-        source = f"{path / 'config.json'}"
-        from transformers import T5EncoderModel
+    if _config_json(path) is not None:
+        return AutoConfig.from_pretrained(str(path), local_files_only=True), f"{path / 'config.json'}"
+    return UMT5Config(**UMT5_XXL), "umt5-xxl (Wan's text encoder)"
 
-        cls = UMT5EncoderModel if config.model_type == "umt5" else T5EncoderModel
-    else:
-        config, source, cls = UMT5Config(**UMT5_XXL), "umt5-xxl (Wan's text encoder)", UMT5EncoderModel
+
+def text_encoder_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str]:
+    """Bytes of the umt5 encoder in ``dtype`` and where its shape came from."""
+    from transformers import T5EncoderModel, UMT5EncoderModel
+
+    config, source = text_encoder_config(folder)
+    cls = UMT5EncoderModel if config.model_type == "umt5" else T5EncoderModel
     with torch.device("meta"):
         model = cls(config)
     return _bytes_in(model.parameters(), parse_dtype(dtype)), source

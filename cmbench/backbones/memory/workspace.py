@@ -10,15 +10,15 @@ Next to the KV cache of a one-minute context they are a few percent of the peak.
 
 from __future__ import annotations
 
-# one DiT call on L tokens (dim d, FFN width f, compute dtype of c bytes): L * (FFN_COEF * c * f + DIM_COEF * c * d)
-# plus the text states (text_len x (text_dim + 3 d), input, embedding, cross-attention K and V)
-FFN_COEF = 1.35
-DIM_COEF = 12.0
+# one DiT block on L tokens (dim d, FFN width f, compute dtype of c bytes): L * c * (FFN_COEF * f + DIM_COEF * d),
+# the camera embedding carried through the blocks included
+FFN_COEF = 1.4
+DIM_COEF = 12.5
+CAMERA_EMBED_DIM_COEF = 4.0  # the camera embedding's own stage: its folded input + ~4 [L, d] tensors
 # the Wan 2.1 VAE (float32), per pixel of one frame: encoding works on 4 frames at a time with its causal
 # caches; decoding keeps the decoder's caches and one frame's activations
 VAE_ENCODE_PER_PIXEL = 14_300
 VAE_DECODE_PER_PIXEL = 29_200
-TEXT_FORWARD_BYTES = 300 * 2**20  # umt5-xxl on 512 tokens (hidden states, one layer's attention scores)
 SCORER_WORKSPACE_BYTES = 2 * 2**30  # detector / segmenter / embedder on a batch of frames (an allowance)
 
 
@@ -26,11 +26,15 @@ def dit_call(tokens: int, dim: int, ffn_dim: int, compute_bytes: int, text_len: 
              camera_values: int = 0) -> int:
     """Peak activation bytes of one DiT call on ``tokens`` tokens (the KV cache not included).
 
-    ``camera_values``: camera channels per token (LingBot: 384 x 2 x 2), whose map each call copies into
-    the compute dtype.
+    The call holds its inputs (the camera map copied into the compute dtype: ``camera_values`` channels
+    per token, LingBot 384 x 2 x 2; the text states, their embedding and the cross-attention K and V),
+    and its peak is the larger of two stages: the camera embedding (a folded copy of the map) and a block.
     """
-    body = tokens * (FFN_COEF * compute_bytes * ffn_dim + DIM_COEF * compute_bytes * dim)
-    return int(body + text_len * (text_dim + 3 * dim) * compute_bytes + tokens * camera_values * compute_bytes)
+    c = compute_bytes
+    inputs = tokens * camera_values * c + text_len * (text_dim + 3 * dim) * c
+    block = tokens * c * (FFN_COEF * ffn_dim + DIM_COEF * dim)
+    camera = tokens * c * (camera_values + CAMERA_EMBED_DIM_COEF * dim) if camera_values else 0
+    return int(inputs + max(block, camera))
 
 
 def vae_encode(pixel_frames: int, height: int, width: int, vae_bytes_per_value: int = 4) -> int:
@@ -51,3 +55,8 @@ def vae_decode(latent_frames: int, height: int, width: int, vae_bytes_per_value:
     pixels = height * width
     kept = latent_frames * stride * 3 * pixels * 4 * 2  # the decoded frames, then their clamped copy
     return kept + int(VAE_DECODE_PER_PIXEL * pixels * vae_bytes_per_value / 4)
+
+
+def text_call(text_len: int, d_model: int, d_ff: int, heads: int, compute_bytes: int) -> int:
+    """One prompt through the umt5 encoder: a few hidden states, one FFN, one layer's float32 attention scores."""
+    return text_len * (8 * d_model + 3 * d_ff) * compute_bytes + heads * text_len * text_len * 4
