@@ -283,7 +283,7 @@ def check_precision(shape: CheckShape, report: Report) -> None:
         with torch.no_grad():
             outs[name] = full.velocity(latents, 0.899, cache, 0, cond).cpu()
     err = {k: float((outs[k] - outs["float32"]).norm() / outs["float32"].norm()) for k in variants if k != "float32"}
-    report.say(f"[c] relative error vs float32: " + ", ".join(f"{k} {v:.2e}" for k, v in err.items()))
+    report.say("[c] relative error vs float32: " + ", ".join(f"{k} {v:.2e}" for k, v in err.items()))
     report.check(err["bf16 + islands"] < PRECISION_TOLERANCE,
                  f"bf16 with float32 islands is {err['bf16 + islands']:.3f} from float32 (> {PRECISION_TOLERANCE})")
     report.check(err["bf16 + islands"] <= err["bf16 residual"],
