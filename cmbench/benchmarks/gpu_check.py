@@ -170,8 +170,9 @@ def plan_check(backbone: WanBackbone, shape: CheckShape, method, context_frames:
                         text_work=workspace.text_call(shape.text_len, text_cfg.d_model, text_cfg.d_ff,
                                                       text_cfg.num_heads, dit.patch_embedding.weight.element_size()))
     device = torch.device(shape.device)
+    scale = workspace.vae_scale(4, int(backbone.vae.model.config.base_dim))
     run_shape = shape_of("lingbot_random", g, shape.dit, models, method, dit.blocks[0].ffn[0].weight.element_size(),
-                         shape.height, shape.width, shape.text_len, 4, context_frames, g.chunk_frames,
+                         shape.height, shape.width, shape.text_len, scale, context_frames, g.chunk_frames,
                          on_cpu=device.type == "cpu")
     if device.type == "cuda":
         device_bytes = int(torch.cuda.get_device_properties(device).total_memory)
@@ -198,6 +199,10 @@ def run_method(backbone: WanBackbone, shape: CheckShape, method_cfg: dict, laten
     cond = condition(backbone, latents.shape[2])
     backbone.text.clear_cache()
     plan = plan_check(backbone, shape, method, latents.shape[2])
+    report.say(plan.describe())
+    if not plan.fits:
+        report.check(False, f"{method.name}: the plan does not fit this machine (see above); not run")
+        return {"method": method.name, "fits": False}, torch.zeros(0)
     backbone.offload_kv = "offload_kv" in plan.offloads
     settle = RunPlan(plan, None, park_prefill="park_prefill" in plan.offloads)
     device = torch.device(shape.device)
@@ -235,6 +240,9 @@ def check_plan(backbone: WanBackbone, shape: CheckShape, settings: GenerationSet
                f"({backbone.geometry.tokens_per_frame} tokens each)")
     rows = [run_method(backbone, shape, m, latents, settings, report)[0] for m in METHODS]
     full, pruned = rows
+    if "continuation_s" not in full or "continuation_s" not in pruned:
+        report.rows += rows
+        return
     speedup = full["continuation_s"] / pruned["continuation_s"]
     report.say(f"[a] speed-up of {pruned['method']} over FullKV: {speedup:.2f}x (continuation only)")
     report.check(full["pr"] == 0.0, f"FullKV PR is {full['pr']}, expected 0")

@@ -60,8 +60,8 @@ class RunShape:
         Latent frames of the longest context and of a continuation.
     i2v : bool
         LingBot's first-frame latents are encoded for the whole timeline.
-    vae_value_bytes : int
-        The VAE's dtype size.
+    vae_scale : float
+        The VAE's workspace relative to the float32 Wan 2.1 VAE's (:func:`workspace.vae_scale`).
     kv : KVTimeline
         The KV cache replayed for this method (:func:`~cmbench.backbones.memory.kv.simulate_kv`).
     kv_exact : bool
@@ -91,7 +91,7 @@ class RunShape:
     context_frames: int
     continuation_frames: int
     i2v: bool
-    vae_value_bytes: int
+    vae_scale: float
     kv: KVTimeline
     kv_exact: bool = True
     camera_values: int = 0
@@ -190,10 +190,10 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
     inputs = (s.context_frames + (s.context_frames + s.continuation_frames if s.i2v else 0)) * 16 * latent_pixels * 4
     inputs += s.tokens_per_chunk * s.camera_values * 4
     pixel_frames = 4 * (s.context_frames - 1) + 1
-    encode = workspace.vae_encode(pixel_frames, s.height, s.width, s.vae_value_bytes)
+    encode = workspace.vae_encode(pixel_frames, s.height, s.width, s.vae_scale)
     if s.i2v:
         i2v_frames = 4 * (s.context_frames + s.continuation_frames - 1) + 1
-        encode = max(encode, workspace.vae_first_frame(i2v_frames, s.height, s.width, s.vae_value_bytes))
+        encode = max(encode, workspace.vae_first_frame(i2v_frames, s.height, s.width, s.vae_scale))
     prefilled = 0 if (park or offload) else kv.prefilled_stored
     plan = MemoryPlan(shape, tuple(offloads))
     plan.phases["load"] = {**models, "cast": s.largest_tensor}
@@ -205,7 +205,7 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
                                    "DiT call": call, "text call": text_work, "inputs": inputs}
     plan.phases["decode"] = {**models, "prefilled KV": prefilled, "inputs": inputs,
                              "VAE decode": workspace.vae_decode(s.continuation_frames, s.height, s.width,
-                                                                s.vae_value_bytes)}
+                                                                s.vae_scale)}
     plan.phases["score"] = {**models, "prefilled KV": prefilled, "inputs": inputs,
                             "scorer work": workspace.SCORER_WORKSPACE_BYTES if s.scorer else 0}
     if text_cpu:

@@ -128,7 +128,7 @@ class ModelBytes:
 
 
 def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method: Any, compute_bytes: int,
-             height: int, width: int, text_len: int, vae_value_bytes: int, context_frames: int,
+             height: int, width: int, text_len: int, vae_scale: float, context_frames: int,
              continuation_frames: int, assume_pr: float | None = None, notes: tuple[str, ...] = (),
              on_cpu: bool = False) -> RunShape:
     """A :class:`RunShape` from the geometry, the DiT's fields, the model bytes and the method.
@@ -143,7 +143,9 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     method : Method
     compute_bytes : int
         Bytes per value of the DiT's compute dtype (and of the cached K/V).
-    height, width, text_len, vae_value_bytes, context_frames, continuation_frames : int
+    height, width, text_len, context_frames, continuation_frames : int
+    vae_scale : float
+        See :func:`~cmbench.backbones.memory.workspace.vae_scale`.
     assume_pr : float, optional
         See :func:`~cmbench.backbones.memory.kv.retention`.
     notes : tuple of str
@@ -165,7 +167,7 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         ffn_dim=int(dit["ffn_dim"]), compute_bytes=compute_bytes, text_len=text_len,
         text_dim=int(dit.get("text_dim") or 0), height=height, width=width, chunk_frames=g.chunk_frames,
         context_frames=int(context_frames), continuation_frames=int(continuation_frames),
-        i2v=int(dit["in_channels"]) > int(dit["out_channels"]), vae_value_bytes=vae_value_bytes, kv=kv,
+        i2v=int(dit["in_channels"]) > int(dit["out_channels"]), vae_scale=vae_scale, kv=kv,
         kv_exact=ret.exact, camera_values=int(dit.get("camera_dim") or 0) * math.prod(g.patch),
         text_work=models.text_work, notes=notes)
 
@@ -196,7 +198,7 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
     text_len = int(backbone.get("text_len", 512))
     text_work = workspace.text_call(text_len, text_cfg.d_model, text_cfg.d_ff, text_cfg.num_heads,
                                     torch.empty((), dtype=parse_dtype(text_dtype)).element_size())
-    vae, vae_source = vae_bytes(_component_folder(backbone, "vae"), vae_dtype)
+    vae, vae_source, vae_width = vae_bytes(_component_folder(backbone, "vae"), vae_dtype)
     fp32_residual = bool(backbone.get("fp32_residual", False))
     dit_total = dit_bytes(dit, dtype, fp32_residual)
     islands = "float32 islands incl. residual stream and head" if fp32_residual else "float32 islands"
@@ -210,7 +212,8 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
     return shape_of(str(backbone.get("name", "backbone")), geometry_of(backbone), dit, models, method,
                     torch.empty((), dtype=parse_dtype(dtype)).element_size(), int(backbone["height"]),
                     int(backbone["width"]), text_len,
-                    torch.empty((), dtype=parse_dtype(vae_dtype)).element_size(), int(context_frames),
+                    workspace.vae_scale(torch.empty((), dtype=parse_dtype(vae_dtype)).element_size(), vae_width),
+                    int(context_frames),
                     int(cfg["generation"]["continuation_frames"]), backbone["memory"].get("assume_pr"), tuple(notes),
                     on_cpu=device.type == "cpu")
 

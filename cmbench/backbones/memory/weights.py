@@ -75,8 +75,8 @@ def text_encoder_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str]
     return _bytes_in(model.parameters(), parse_dtype(dtype)), source
 
 
-def vae_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str]:
-    """Bytes of the Wan VAE in ``dtype`` and where its shape came from."""
+def vae_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str, int]:
+    """Bytes of the Wan VAE in ``dtype``, where its shape came from, and its base width (``base_dim``)."""
     from diffusers import AutoencoderKLWan
 
     path = Path(folder).expanduser() if folder is not None else None
@@ -87,7 +87,8 @@ def vae_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str]:
             source = f"{path / 'config.json'}"
         else:
             model, source = AutoencoderKLWan(), "the Wan 2.1 VAE"
-    return _bytes_in([*model.parameters(), *model.buffers()], parse_dtype(dtype)), source
+    size = _bytes_in([*model.parameters(), *model.buffers()], parse_dtype(dtype))
+    return size, source, int(model.config.base_dim)
 
 
 def _bytes_in(tensors, dtype: torch.dtype) -> int:

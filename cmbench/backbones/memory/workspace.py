@@ -15,10 +15,12 @@ from __future__ import annotations
 FFN_COEF = 1.4
 DIM_COEF = 12.5
 CAMERA_EMBED_DIM_COEF = 4.0  # the camera embedding's own stage: its folded input + ~4 [L, d] tensors
-# the Wan 2.1 VAE (float32), per pixel of one frame: encoding works on 4 frames at a time with its causal
-# caches; decoding keeps the decoder's caches and one frame's activations
+# the Wan 2.1 VAE (float32, base width 96), per pixel of one frame: encoding works on 4 frames at a time with
+# its causal caches; decoding keeps the decoder's caches and one frame's activations. Other widths and dtypes
+# scale them (``vae_scale``: dtype bytes / 4 x base width / 96).
 VAE_ENCODE_PER_PIXEL = 14_300
 VAE_DECODE_PER_PIXEL = 29_200
+VAE_BASE_DIM = 96
 SCORER_WORKSPACE_BYTES = 2 * 2**30  # detector / segmenter / embedder on a batch of frames (an allowance)
 
 
@@ -37,24 +39,29 @@ def dit_call(tokens: int, dim: int, ffn_dim: int, compute_bytes: int, text_len: 
     return int(inputs + max(block, camera))
 
 
-def vae_encode(pixel_frames: int, height: int, width: int, vae_bytes_per_value: int = 4) -> int:
+def vae_scale(dtype_bytes: int, base_dim: int = VAE_BASE_DIM) -> float:
+    """How a VAE's workspace compares with the float32 Wan 2.1 VAE's."""
+    return dtype_bytes / 4 * base_dim / VAE_BASE_DIM
+
+
+def vae_encode(pixel_frames: int, height: int, width: int, scale: float = 1.0) -> int:
     """Encoding ``pixel_frames`` frames: the video on the device (uint8, then one float copy) + the encoder."""
     pixels = height * width
     video = pixel_frames * 3 * pixels * (1 + 4)
-    return video + int(VAE_ENCODE_PER_PIXEL * pixels * vae_bytes_per_value / 4)
+    return video + int(VAE_ENCODE_PER_PIXEL * pixels * scale)
 
 
-def vae_first_frame(pixel_frames: int, height: int, width: int, vae_bytes_per_value: int = 4) -> int:
+def vae_first_frame(pixel_frames: int, height: int, width: int, scale: float = 1.0) -> int:
     """LingBot's I2V latents: a float video of ``pixel_frames`` frames (first frame, zeros) + the encoder."""
     pixels = height * width
-    return pixel_frames * 3 * pixels * 4 + int(VAE_ENCODE_PER_PIXEL * pixels * vae_bytes_per_value / 4)
+    return pixel_frames * 3 * pixels * 4 + int(VAE_ENCODE_PER_PIXEL * pixels * scale)
 
 
-def vae_decode(latent_frames: int, height: int, width: int, vae_bytes_per_value: int = 4, stride: int = 4) -> int:
+def vae_decode(latent_frames: int, height: int, width: int, scale: float = 1.0, stride: int = 4) -> int:
     """Decoding a continuation after its context: the decoder's state and work + the kept frames (float)."""
     pixels = height * width
-    kept = latent_frames * stride * 3 * pixels * 4 * 2  # the decoded frames, then their clamped copy
-    return kept + int(VAE_DECODE_PER_PIXEL * pixels * vae_bytes_per_value / 4)
+    kept = latent_frames * stride * 3 * pixels * 4 * 2  # the decoded frames, then their concatenation
+    return kept + int(VAE_DECODE_PER_PIXEL * pixels * scale)
 
 
 def text_call(text_len: int, d_model: int, d_ff: int, heads: int, compute_bytes: int) -> int:
