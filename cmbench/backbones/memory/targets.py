@@ -31,7 +31,8 @@ class Target:
 
 TARGETS = (Target("one H200 (139 GiB)", 139.0), Target("4xH200 (one model per GPU)", 139.0, 4),
            Target("one 80 GB GPU (79.6 GiB)", 79.6))
-SHORT = {"text_cpu": "text on CPU", "park_prefill": "prefilled KV in host RAM", "offload_kv": "KV in host RAM"}
+SHORT = {"text_cpu": "text on CPU", "park_prefill": "prefilled KV in host RAM",
+         "offload_kv": "all KV in host RAM, PCIe-bound"}
 
 
 def fit(shape: RunShape, target: Target, reserve_gib: float = DEFAULT_RESERVE_GIB) -> MemoryPlan:
