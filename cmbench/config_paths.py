@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_ROOT / "configs"
@@ -19,6 +20,14 @@ GROUPS = ("data", "method", "backbone", "scorer", "experiment")
 # `${package_root:}` in a config is the installed cmbench package, so shipped files (weights, head
 # maps, dataset specs) resolve from any working directory, in a checkout and in a wheel alike
 OmegaConf.register_new_resolver("package_root", lambda: str(PACKAGE_ROOT), replace=True)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A resolved config mapping (DictConfig or dict) as a plain ``dict`` (lists and nested mappings too)."""
+    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    if not isinstance(plain, dict):
+        raise TypeError(f"expected a config mapping, got {type(plain).__name__}")
+    return {str(k): v for k, v in plain.items()}
 
 
 def user_config_dirs() -> list[Path]:
@@ -43,11 +52,25 @@ def group_entries(group: str) -> dict[str, dict[str, str]]:
     for folder in config_dirs():
         for path in sorted((folder / group).glob("*.yaml")):
             cfg = OmegaConf.load(path)
+            if not isinstance(cfg, DictConfig):
+                continue
             # experiment configs are global packages: their documentation sits under `experiment:`
-            doc = cfg.get(group) if group == "experiment" and isinstance(cfg.get(group), DictConfig) else cfg
+            inner = cfg.get(group)
+            doc = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
             found[path.stem] = {
                 "description": str(doc.get("description", "") or ""),
                 "paper": str(doc.get("paper", "") or ""),
                 "origin": str(folder),
             }
     return found
+
+
+def complete_method_name(cfg: DictConfig, choice: str | None) -> None:
+    """Give ``cfg.method`` a ``name`` when its yaml has none (a plug-in yaml with only ``_target_``).
+
+    The name is the config's file name (``choice``, Hydra's selected option), as ``ls`` shows it.
+    """
+    method = cfg.get("method")
+    if isinstance(method, DictConfig) and not method.get("name") and choice:
+        with open_dict(method):
+            method.name = str(choice)

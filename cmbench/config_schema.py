@@ -43,10 +43,12 @@ ROOT_KEYS: dict[str, Role] = {
     "leaderboard": "selection",
     "runs": "selection",
     "save_videos": "selection",
+    "lossless_max_pixels": "selection",
     "videos": "selection",
     "out": "selection",
     "experiment": "selection",
     "threads": "selection",
+    "check": "selection",
 }
 """Top-level keys of ``configs/config.yaml`` (``hydra`` is Hydra's own and never part of a result)."""
 

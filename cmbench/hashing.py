@@ -74,7 +74,7 @@ def array_hash(arrays: Iterable[np.ndarray]) -> str:
     for array in arrays:
         array = np.ascontiguousarray(array)
         digest.update(f"{array.dtype.str}{array.shape}".encode())
-        digest.update(memoryview(array).cast("B"))
+        digest.update(memoryview(array).cast("B"))  # type: ignore[arg-type]  # numpy arrays export the buffer protocol
     return digest.hexdigest()
 
 

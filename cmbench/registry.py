@@ -95,7 +95,7 @@ class Registry(Generic[T]):
         """Class decorator: register under ``name``, or the class's own ``name`` attribute."""
 
         def decorate(obj: T) -> T:
-            self.add(name or getattr(obj, "name", ""), self._checked(obj, "registered object"))
+            self.add(name or str(getattr(obj, "name", "")), self._checked(obj, "registered object"))
             return obj
 
         return decorate

@@ -35,7 +35,7 @@ class FakeEvaluator:
         if self.fail_on and self.fail_on in task.task_id:
             raise ValueError(f"boom on {task.task_id}")
         rng = np.random.default_rng(seed)
-        return {"score": float(rng.random()), "pr": 0.5, "prepared_for": prepared["context"]}
+        return {"score": float(rng.random()), "pr": 0.5, "context_id": prepared["context"]}
 
 
 def main(argv):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cmbench.data import ManifestError, load_manifest, validate_manifest
@@ -167,3 +168,88 @@ def test_symlink_inside_root_is_allowed(tmp_path):
     (tmp_path / "videos/a.mp4").symlink_to(tmp_path / "store/a.mp4")
     write_manifest(tmp_path, [official_row("a", "videos/a.mp4")])
     assert len(load_manifest(tmp_path)) == 1
+
+
+def test_task_ids_must_be_safe_file_names(tmp_path):
+    """A task id names output files (videos/<task_id>.mp4): a path in it would write outside the run."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    bad = ["/abs/path/X", "../../../../X", "a/b", ".hidden", "-rf", "x y", "a" * 201]
+    write_manifest(tmp_path, [official_row("ok_1.v2-b", video), *(official_row(t, video) for t in bad)])
+    problems = _problems(tmp_path)
+    for line, task_id in enumerate(bad, start=2):
+        assert _one(problems, f":{line}:", "task_id", repr(task_id), "expected a file-name-safe id")
+    assert len(problems) == len(bad)
+    with pytest.raises(ManifestError, match=r"'/abs/path/X'"):
+        load_manifest(tmp_path)
+
+
+def _miniworld_data(root: Path, **over):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "cmbench/configs/data/miniworld.yaml")
+    cfg.root = str(root)
+    cfg.sources = {"synthetic": {"videos": 1, "reappear": 1, "revisit": 1}, "real": {"videos": 1, "reappear": 1,
+                                                                                    "revisit": 0}}
+    for key, value in over.items():
+        OmegaConf.update(cfg, key, value)
+    return cfg
+
+
+def test_adapters_come_from_the_data_config(tmp_path):
+    from cmbench.data.adapter import DatasetAdapter, build_adapter
+    from cmbench.errors import ConfigError
+    from cmbench.miniworld.adapter import MiniWorldAdapter
+
+    assert type(build_adapter({"root": str(tmp_path)})) is DatasetAdapter
+    assert type(build_adapter(_miniworld_data(tmp_path))) is MiniWorldAdapter
+    assert type(build_adapter({"root": "x", "adapter": "cmbench.miniworld.adapter:MiniWorldAdapter"})) is MiniWorldAdapter
+    with pytest.raises(ConfigError, match="unknown dataset adapter 'mini'. Did you mean 'miniworld'"):
+        build_adapter({"root": "x", "adapter": "mini"})
+    with pytest.raises(ConfigError, match="not a subclass of cmbench.data.adapter.DatasetAdapter"):
+        build_adapter({"root": "x", "adapter": "cmbench.data.task:Task"})
+    with pytest.raises(ConfigError, match=r"metadata.jsonl not found: run `python -m cmbench prepare data=cmbench"):
+        build_adapter({"name": "cmbench", "root": str(tmp_path)}).ensure()
+
+
+def test_official_adapter_reads_videos_as_the_runtime_prepares_them(tmp_path):
+    from cmbench.data.adapter import ContextShape, build_adapter
+    from cmbench.data.video import read_video
+
+    build_official_layout(tmp_path)
+    task = load_manifest(tmp_path)[0]
+    context = build_adapter({"root": str(tmp_path)}).context(task, ContextShape(8, 8, 8, chunk_latent_frames=2))
+    decoded, fps = read_video(task.video_path)
+    assert np.array_equal(context.reference_source, decoded) and context.reference_fps == fps == 16
+    # 32 frames at 16 fps -> 16 at 8 fps, latent (16 + 6) // 4 = 5 -> padded to 6 (18 frames), 8x8
+    assert context.frames.shape == (18, 8, 8, 3)
+
+
+def test_miniworld_adapter_rebuilds_on_a_changed_knob_and_validates_its_npz_files(tmp_path, capsys):
+    from cmbench.miniworld import load_context
+    from cmbench.miniworld.adapter import MiniWorldAdapter
+
+    root = tmp_path / "mw"
+    MiniWorldAdapter(_miniworld_data(root)).ensure()
+    first = (root / "metadata.jsonl").read_text()
+    MiniWorldAdapter(_miniworld_data(root)).ensure()
+    assert "rebuilding" not in capsys.readouterr().err  # same knobs: the build is reused
+    MiniWorldAdapter(_miniworld_data(root, world_seed=1)).ensure()
+    assert "rebuilding" in (err := capsys.readouterr().err) and "world_seed: 0 -> 1" in err
+    assert (root / "metadata.jsonl").read_text() != first
+    adapter = MiniWorldAdapter(_miniworld_data(root, world_seed=1, check_counts=False))
+    tasks = load_manifest(root)
+    assert adapter.problems(tasks) == []
+    frames, fps = adapter.reference_source(tasks[0])
+    assert np.array_equal(frames, load_context(tasks[0])[0]) and fps == 16  # lossless, not the mp4
+    assert adapter.continuation_shape().frames == 16
+    real = tasks[-1]  # the only task of its context
+    (root / real.extra["miniworld"]["context_frames"]).unlink()
+    (root / tasks[0].extra["miniworld"]["ground_truth"]).write_bytes(b"PK\x03\x04 truncated")
+    m = str(root / "metadata.jsonl")
+    problems = [str(p) for p in adapter.problems(load_manifest(root))]
+    assert _one(problems, f"{m}:{real.line}:", "miniworld.context_frames", "not found")
+    assert _one(problems, f"{m}:{tasks[0].line}:", "miniworld.ground_truth", "cannot read")
+    assert len(problems) == 2
+    path_only = [str(p) for p in adapter.problems(load_manifest(root), open_files=False)]
+    assert len(path_only) == 1 and "context_frames" in path_only[0]

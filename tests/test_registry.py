@@ -80,7 +80,8 @@ def test_every_shipped_config_key_is_declared():
 
 def test_key_lists_are_derived_from_the_schema():
     assert SELECTION_KEYS == ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs",
-                              "save_videos", "videos", "out", "experiment", "threads")
+                              "save_videos", "lossless_max_pixels", "videos", "out", "experiment", "threads",
+                              "check")
     assert "seed" not in SELECTION_KEYS and "generation" not in SELECTION_KEYS
     assert RUNTIME_KEYS == ("name", "description", "paper", "device", "half", "batch_size", "cache_dir")
     assert RESULT_KEYS == ("min_box_size", "detector", "segmenter", "embedder")

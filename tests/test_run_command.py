@@ -22,7 +22,7 @@ from test_tiny_backbone import random_model
 pytestmark = pytest.mark.slow  # subprocesses of the real command line
 
 REPO = Path(__file__).resolve().parents[1]
-TIMING = {"prefill_seconds", "continuation_seconds", "continuation_fps", "traceback"}
+TIMING = {"prefill_seconds", "continuation_seconds", "continuation_fps", "traceback", "recorded_ns"}
 SMALL_SUITE = [
     "data.clip_frames=24",
     "data.min_absence_frames=16",
@@ -144,3 +144,149 @@ def test_sweep_ends_with_a_leaderboard(setup, tmp_path):
     text = (board / "leaderboard.md").read_text()
     assert "| fullkv |" in text and "| streaming |" in text
     assert "| fullkv |" in out.stdout
+
+
+def in_process(tmp: Path, weights: Path, out_dir: Path, *args: str) -> int:
+    """``python -m cmbench run ...`` in this process (for refusals and simulated file-system faults)."""
+    from cmbench.cli.main import main
+
+    return main(["run", f"data.root={tmp / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
+                 f"out_dir={out_dir}", "progress=false", *args])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("limit=abc", "limit='abc': expected a positive whole number of tasks"),
+        ("limit=0", "limit=0: expected a positive whole number of tasks"),
+        ("seed=abc", "seed='abc': expected a whole number >= 0"),
+        ("threads=-1", "threads=-1: expected a whole number of torch threads >= 1"),
+        ("threads=0", "threads=0: expected a whole number of torch threads >= 1"),
+        ("task_ids=[]", "task_ids=[] selects no task"),
+        ("data.name=..", "data.name='..' cannot name a folder"),
+        ("label=/", "label='/' cannot name a folder"),
+        ("shard.index=2", "shard.index must be in [0, shard.count), got index=2 count=1"),
+        ("method.target_pr=1.5", "decoprune: target_pr must be in [0, 1), got 1.5"),  # the method's own check
+        ("method.probe_step=9", "decoprune: probe_step=9 must name a step before the last of the 4 timesteps"),
+    ],
+)
+def test_a_refused_run_is_one_line_and_leaves_no_folder(setup, tmp_path, capsys, override, message):
+    tmp, weights = setup
+    out_dir = tmp_path / "runs"
+    assert in_process(tmp, weights, out_dir, override) == 1
+    err = capsys.readouterr().err
+    assert f"cmbench: error: {message}" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out_dir.exists()  # nothing created, or what was created removed
+
+
+def test_an_unwritable_out_dir_or_a_full_disk_is_one_line(setup, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from cmbench.runs import records
+
+    tmp, weights = setup
+    out_dir = tmp_path / "runs"
+    real_mkdir = os.mkdir
+
+    def read_only(path, *args, **kwargs):
+        if str(path).startswith(str(out_dir)):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", read_only)
+    assert in_process(tmp, weights, out_dir, "method=streaming", "task_ids=[syn_001_revisit_01]") == 1
+    err = capsys.readouterr().err
+    assert "cmbench: error: cannot create the run directory" in err and "Read-only file system" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.undo()
+
+    real_write = os.write
+
+    def disk_full(fd, data):  # the disk fills up when the first record is written
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("records.jsonl"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(records.os, "write", disk_full)
+    assert in_process(tmp, weights, out_dir, "method=streaming", "task_ids=[syn_001_revisit_01]") == 1
+    err = capsys.readouterr().err
+    assert "cmbench: error: cannot write" in err and "records.jsonl: No space left on device" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    monkeypatch.undo()
+    assert in_process(tmp, weights, out_dir, "method=streaming", "task_ids=[syn_001_revisit_01]") == 0
+    assert [r["status"] for r in read_all_records(only_run_dir(out_dir))] == ["ok"]
+
+
+def test_a_changed_miniworld_knob_rebuilds_the_suite(setup, tmp_path):
+    """data.world_seed=1 on a world_seed=0 suite must not reuse it (it did, recording world_seed 1)."""
+    tmp, weights = setup
+    suite = tmp_path / "suite"
+    one = ["task_ids=[syn_001_revisit_01]", "method=streaming", f"out_dir={tmp_path / 'runs'}"]
+    first = cmbench(tmp, weights, *one, data_root=suite)
+    assert first.returncode == 0, first.stderr
+    manifest = (suite / "metadata.jsonl").read_text()
+    second = cmbench(tmp, weights, *one, "data.world_seed=1", data_root=suite)
+    assert second.returncode == 0, second.stderr
+    assert "rebuilding" in second.stderr and "world_seed: 0 -> 1" in second.stderr
+    assert (suite / "metadata.jsonl").read_text() != manifest
+    assert json.loads((suite / "build.json").read_text())["config"]["world_seed"] == 1
+
+
+def test_run_and_leaderboard_agree_on_odd_data_names(setup, tmp_path):
+    tmp, weights = setup
+    out = cmbench(tmp, weights, "task_ids=[syn_001_revisit_01]", "method=streaming", "data.name=mini world",
+                  f"out_dir={tmp_path / 'runs'}")
+    assert out.returncode == 0, out.stderr
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mini-world"]
+    board = subprocess.run([sys.executable, "-m", "cmbench", "leaderboard", "data.name=mini world",
+                            f"out_dir={tmp_path / 'runs'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert board.returncode == 0, board.stderr
+    assert "| streaming |" in board.stdout and (tmp_path / "runs" / "mini-world" / "leaderboard").is_dir()
+
+
+def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup, tmp_path):
+    tmp, weights = setup
+    out = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8", f"out_dir={tmp_path / 'runs'}")
+    assert out.returncode == 0, out.stderr
+    run_dir = only_run_dir(tmp_path / "runs")
+    ran = {r["task_id"]: r for r in read_all_records(run_dir)}
+    assert all((run_dir / r["video"]).suffix == ".mkv" for r in ran.values())  # the lossless copies
+    scored_dir = tmp_path / "rescored"
+    rescore = subprocess.run(
+        [sys.executable, "-m", "cmbench", "score", f"videos={run_dir / 'videos'}", f"data.root={tmp / 'suite'}",
+         *SMALL_SUITE, f"out={scored_dir}", "scorer.cache_dir=null"],  # no cache: really recomputed
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rescore.returncode == 0, rescore.stdout + rescore.stderr
+    assert "warning" not in rescore.stderr  # 16 frames of 32x32, as MiniWorld expects
+    rescored = {r["task_id"]: r for r in read_all_records(scored_dir)}
+    assert sorted(rescored) == sorted(ran)
+    for task_id, r in ran.items():
+        assert rescored[task_id]["score"] == r["score"], task_id  # exactly, not approximately
+        assert rescored[task_id]["similarities"] == r["similarities"]
+        assert rescored[task_id]["best_frame"] == r["best_frame"] and rescored[task_id]["best_box"] == r["best_box"]
+    skipped = [line for line in rescore.stdout.splitlines() if ".mp4: " in line]
+    assert len(skipped) == 4 and all(".mkv is scored instead" in line for line in skipped)
+    board = subprocess.run([sys.executable, "-m", "cmbench", "leaderboard", f"runs=[{run_dir},{scored_dir}]",
+                            f"leaderboard.out={tmp_path / 'board'}"], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+    assert board.returncode == 0, board.stderr
+    assert "| Method | light (95% CI) |" in board.stdout
+    rows = {line.split("|")[1].strip(): line for line in board.stdout.splitlines() if line.startswith("| ")}
+    assert rows["decoprune"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
+
+
+def test_validate_checks_miniworld_npz_files_as_run_reads_them(tmp_path):
+    suite = tmp_path / "suite"
+    args = [f"data.root={suite}", *SMALL_SUITE, "data.check_counts=false"]
+    build = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", *args], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    (suite / "context" / "synthetic" / "syn_002.npz").write_bytes(b"corrupt")
+    (suite / "ground_truth" / "real_001_reappear_01.npz").unlink()
+    out = subprocess.run([sys.executable, "-m", "cmbench", "validate", "data=miniworld", *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    assert "miniworld.context_frames: task syn_002_reappear_01: cannot read" in out.stderr
+    assert "miniworld.ground_truth: task real_001_reappear_01:" in out.stderr and "not found" in out.stderr
+    assert "2 problem(s)" in out.stderr and "Traceback" not in out.stderr

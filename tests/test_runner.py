@@ -15,9 +15,10 @@ import pytest
 
 from cmbench.data import load_manifest
 from cmbench.errors import ConfigError
-from cmbench.runs.records import RecordWriter, read_all_records
+from cmbench.runs.records import RecordWriter, read_all_records, read_task_records
 from cmbench.hashing import task_seed
-from cmbench.runs.runner import select_tasks, shard_tasks, summarise, run_tasks
+from cmbench.runs.runner import select_tasks, shard_tasks, run_tasks
+from cmbench.runs.summary import summarise
 from fake_evaluator import FakeEvaluator
 from official_fixture import build_official_layout
 
@@ -32,8 +33,10 @@ def official(tmp_path_factory):
 
 
 def canonical(records):
-    """Records without what legitimately differs between runs, keyed and sorted by task."""
-    return sorted((json.dumps({k: v for k, v in r.items() if k != "traceback"}, sort_keys=True) for r in records))
+    """Records without what legitimately differs between runs (tracebacks, when each was written),
+    keyed and sorted by task."""
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in ("traceback", "recorded_ns")}, sort_keys=True)
+                  for r in records)
 
 
 def test_task_seed_is_stable_and_distinct():
@@ -92,13 +95,13 @@ def test_failures_are_recorded_and_the_run_goes_on(official, tmp_path):
     assert err["syn_002_revisit_03"] == "ValueError: boom on syn_002_revisit_03"
     assert err["syn_003_reappear_01"] == "RuntimeError: cannot prefill videos/synthetic/syn_003"
     assert ev.prepared == ["videos/synthetic/syn_001", "videos/synthetic/syn_002", "videos/synthetic/syn_004"]
-    summary = summarise(tmp_path, [t.task_id for t in subset])
+    summary = summarise(read_task_records(tmp_path), [t.task_id for t in subset])
     assert summary["tasks_failed"] == 3 and summary["tasks_ok"] == 6 and summary["missing_task_ids"] == []
     # rerun: only the failed tasks run again, and now succeed
     again = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, base_record={"label": "fake"},
                       show_progress=False)
     assert (again.done, again.cached, again.failed) == (3, 6, 0)
-    assert summarise(tmp_path, [t.task_id for t in subset])["tasks_failed"] == 0
+    assert summarise(read_task_records(tmp_path), [t.task_id for t in subset])["tasks_failed"] == 0
 
 
 def test_two_shards_equal_one_process(official, tmp_path):
@@ -127,7 +130,7 @@ def test_torn_last_line_is_cut_off(tmp_path):
 def test_sigkill_mid_run_then_resume_equals_clean_run(official, tmp_path):
     root, tasks = official
     script = str(HERE / "fake_evaluator.py")
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = child_env()
     clean = tmp_path / "clean"
     subprocess.run([sys.executable, script, str(root), str(clean), "0"], check=True, env=env, timeout=120)
     killed = tmp_path / "killed"
@@ -146,3 +149,102 @@ def test_sigkill_mid_run_then_resume_equals_clean_run(official, tmp_path):
     records = read_all_records(killed)
     assert len(records) == len(tasks) == 116  # no duplicates
     assert canonical(records) == canonical(read_all_records(clean))
+
+
+def child_env() -> dict:
+    """Environment of a child process that imports the checkout under test (then the test helpers)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
+
+
+def test_children_import_the_checkout_under_test():
+    out = subprocess.run([sys.executable, "-c", "import cmbench, fake_evaluator; print(cmbench.__file__)"],
+                         env=child_env(), capture_output=True, text=True, check=True, cwd="/")
+    assert Path(out.stdout.strip()).resolve() == (HERE.parent / "cmbench" / "__init__.py").resolve()
+
+
+def test_a_torn_tail_left_by_a_crash_never_wedges_the_run(official, tmp_path):
+    """Disk full mid-record: the last line of a shard file is torn. Every later reader and the rerun
+    of every shard go on, and the resumed run equals a clean one."""
+    _, tasks = official
+    subset = tasks[:12]
+    clean = tmp_path / "clean"
+    run_tasks(subset, FakeEvaluator(), clean, global_seed=7, base_record={"label": "fake"}, show_progress=False)
+    crashed = tmp_path / "crashed"
+    for i in range(2):
+        run_tasks(subset, FakeEvaluator(), crashed, global_seed=7, base_record={"label": "fake"}, shard=(2, i),
+                  show_progress=False)
+    shard0 = crashed / "records.shard-0-of-2.jsonl"
+    lines = shard0.read_text().splitlines(keepends=True)
+    shard0.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # the crash tore the last record
+    assert len(read_all_records(crashed)) == 11  # readers skip the torn line instead of failing
+    again = run_tasks(subset, FakeEvaluator(), crashed, global_seed=7, base_record={"label": "fake"}, shard=(2, 1),
+                      show_progress=False)  # the other shard reads the torn file and is not wedged
+    assert (again.done, again.failed) == (0, 0)
+    resumed = run_tasks(subset, FakeEvaluator(), crashed, global_seed=7, base_record={"label": "fake"},
+                        shard=(2, 0), show_progress=False)
+    assert resumed.done == 1
+    assert canonical(read_all_records(crashed)) == canonical(read_all_records(clean))
+
+
+def test_a_newer_retry_wins_over_an_older_failure_in_another_file(official, tmp_path):
+    """A failure in records.shard-*.jsonl must not hide a later success in records.jsonl."""
+    from cmbench.report import read_records
+
+    _, tasks = official
+    subset = tasks[:6]
+    for i in range(2):
+        run_tasks(subset, FakeEvaluator(fail_on="syn_001_reappear_01"), tmp_path, global_seed=7,
+                  base_record={"label": "fake"}, shard=(2, i), show_progress=False)
+    retry = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, base_record={"label": "fake"},
+                      show_progress=False)
+    assert (retry.done, retry.cached, retry.failed) == (1, 5, 0)  # the failed task ran again, in records.jsonl
+    frame = read_records(tmp_path).frame.set_index("task_id")
+    assert frame.loc["syn_001_reappear_01", "status"] == "ok"
+    assert (frame["status"] == "ok").all()
+    third = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, base_record={"label": "fake"},
+                      show_progress=False)
+    assert third.done == 0
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_run_directory_do_not_both_run(official, tmp_path):
+    root, tasks = official
+    script = str(HERE / "fake_evaluator.py")
+    first = subprocess.Popen([sys.executable, script, str(root), str(tmp_path), "0.05"], env=child_env())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (tmp_path / "records.jsonl").exists():
+        time.sleep(0.01)
+    second = subprocess.run([sys.executable, script, str(root), str(tmp_path), "0"], env=child_env(),
+                            capture_output=True, text=True, timeout=120)
+    first_still_running = first.poll() is None
+    assert second.returncode != 0, "the second process ran too"
+    assert f"is in use: process {first.pid} is writing records.jsonl" in second.stderr
+    assert first_still_running
+    assert first.wait(timeout=120) == 0
+    records = read_all_records(tmp_path)
+    assert len(records) == len({r["task_id"] for r in records}) == len(tasks)  # nothing twice
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]  # no lock left behind
+
+
+class ConfigBreaksEvaluator(FakeEvaluator):
+    """A context whose preparation rejects the configuration (e.g. a knob beyond the schedule)."""
+
+    def prepare(self, tasks):
+        raise ConfigError("decoprune: probe_step=9 must name a step before the last of the 4 timesteps")
+
+
+def test_a_config_error_stops_the_run_instead_of_failing_every_task(official, tmp_path):
+    _, tasks = official
+    with pytest.raises(ConfigError, match="probe_step=9"):
+        run_tasks(tasks, ConfigBreaksEvaluator(), tmp_path, global_seed=7, base_record={"label": "fake"},
+                  show_progress=False)
+    assert read_all_records(tmp_path) == []
+
+
+def test_selection_rejects_an_empty_task_list_and_non_positive_limits(official):
+    _, tasks = official
+    with pytest.raises(ConfigError, match=r"task_ids=\[\] selects no task"):
+        select_tasks(tasks, task_ids=[])
+    for bad in (0, -3):
+        with pytest.raises(ConfigError, match="limit must be a positive number of tasks"):
+            select_tasks(tasks, limit=bad)

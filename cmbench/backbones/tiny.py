@@ -209,6 +209,24 @@ class TinyWorldModel:
 
     # ----------------------------------------------------------------- weights
     @classmethod
+    def random(cls, seed: int = 0, config: TinyConfig | None = None) -> "TinyWorldModel":
+        """A seeded random model (the default config unless given), for checks that need no trained weights.
+
+        A fresh DiT starts with zero output-head and camera scale/shift weights (an identity path that
+        predicts a constant); those are redrawn so predictions depend on the input, as trained ones do.
+        """
+        generator = torch.Generator().manual_seed(seed)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = cls(config or default_config())
+        with torch.no_grad():
+            for p in model.dit.parameters():
+                if p.dim() > 1 and not bool(p.any()):
+                    p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+        model.dit.eval()
+        return model
+
+    @classmethod
     def from_pretrained(cls, path: str | Path | None = None, device: str = "cpu") -> "TinyWorldModel":
         """Load weights ``<name>.safetensors`` and their config ``<name>.json``.
 

@@ -39,13 +39,13 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from cmbench.backbones.tiny import CameraPlan, TinyWorldModel, default_config
+from cmbench.backbones.tiny import CameraPlan, TinyWorldModel
 from cmbench.cache import KVCache
-from cmbench.config_paths import CONFIG_DIR
+from cmbench.config_paths import CONFIG_DIR, to_dict
 from cmbench.generation import PrefilledContext, continue_task, prefill
 from cmbench.hashing import file_hash, seeded_generator
 from cmbench.methods.base import Method
-from cmbench.methods.oracle import KeptIds, OracleMask
+from cmbench.methods.oracle import BankIds, KeptIds, OracleMask
 from cmbench.methods.registry import build_method
 from cmbench.miniworld import render_video, sample_camera_path, sample_scene
 from cmbench.provenance import git_commit
@@ -65,9 +65,7 @@ class MethodSpec:
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self) -> Method:
-        cfg = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "method" / f"{self.name}.yaml"), resolve=True)
-        cfg.update(self.overrides)
-        return build_method(cfg)
+        return build_method({**to_dict(OmegaConf.load(CONFIG_DIR / "method" / f"{self.name}.yaml")), **self.overrides})
 
 
 METHODS = {
@@ -131,22 +129,11 @@ def peak_rss_mb() -> float:
 
 # ----------------------------------------------------------------------------------- setup
 def build_tiny(weights: Path, seed: int) -> tuple[TinyWorldModel, str]:
-    """The trained tiny model if its weights exist, else a seeded random one with the same config.
-
-    A fresh DiT starts with zero output-head and camera scale/shift weights (an identity path that
-    predicts a constant); those are redrawn so predictions depend on the input, as trained ones do.
-    Speed does not depend on the values.
-    """
+    """The trained tiny model if its weights exist, else a seeded random one with the same config
+    (:meth:`TinyWorldModel.random`; speed does not depend on the values)."""
     if weights.is_file():
         return TinyWorldModel.from_pretrained(weights), f"trained ({weights.name}, sha256 {file_hash(weights)[:12]})"
-    torch.manual_seed(seed)
-    model = TinyWorldModel(default_config())
-    with torch.no_grad():
-        for p in model.dit.parameters():
-            if p.dim() > 1 and not bool(p.any()):
-                p.normal_(0.0, 0.02)
-    model.dit.eval()
-    return model, f"random init (seed {seed}; {weights} not found)"
+    return TinyWorldModel.random(seed), f"random init (seed {seed}; {weights} not found)"
 
 
 def make_context(backbone: TinyWorldModel, frames: int, continuation: int,
@@ -229,7 +216,12 @@ class CostProbe:
                 cache = KVCache.from_geometry(g)
             else:
                 cache = full.cache.fork()
-                cache.compact(lambda bank, n=n: torch.arange(bank.n) >= bank.n - n)
+                newest = n
+
+                def keep_newest(bank, newest=newest):
+                    return torch.arange(bank.n) >= bank.n - newest
+
+                cache.compact(keep_newest)
             cache.begin_chunk(full.next_chunk, full.context_frames, g.chunk_frames)
             self.caches[n] = cache
         shape = (full.batch, g.latent_channels, g.chunk_frames, g.latent_height, g.latent_width)
@@ -272,7 +264,7 @@ class Entry:
     target_pr: float | None = None
     peak_kv_bytes: int = 0
     allocated_kv_bytes: int = 0
-    survivors: dict[int, torch.Tensor] | None = None
+    survivors: dict[int, BankIds] | None = None
     runs: dict[int, Runs] = field(default_factory=dict)
 
 
@@ -295,7 +287,9 @@ def timed_round(backbone, entries: dict[str, Entry], probe: CostProbe, threads: 
     """One continuation per method and one cost-model measurement at ``threads`` torch threads, in a
     shuffled order."""
     torch.set_num_threads(threads)
-    for label in rng.permutation([*entries, None]):
+    order: list[str | None] = [*entries, None]
+    for i in rng.permutation(len(order)):
+        label = order[i]
         if label is None:
             probe.measure()
             continue
@@ -345,7 +339,8 @@ def bench_length(backbone, frames: int, *, methods: list[str], continuation: int
         account(backbone, entry, plan, continuation, seed, record=label == DECOPRUNE)
     if DECOPRUNE in entries and oracle:
         deco = entries[DECOPRUNE]
-        replay = OracleMask(survivors=deco.survivors)
+        assert deco.survivors is not None  # recorded by its accounting run
+        replay = OracleMask(survivors=deco.survivors, initial_layout=deco.prefilled.method.layout(g))
         entries[ORACLE] = Entry(dataclasses.replace(deco.prefilled, method=replay), 0.0)
         account(backbone, entries[ORACLE], plan, continuation, seed, record=False)
         if entries[ORACLE].calls != deco.calls:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cmbench.config_paths import CONFIG_DIR, user_config_dirs
+from cmbench.config_paths import CONFIG_DIR, complete_method_name, user_config_dirs
 from cmbench.errors import CMBenchError
 from cmbench.registry import Registry, import_object
 
@@ -77,6 +77,9 @@ def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
 
     @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
     def _app(cfg: DictConfig) -> None:
+        from hydra.core.hydra_config import HydraConfig
+
+        complete_method_name(cfg, HydraConfig.get().runtime.choices.get("method"))
         try:
             code = int(func(cfg) or 0)
         except CMBenchError as err:

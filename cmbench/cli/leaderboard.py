@@ -1,6 +1,7 @@
 """``python -m cmbench leaderboard``: leaderboard CSVs, markdown and the Pareto plot over run directories.
 
-``runs=[dir, ...]`` names them; by default every run directory under ``<out_dir>/<data>/``.
+``runs=[dir, ...]`` names them (``run`` directories and ``score`` output folders alike); by default
+every run directory under ``<out_dir>/<data>/``.
 ``leaderboard.out`` is the output folder (default ``<out_dir>/<data>/leaderboard``).
 """
 
@@ -14,8 +15,9 @@ from omegaconf import DictConfig
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``)."""
     from cmbench.report import write_reports
+    from cmbench.runs.experiment import data_dir
 
-    base = Path(str(cfg.out_dir)) / str(cfg.data.name)
+    base = data_dir(cfg)
     runs = runs or [Path(str(r)) for r in cfg.runs or []] or sorted(
         p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
     )

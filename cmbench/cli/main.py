@@ -15,10 +15,11 @@ from cmbench.registry import did_you_mean
 for _command in (
     Command("run", "generate and score every task with one method (-m to sweep)", "cmbench.cli.run"),
     Command("leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs", "cmbench.cli.leaderboard"),
-    Command("score", "score a folder of <task_id>.mp4 continuations", "cmbench.cli.score"),
+    Command("score", "score a folder of <task_id>.mkv / .mp4 continuations from any generator", "cmbench.cli.score"),
     Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
+    Command("check", "check a method against the method contract on a random tiny model", "cmbench.cli.check"),
     Command("plan", "predicted device memory per phase and the offloads a run would use", "cmbench.cli.plan"),
 ):
     COMMANDS.add(_command.name, _command)
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     command = COMMANDS.get(name)
     execute = command.function()
+    if execute is None:
+        raise RuntimeError(f"command module {command.module} has no execute function")
     if not command.hydra:
         return int(execute(rest))
     jobs = run_hydra(execute, rest)

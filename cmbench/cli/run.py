@@ -21,7 +21,7 @@ def execute(cfg: DictConfig) -> int:
     pr = "-" if summary["pr"] is None else f"{100 * summary['pr']:.2f}%"
     print(f"{done.label}: {summary['tasks_ok']}/{summary['tasks_expected']} tasks ok "
           f"({result.done} run now, {result.cached} cached), {summary['tasks_failed']} failed; "
-          f"score {score}, PR {pr}; {done.run_dir}")
+          f"{summary['metric'] or 'score'} {score}, PR {pr}; {done.run_dir}")
     if summary["tasks_failed"]:
         print(f"failed: {', '.join(summary['failed_task_ids'][:10])}"
               f"{' ...' if summary['tasks_failed'] > 10 else ''} (reasons in records.jsonl)", file=sys.stderr)

@@ -3,7 +3,9 @@
 Validation collects *every* problem of a file before reporting, each as ``file:line``, the field,
 what is wrong and what was expected, so a dataset author fixes a manifest in one pass.
 
-Checked per row: JSON syntax; required fields present and of the right type; enums (``type``,
+Checked per row: JSON syntax; required fields present and of the right type; ``task_id`` a safe file
+name (it names output files: letters, digits, ``.``, ``_``, ``-``, not starting with ``.`` or ``-``);
+enums (``type``,
 ``task_type``); exactly 6 ``context_clip_prompts`` each with a non-empty ``clip_prompt``; references
 (non-empty list; ``timestamp_seconds`` >= 0; optional integer ``frame_index`` >= 0; a box of four
 numbers in [0, 1] with positive area); the ``video`` path (relative, no ``..``, no absolute path, no
@@ -16,16 +18,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, TypeGuard
 
 from cmbench.data.task import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task
 from cmbench.data.video import VideoError, probe_video
 from cmbench.errors import CMBenchError
 
-REQUIRED_FIELDS: dict[str, type | tuple[type, ...]] = {
+REQUIRED_FIELDS: dict[str, type] = {
     "type": str,
     "task_id": str,
     "scene": str,
@@ -37,6 +40,8 @@ REQUIRED_FIELDS: dict[str, type | tuple[type, ...]] = {
     "target_aliases": list,
     "references": list,
 }
+# a task id names output files (videos/<task_id>.mp4): one plain path component, never hidden
+SAFE_TASK_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 _TYPE_NAMES = {str: "a string", list: "a list", int: "an integer", float: "a number", dict: "an object"}
 
 
@@ -71,7 +76,7 @@ def _kind(value: Any) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -94,6 +99,10 @@ class _RowChecker:
         for name in ("task_id", "scene", "video", "target_label", "continue_prompt"):
             if isinstance(row.get(name), str) and not row[name].strip():
                 self.fail(name, "is empty, expected a non-empty string")
+        task_id = row.get("task_id")
+        if isinstance(task_id, str) and task_id.strip() and not SAFE_TASK_ID.match(task_id):
+            self.fail("task_id", f"is {task_id!r}, expected a file-name-safe id (letters, digits, '.', '_', '-'; "
+                                 f"not starting with '.' or '-'; at most 200 characters), e.g. 'syn_001_reappear_01'")
         self._enum(row, "type", SOURCES)
         self._enum(row, "task_type", TASK_TYPES)
         self._clip_prompts(row.get("context_clip_prompts"))

@@ -7,10 +7,10 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from omegaconf import DictConfig
+from typing import Any
 
 from cmbench.data.spec import load_spec
-from cmbench.errors import CMBenchError
+from cmbench.errors import CMBenchError, ConfigError
 
 
 def _hub_reachable(endpoint: str, timeout: float = 3.0) -> str | None:
@@ -25,19 +25,30 @@ def _hub_reachable(endpoint: str, timeout: float = 3.0) -> str | None:
         return f"{url.hostname} is unreachable ({err})"
 
 
-def fetch_official(data: DictConfig) -> Path:
-    """Download the official CMBench dataset into ``data.root`` with huggingface_hub.
+def fetch_official(data: Any) -> Path:
+    """Download the dataset its spec names on the hub (``hub.repo_id``; the official CMBench set)
+    into ``data.root`` with huggingface_hub.
 
-    Offline it fails at once (a 3-second connection check), saying how to download it elsewhere and
-    where to put it.
+    Nothing happens when the manifest is already there. Offline it fails at once (a 3-second
+    connection check), saying how to download it elsewhere and where to put it.
+
+    Raises
+    ------
+    ConfigError
+        The dataset's spec names nothing to download.
+    CMBenchError
+        The hub cannot be reached.
     """
     from huggingface_hub import constants, snapshot_download
 
-    spec = load_spec(str(data.spec))
-    repo_id = spec["hub"]["repo_id"]
+    name = str(data.get("name", "dataset"))
+    hub = (load_spec(str(data.spec)) if data.get("spec") else {}).get("hub") or {}
+    if "repo_id" not in hub:
+        raise ConfigError(f"data={name}: nothing to prepare (its dataset spec names nothing to download)")
+    repo_id = hub["repo_id"]
     root = Path(str(data.root))
     if (root / str(data.manifest)).is_file():
-        print(f"cmbench: {root / str(data.manifest)} already present; not downloading again")
+        print(f"{name}: {root / str(data.manifest)} already present; not downloading again")
         return root
     why = _hub_reachable(constants.ENDPOINT)
     if why:
@@ -47,7 +58,7 @@ def fetch_official(data: DictConfig) -> Path:
             f"  huggingface-cli download {repo_id} --repo-type dataset --local-dir CMBench\n"
             f"then copy the folder here so that {root / str(data.manifest)} exists "
             f"(or point data.root at it) and check it with:\n"
-            f"  python -m cmbench validate data=cmbench data.root={root}"
+            f"  python -m cmbench validate data={name} data.root={root}"
         )
     snapshot_download(repo_id=repo_id, repo_type="dataset", local_dir=str(root))
     return root

@@ -38,7 +38,7 @@ def load_spec(path: str | Path) -> dict[str, Any]:
     spec = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: a dataset spec must be a mapping")
-    return spec
+    return {str(k): v for k, v in spec.items()}
 
 
 def counts(tasks: list[Task]) -> dict[str, Any]:

@@ -134,7 +134,7 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "
         raise ValueError(f"frames must be non-empty uint8 [F, H, W, 3], got {frames.dtype} {frames.shape}")
     path.parent.mkdir(parents=True, exist_ok=True)
     height, width = frames.shape[1:3]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codec), float(fps), (width, height))
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*codec), float(fps), (width, height))
     if not writer.isOpened():
         raise VideoError(f"{path}: cannot open a video writer for codec {codec!r}")
     try:
@@ -142,6 +142,32 @@ def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "
             writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
     finally:
         writer.release()
+    return path
+
+
+LOSSLESS_CODEC = "FFV1"  # FFmpeg's lossless intra codec, in a Matroska container
+
+
+def write_lossless_video(path: str | Path, frames: np.ndarray, fps: float) -> Path:
+    """Encode frames losslessly (FFV1 in ``.mkv``) and check that they decode back bit-exact.
+
+    Parameters
+    ----------
+    path : str or Path
+        Output file, ``.mkv``.
+    frames : ndarray, ``uint8 [F, H, W, 3]``, RGB
+    fps : float
+
+    Raises
+    ------
+    VideoError
+        When this OpenCV build cannot write FFV1, or the file does not decode to ``frames``.
+    """
+    path = write_video(path, frames, fps, codec=LOSSLESS_CODEC)
+    decoded, _ = read_video(path)
+    if decoded.shape != frames.shape or not np.array_equal(decoded, frames):
+        raise VideoError(f"{path}: the {LOSSLESS_CODEC} video does not decode to the frames written "
+                         f"(this OpenCV build's FFmpeg is not lossless for it)")
     return path
 
 

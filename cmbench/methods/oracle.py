@@ -1,60 +1,92 @@
-"""A keep pattern recorded from one run and replayed as a fixed mask: the control for online scoring cost.
+"""A keep pattern recorded from one run and replayed as a fixed mask: the control for what deciding costs.
 
-:class:`KeptIds` is an ``on_chunk_end`` hook of the generation loop that records, after each generated
-chunk, the global token ids every bank still stores; :class:`OracleMask` replays them. Both runs then
-see exactly the same history, so their time difference is what the recorded method spent deciding.
+:class:`KeptIds` is an ``on_chunk_end`` hook of the generation loop that records, after each chunk,
+every bank's head group and the global token ids it still stores; :class:`OracleMask` replays that
+record (regrouping heads where the recorded run did, then compacting each bank to its recorded ids).
+Both runs then see exactly the same history, so
+
+- their time difference is what the recorded method spent scoring and deciding (the speed benchmark);
+- their outputs must be identical: anything else the recorded method did to the sequence (a probe
+  that left a trace, extra writes) shows up as a difference (the method contract check).
+
 Neither is a registered method: the oracle needs a recording to exist.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import torch
 
-from cmbench.cache import KVCache
+from cmbench.cache import HeadGroup, KVCache
 from cmbench.methods.base import ChunkSignals, Method
+
+BankIds = dict[tuple[int, HeadGroup], torch.Tensor]
+"""``(layer, head group) -> global token ids long [n]`` of one bank after a chunk."""
+
+
+def bank_ids(cache: KVCache) -> BankIds:
+    """Every bank's stored global ids, keyed by layer and head group."""
+    return {(layer, bank.group): bank.field("gid").clone()
+            for layer, banks in enumerate(cache.banks) for bank in banks}
 
 
 class KeptIds:
-    """``on_chunk_end`` hook: the global ids kept after every generated chunk.
+    """``on_chunk_end`` hook: what every bank keeps after each chunk of the chosen phases.
+
+    Parameters
+    ----------
+    phases : tuple of str
+        ``"context"`` and / or ``"generation"`` chunks to record.
 
     Attributes
     ----------
-    survivors : dict of int to Tensor
-        Chunk index -> global token ids ``long [n]`` stored after that chunk's compaction.
+    survivors : dict of int to BankIds
+        Chunk index -> each bank's stored global ids after that chunk's compaction.
     """
 
-    def __init__(self) -> None:
-        self.survivors: dict[int, torch.Tensor] = {}
+    def __init__(self, phases: tuple[str, ...] = ("generation",)) -> None:
+        self.phases = phases
+        self.survivors: dict[int, BankIds] = {}
 
     def __call__(self, cache: KVCache, sig: ChunkSignals) -> None:
-        if sig.phase != "generation":
-            return
-        gids = [b.field("gid").clone() for b in cache.all_banks()]
-        if any(not torch.equal(g, gids[0]) for g in gids):
-            raise RuntimeError("the oracle replays one mask shared by every bank; this method's banks differ")
-        self.survivors[sig.chunk.index] = gids[0]
+        if sig.phase in self.phases:
+            self.survivors[sig.chunk.index] = bank_ids(cache)
 
 
 @dataclass
 class OracleMask(Method):
-    """Keeps, after each chunk, exactly the history a recorded run kept: a keep pattern with no scoring.
+    """Keeps, after each recorded chunk, exactly what a recorded run kept: a keep pattern with no scoring.
 
     Parameters
     ----------
-    survivors : mapping of int to Tensor
-        Chunk index -> global token ids ``long [n]`` still stored after that chunk's compaction
-        (:attr:`KeptIds.survivors` of the recorded run).
+    survivors : mapping of int to BankIds
+        Chunk index -> ``(layer, head group) -> ids`` (:attr:`KeptIds.survivors` of the recorded run).
+        Chunks not in the mapping are left as they are.
+    initial_layout : sequence of sequence of HeadGroup, optional
+        The recorded method's bank layout at the start (``method.layout(geometry)``); one bank per layer
+        when omitted.
     """
 
     name = "oracle_mask"
-    description = "Replay of a recorded keep pattern (benchmark control)"
+    description = "Replay of a recorded keep pattern (benchmark and contract control)"
 
-    survivors: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    survivors: Mapping[int, BankIds] = field(default_factory=dict)
+    initial_layout: Sequence[Sequence[HeadGroup]] | None = None
+
+    def layout(self, geometry) -> list[list[HeadGroup]]:
+        if self.initial_layout is None:
+            return super().layout(geometry)
+        return [list(groups) for groups in self.initial_layout]
 
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
-        keep = self.survivors[sig.chunk.index]
-        cache.compact(lambda bank: torch.isin(bank.field("gid"), keep))
-
+        recorded = self.survivors.get(sig.chunk.index)
+        if recorded is None:
+            return
+        for layer in range(cache.num_layers):
+            groups = [group for (lay, group) in recorded if lay == layer]
+            if groups != [bank.group for bank in cache.banks[layer]]:
+                cache.regroup(layer, groups)
+        where = {id(bank): (layer, bank.group) for layer, banks in enumerate(cache.banks) for bank in banks}
+        cache.compact(lambda bank: torch.isin(bank.field("gid"), recorded[where[id(bank)]]))

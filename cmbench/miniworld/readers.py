@@ -6,6 +6,7 @@ MiniWorld contexts to a model should read the lossless frames with :func:`load_c
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ def extension(task: Any) -> dict[str, Any]:
     return ext
 
 
-def _file(task: Any, key: str) -> Path:
+def data_file(task: Any, key: str) -> Path:
+    """The file the extension's ``key`` names, checked to be inside the dataset root and present."""
     ext = extension(task)
     if task.root is None:
         raise MiniWorldDataError(f"task {task.task_id} was not loaded from a dataset root")
@@ -47,11 +49,11 @@ def _file(task: Any, key: str) -> Path:
 
 def _read_npz(task: Any, key: str, fields: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """Arrays of the npz file named by the extension's ``key`` (all of them when ``fields`` is None)."""
-    path = _file(task, key)
+    path = data_file(task, key)
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in (fields or data.files)}
-    except (OSError, ValueError, KeyError, EOFError) as err:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise MiniWorldDataError(
             f"task {task.task_id}: cannot read {path} ({err}); rebuild with `python -m cmbench prepare data=miniworld`"
         ) from err

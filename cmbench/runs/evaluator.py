@@ -1,8 +1,10 @@
 """One context and its tasks, end to end: context frames -> prefill -> continuation -> video -> score.
 
 :class:`ModelEvaluator` implements :class:`cmbench.runs.runner.Evaluator` for ``python -m cmbench run``:
-``prepare`` encodes and prefills a context once; ``evaluate`` forks the prefilled cache for one task,
-generates its continuation, writes ``videos/<task_id>.mp4`` and scores it in memory.
+``prepare`` reads a context through the dataset's adapter, encodes and prefills it once; ``evaluate``
+forks the prefilled cache for one task, generates its continuation, saves it (``videos/<task_id>.mp4``
+to look at, and a lossless ``videos/<task_id>.mkv`` when frames are small, which ``score`` reads to
+reproduce the run's scores exactly) and scores it in memory.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cmbench.backbones.base import decode_continuation
 from cmbench.backbones.loading import build_backbone
 from cmbench.backbones.memory.run_plan import plan_run
-from cmbench.data import Task, read_video, write_video
-from cmbench.data.video import prepare_frames
+from cmbench.config_paths import to_dict
+from cmbench.data import Task, write_video
+from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
+from cmbench.data.video import write_lossless_video
 from cmbench.generation import (
     GenerationSettings,
     PrefilledContext,
@@ -29,10 +33,10 @@ from cmbench.generation import (
 from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method
+from cmbench.runs.paths import inside
+from cmbench.runs.records import metric_name, scored_fields
 from cmbench.scoring.references import reference_frames
 from cmbench.scoring.registry import build_scorer
-
-MINIWORLD_EXTENSION = "miniworld"
 
 
 def generation_settings(cfg: DictConfig) -> GenerationSettings:
@@ -51,8 +55,7 @@ class PreparedContext:
     """What the tasks of one context share."""
 
     prefilled: PrefilledContext
-    reference_source: np.ndarray  # uint8 [F, H, W, 3]: frames the reference annotations point into
-    reference_fps: float
+    context: ContextFrames
     context_latents: torch.Tensor  # [1, C, q0, h, w]: a continuation is decoded after them
 
 
@@ -62,75 +65,85 @@ class ModelEvaluator:
     Parameters
     ----------
     cfg : DictConfig
-        The root config (``backbone``, ``method``, ``scorer``, ``generation``, ``seed``, ...).
+        The root config (``data``, ``backbone``, ``method``, ``scorer``, ``generation``, ``seed``,
+        ``save_videos``, ``lossless_max_pixels``).
     run_dir : Path
         Where ``videos/`` go (when ``save_videos``).
+
+    Raises
+    ------
+    ConfigError
+        A method knob the method rejects, before anything heavy is built.
     """
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        self.method = build_method(OmegaConf.to_container(cfg.method, resolve=True))
+        self.method = build_method(to_dict(cfg.method))  # first: its knob checks fail fast
         self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
-        self.backbone = build_backbone(self.memory.backbone_config)
-        self.scorer = build_scorer(OmegaConf.to_container(cfg.scorer, resolve=True))
         self.settings = generation_settings(cfg)
+        scorer_cfg = to_dict(cfg.scorer)
+        self.scorer = build_scorer(scorer_cfg)
+        self.metric = metric_name(scorer_cfg)
+        self.adapter = build_adapter(cfg.data)
+        self.backbone = build_backbone(self.memory.backbone_config)
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.save_videos = bool(cfg.save_videos)
+        self.lossless_max_pixels = int(cfg.get("lossless_max_pixels") or 0)
 
     @property
     def scorer_hash(self) -> str:
         return self.scorer.config_hash
 
-    def context_frames(self, task: Task) -> tuple[np.ndarray, np.ndarray, float]:
-        """Frames to prefill, and the frames + fps the reference annotations index.
-
-        MiniWorld rows carry lossless context frames (its mp4s are lossy at 32x32); other data is
-        decoded and prepared as the authors' runtime does (resample, resize, pad to whole chunks).
-
-        Returns
-        -------
-        context : ``uint8 [F, H, W, 3]``
-        reference_source : ``uint8 [F', H', W', 3]``
-        reference_fps : float
-        """
-        if MINIWORLD_EXTENSION in task.extra:
-            from cmbench.miniworld import load_context
-
-            frames, _ = load_context(task)
-            return frames, frames, float(task.extra[MINIWORLD_EXTENSION].get("fps", 16))
+    def context_shape(self) -> ContextShape:
+        """How this backbone wants its context (``backbone.context`` and the chunk size)."""
         ctx = self.cfg.backbone.context
-        original, fps = read_video(task.video_path)  # decoded once: the references index these frames
-        context = prepare_frames(original, fps, fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
-                                 chunk_latent_frames=self.backbone.geometry.chunk_frames,
-                                 temporal_stride=int(ctx.temporal_stride))
-        return context, original, fps
+        return ContextShape(fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
+                            chunk_latent_frames=self.backbone.geometry.chunk_frames,
+                            temporal_stride=int(ctx.get("temporal_stride", 4)))
 
     def prepare(self, tasks: list[Task]) -> PreparedContext:
         task = tasks[0]
-        context, ref_source, ref_fps = self.context_frames(task)
-        latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context)))
+        context = self.adapter.context(task, self.context_shape())
+        latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context.frames)))
         seed = task_seed(int(self.cfg.seed), task.context_id)
         prefilled = prefill(self.backbone, self.method, latents, self.backbone.condition(task), seed, self.settings)
         self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)
-        return PreparedContext(prefilled, ref_source, ref_fps, latents)
+        return PreparedContext(prefilled, context, latents)
+
+    def save(self, task: Task, frames: np.ndarray) -> str | None:
+        """Write the continuation: an mp4 to look at, and a lossless copy when frames have at most
+        ``lossless_max_pixels`` pixels. Returns the scored video's path relative to the run
+        directory (the lossless copy when written), or None when videos are not saved.
+
+        Parameters
+        ----------
+        frames : ndarray, ``uint8 [F, H, W, 3]``
+        """
+        if not self.save_videos:
+            return None
+        fps = float(self.cfg.data.fps)
+        write_video(inside(self.run_dir, "videos", f"{task.task_id}.mp4"), frames, fps)
+        if frames.shape[1] * frames.shape[2] > self.lossless_max_pixels:
+            return f"videos/{task.task_id}.mp4"
+        write_lossless_video(inside(self.run_dir, "videos", f"{task.task_id}.mkv"), frames, fps)
+        return f"videos/{task.task_id}.mkv"
 
     def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:
         cont = continue_task(self.backbone, prepared.prefilled, self.backbone.condition(task),
                              self.continuation_frames, seed)
         cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding
         frames = np.asarray(decode_continuation(self.backbone, cont.latents, prepared.context_latents))
-        if self.save_videos:
-            write_video(self.run_dir / "videos" / f"{task.task_id}.mp4", frames, float(self.cfg.data.fps))
-        refs = reference_frames(task, prepared.reference_source, prepared.reference_fps, native=True)
+        video = self.save(task, frames)
+        context = prepared.context
+        refs = reference_frames(task, context.reference_source, context.reference_fps, native=True)
         scored = self.scorer.score_task(task, frames, refs)
         ledger = cont.ledger.summary()
         context_chunks = prepared.prefilled.next_chunk
         return {
-            "score": scored.score,
-            "detection_rate": scored.detection_rate,
-            "similarities": scored.similarities,
-            "boxes": scored.boxes,
+            **scored_fields(scored),
+            "metric": self.metric,
+            "video": video,
             "pr": ledger["pruning_ratio"],
             "target_pr": getattr(self.method, "target_pr", None),
             "context_pr": prepared.prefilled.ledger.pruning_ratio(),

@@ -3,30 +3,37 @@
 The run path goes one way: config -> :func:`run_experiment` (run directory, task selection, shard) ->
 :func:`cmbench.runs.runner.run_tasks` -> :class:`cmbench.runs.evaluator.ModelEvaluator` -> records.
 ``python -m cmbench run`` is a thin command line around :func:`run_experiment`.
+
+Everything that can refuse a run is checked before the run directory exists (the selection knobs,
+the data, the task selection, the method's knobs); a run refused after that (another process holds
+the shard, a configuration error at the first context) removes the folders it created, so a refused
+run leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cmbench.config_paths import to_dict
 from cmbench.config_schema import ROOT_KEYS, keys_with_role
 from cmbench.data import load_manifest
+from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
 from cmbench.provenance import git_commit, versions
-from cmbench.runs.runner import (
-    RunResult,
-    run_tasks,
-    select_tasks,
-    shard_from_env,
-    summarise,
-)
+from cmbench.runs.lock import RunFolderError
+from cmbench.runs.paths import path_component
+from cmbench.runs.records import read_task_records, records_files
+from cmbench.runs.runner import RunResult, check_shard, run_tasks, select_tasks, shard_from_env
+from cmbench.runs.summary import summarise
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
 SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
@@ -39,31 +46,109 @@ def method_label(cfg: DictConfig) -> str:
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config minus task selection and display: what changes a record."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(container, dict)
-    return {k: v for k, v in container.items() if k not in SELECTION_KEYS and k != "hydra"}
+    return {k: v for k, v in to_dict(cfg).items() if k not in SELECTION_KEYS and k != "hydra"}
+
+
+def data_dir(cfg: DictConfig) -> Path:
+    """``<out_dir>/<data>``: where the runs (and the default leaderboard) of one dataset live."""
+    return Path(str(cfg.out_dir)) / path_component(cfg.data.name, "data.name")
 
 
 def run_dir_for(cfg: DictConfig) -> Path:
     """``<out_dir>/<data>/<label>__<backbone>__<scorer>__<hash>``: readable, stable, no timestamp."""
-    slug = lambda s: re.sub(r"[^A-Za-z0-9._-]+", "-", str(s)).strip("-")  # noqa: E731
-    name = "__".join([slug(method_label(cfg)), slug(cfg.backbone.name), slug(cfg.scorer.name),
-                      config_hash(result_config(cfg))])
-    return Path(str(cfg.out_dir)) / slug(cfg.data.name) / name
+    name = "__".join([path_component(method_label(cfg), "label"), path_component(cfg.backbone.name, "backbone.name"),
+                      path_component(cfg.scorer.name, "scorer.name"), config_hash(result_config(cfg))])
+    return data_dir(cfg) / name
 
 
-def ensure_data(cfg: DictConfig) -> None:
-    """Build MiniWorld on first use (seconds); any other missing dataset is an error saying what to do."""
-    manifest = Path(str(cfg.data.root)) / str(cfg.data.manifest)
-    if manifest.is_file():
-        return
-    if str(cfg.data.name) == "miniworld":
-        from cmbench.miniworld import build_suite
+@dataclass(frozen=True)
+class RunOptions:
+    """The selection knobs of a run, checked.
 
-        build_suite(cfg.data)
-        return
-    raise ConfigError(f"{manifest} not found: run `python -m cmbench prepare data={cfg.data.name} "
-                      f"data.root={cfg.data.root}` first, or point data.root at a copy of the dataset")
+    Attributes
+    ----------
+    seed : int
+        Global seed (>= 0).
+    limit : int or None
+        A stratified sample of this many tasks (> 0), or all.
+    task_ids : list of str or None
+    threads : int or None
+        torch CPU threads (>= 1), or torch's default.
+    shard : (count, index)
+    """
+
+    seed: int
+    limit: int | None
+    task_ids: list[str] | None
+    threads: int | None
+    shard: tuple[int, int]
+
+
+def _whole(cfg: DictConfig, key: str, minimum: int, what: str, optional: bool = False) -> int | None:
+    value = OmegaConf.select(cfg, key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r}: expected {what}")
+    return value
+
+
+def run_options(cfg: DictConfig) -> RunOptions:
+    """Read and check ``seed``, ``limit``, ``task_ids``, ``threads`` and ``shard`` (or torchrun's
+    ``WORLD_SIZE`` / ``RANK``).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the knob, its value and what is expected.
+    """
+    ids = cfg.get("task_ids")
+    if isinstance(ids, str):
+        ids = [ids]
+    elif ids is not None and not isinstance(ids, ListConfig):
+        raise ConfigError(f"task_ids={ids!r}: expected a list of task ids, e.g. task_ids=[syn_001_reappear_01]")
+    try:
+        shard = shard_from_env(int(cfg.shard.count), int(cfg.shard.index))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"shard.count / shard.index (or WORLD_SIZE / RANK): expected whole numbers ({err})") from err
+    check_shard(*shard)
+    return RunOptions(
+        seed=_whole(cfg, "seed", 0, "a whole number >= 0") or 0,
+        limit=_whole(cfg, "limit", 1, "a positive whole number of tasks (or null for all)", optional=True),
+        task_ids=None if ids is None else [str(i) for i in ids],
+        threads=_whole(cfg, "threads", 1, "a whole number of torch threads >= 1 (or null)", optional=True),
+        shard=shard,
+    )
+
+
+@contextmanager
+def run_folder(run_dir: Path) -> Iterator[None]:
+    """Create ``run_dir`` for the block; if the block fails before any record was written, remove
+    the folders this call created (a refused run leaves nothing behind).
+
+    Raises
+    ------
+    RunFolderError
+        The folder cannot be created (read-only file system, disk full, a file in the way).
+    """
+    top = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunFolderError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from err
+    try:
+        yield
+    except BaseException:
+        if top is not None and not records_files(run_dir):
+            shutil.rmtree(top, ignore_errors=True)
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as err:
+        raise RunFolderError(f"cannot write {path}: {err.strerror or err}") from err
 
 
 @dataclass(frozen=True)
@@ -78,31 +163,37 @@ class ExperimentResult:
         The content of ``summary.json``.
     result : RunResult
         Tasks run now, cached and failed in this invocation.
+    task_ids : tuple of str
+        The selected tasks (all shards), in manifest order.
     """
 
     run_dir: Path
     label: str
     summary: dict[str, Any]
     result: RunResult
+    task_ids: tuple[str, ...]
 
 
 def run_experiment(cfg: DictConfig) -> ExperimentResult:
-    """Run the configured method over the selected tasks and write the run directory."""
+    """Run the configured method over the selected tasks and write the run directory.
+
+    Raises
+    ------
+    CMBenchError
+        Bad knobs, data, selection or method (before any folder is created), another process on
+        the same shard, an unwritable or full disk: each a one-line message.
+    """
     import torch
 
     from cmbench.runs.evaluator import ModelEvaluator
 
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg.threads))
-    ensure_data(cfg)
+    options = run_options(cfg)
+    if options.threads:
+        torch.set_num_threads(options.threads)
     run_dir = run_dir_for(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(result_config(cfg))))
+    build_adapter(cfg.data).ensure()
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
-    task_ids = list(cfg.task_ids) if cfg.get("task_ids") else None
-    limit = int(cfg.limit) if cfg.get("limit") is not None else None
-    selected = select_tasks(tasks, task_ids=task_ids, limit=limit, seed=int(cfg.seed))
-    shard = shard_from_env(int(cfg.shard.count), int(cfg.shard.index))
+    selected = select_tasks(tasks, task_ids=options.task_ids, limit=options.limit, seed=options.seed)
     evaluator = ModelEvaluator(cfg, run_dir)
     base = {
         "label": method_label(cfg),
@@ -111,14 +202,18 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
         "backbone": str(cfg.backbone.name),
         "scorer": str(cfg.scorer.name),
         "scorer_hash": evaluator.scorer_hash,
+        "metric": evaluator.metric,
         "data": str(cfg.data.name),
         "config_hash": config_hash(result_config(cfg)),
         "versions": versions(),
         "git_commit": git_commit(),
     }
-    result = run_tasks(selected, evaluator, run_dir, global_seed=int(cfg.seed), base_record=base, shard=shard,
-                       show_progress=bool(cfg.progress))
-    summary = summarise(run_dir, [t.task_id for t in selected])
-    summary.update(run_dir=str(run_dir), label=base["label"], shard={"count": shard[0], "index": shard[1]})
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return ExperimentResult(run_dir, base["label"], summary, result)
+    with run_folder(run_dir):
+        _write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(result_config(cfg))))
+        result = run_tasks(selected, evaluator, run_dir, global_seed=options.seed, base_record=base,
+                           shard=options.shard, show_progress=bool(cfg.progress))
+    summary = summarise(read_task_records(run_dir), [t.task_id for t in selected])
+    summary.update(run_dir=str(run_dir), label=base["label"], shard={"count": options.shard[0],
+                                                                       "index": options.shard[1]})
+    _write_text(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return ExperimentResult(run_dir, method_label(cfg), summary, result, tuple(t.task_id for t in selected))

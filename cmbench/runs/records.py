@@ -1,27 +1,299 @@
-"""The records files of a run directory: append-only JSON lines, durable, shard-aware.
+"""The task record: one typed schema, one writer and one reader, for ``run`` and ``score`` alike.
 
-A single process writes ``records.jsonl``; shard ``i`` of ``n`` writes
-``records.shard-i-of-n.jsonl``. Readers take every ``records*.jsonl`` of the directory together, so
-sharded, resumed and single-process runs read back the same way.
+A record is one JSON line describing one task's result (:class:`TaskRecord`). ``run`` appends them to
+``records.jsonl`` of its run directory (shard ``i`` of ``n``: ``records.shard-i-of-n.jsonl``);
+``score`` writes them to ``records.jsonl`` of its output folder. Readers take every ``records*.jsonl``
+of a folder together, so sharded, resumed, single-process and scored outputs read back the same way.
+
+Guarantees (docs/runs.md):
+
+- a record is written with one ``write`` call, flushed and fsync'd before :meth:`RecordWriter.write`
+  returns; a write that fails (disk full) is cut back off the file at once;
+- a torn last line (no newline: the process died mid-write) is skipped by readers and cut off by the
+  next writer of that file, so it never wedges a run; any other unreadable line is an error naming
+  file and line;
+- every record carries ``recorded_ns`` (wall clock, strictly increasing per file), and readers order
+  records by it, so "the last record of a task wins" means last in time across all files;
+- values are checked when written and when read (a score outside [-1, 1], a negative time, a field
+  the schema does not know): an impossible record is an error naming file, line and field.
+
+Schema versions: records without ``schema_version`` (version 0, CMBench before the typed record)
+are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
+import math
 import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
 from cmbench.errors import CMBenchError
 
+SCHEMA_VERSION = 1
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
+RECORDS_GLOB = "records*.jsonl"
+STATUSES = ("ok", "failed")
+KINDS = ("run", "score")
+DINO_METRIC = "DINO"
+DINO_EMBEDDERS = ("dinov2",)  # embedder backends whose cosine is the paper's DINO score
 
 
 class RecordsError(CMBenchError):
-    """A records file cannot be read."""
+    """A records file cannot be read, or holds an impossible record."""
+
+
+class RecordsWriteError(CMBenchError):
+    """A record could not be written (disk full, read-only folder): the run stops."""
+
+
+@dataclass
+class TaskRecord:
+    """One task's result: what ``run`` and ``score`` write, and what every report reads.
+
+    Fields are grouped by who fills them; a field a producer does not know stays ``None``
+    (``score`` knows nothing of generation, so its ``pr``, timings and method are ``None``).
+
+    Attributes
+    ----------
+    task_id, context_id, source, task_type : str
+        The task (``context_id``: the context video path without extension; tasks of one context
+        are one cluster in confidence intervals).
+    status : {"ok", "failed"}
+    kind : {"run", "score"}
+        ``run``: generated and scored by ``python -m cmbench run``; ``score``: a saved video scored by
+        ``python -m cmbench score``.
+    label : str
+        The name the result shows in leaderboards.
+    seed : int or None
+        The task's generation seed (``None`` when unknown, e.g. another generator's videos).
+    error, traceback : str or None
+        Why a failed task failed.
+    scorer, scorer_hash : str
+        Scorer config name and its hash (identity of everything that changes a score).
+    metric : str
+        What ``score`` measures: ``"DINO"`` when a DINOv2 embedder produced it (the paper's
+        protocol), else the scorer's name (e.g. ``"light"``).
+    score : float
+        Max over frames of the similarity to the reference, 0 when the target is never detected; a
+        cosine, so in [-1, 1].
+    detection_rate : float
+        Fraction of frames with a detection, in [0, 1].
+    similarities : list of float or None
+        Per frame, None where not detected.
+    boxes : list of [x0, y0, x1, y1] or None
+        Per frame, the chosen normalised box, None where not detected.
+    detection_scores : list of float or None
+    detection_threshold : float
+    reference_mask_fallback : list of bool
+        Per reference, True when its segmentation was empty and the annotated box was used.
+    reference_scores : list of float or None
+        Per reference, its best similarity over frames, when the scorer reports it.
+    best_frame : int or None
+        Index of the frame where ``score`` was reached (argmax of ``similarities``); None when the
+        target is never detected.
+    best_box : list of 4 float or None
+        ``boxes[best_frame]``.
+    n_frames : int
+        Frames scored.
+    video : str or None
+        The scored video: for ``run``, its lossless copy relative to the run directory; for
+        ``score``, the file that was read.
+    method, method_config, backbone, data, config_hash, versions, git_commit
+        What produced a ``run`` record (the method's name and every knob, ...).
+    pr, target_pr, context_pr : float
+        Pruning ratio over the continuation (the paper's Eq. 4), the budget's target, the context's.
+    kept_tokens, kept_context_tokens, peak_kv_bytes : int
+    prefill_seconds, continuation_seconds, continuation_fps : float
+    continuation_frames : int
+    schema_version : int
+    recorded_ns : int or None
+        When the record was written (Unix time in ns, strictly increasing per file); set by
+        :class:`RecordWriter`.
+    """
+
+    task_id: str
+    status: str
+    context_id: str | None = None
+    source: str | None = None
+    task_type: str | None = None
+    kind: str = "run"
+    label: str | None = None
+    seed: int | None = None
+    error: str | None = None
+    traceback: str | None = None
+    # scoring
+    scorer: str | None = None
+    scorer_hash: str | None = None
+    metric: str | None = None
+    score: float | None = None
+    detection_rate: float | None = None
+    similarities: list[float | None] | None = None
+    boxes: list[list[float] | None] | None = None
+    detection_scores: list[float | None] | None = None
+    detection_threshold: float | None = None
+    reference_mask_fallback: list[bool] | None = None
+    reference_scores: list[float | None] | None = None
+    best_frame: int | None = None
+    best_box: list[float] | None = None
+    n_frames: int | None = None
+    video: str | None = None
+    # generation (run only)
+    method: str | None = None
+    method_config: dict[str, Any] | None = None
+    backbone: str | None = None
+    data: str | None = None
+    config_hash: str | None = None
+    versions: dict[str, str] | None = None
+    git_commit: str | None = None
+    pr: float | None = None
+    target_pr: float | None = None
+    context_pr: float | None = None
+    kept_tokens: int | None = None
+    kept_context_tokens: int | None = None
+    peak_kv_bytes: int | None = None
+    prefill_seconds: float | None = None
+    continuation_seconds: float | None = None
+    continuation_frames: int | None = None
+    continuation_fps: float | None = None
+    # bookkeeping
+    schema_version: int = SCHEMA_VERSION
+    recorded_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        problem = record_problem(self)
+        if problem:
+            raise ValueError(problem)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field as plain JSON values (numpy scalars and arrays converted)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> "TaskRecord":
+        """A record from a JSON object, upgrading version-0 records.
+
+        Raises
+        ------
+        ValueError
+            Unknown fields (at the current version), a newer schema version, or impossible values.
+        """
+        row = dict(row)
+        version = row.get("schema_version", 0)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ValueError(f"schema_version {version!r} is newer than this CMBench reads ({SCHEMA_VERSION})")
+        if version == 0:
+            row = _upgrade_v0(row)
+        unknown = sorted(set(row) - FIELD_NAMES)
+        if unknown:
+            raise ValueError(f"field(s) {', '.join(unknown)} not in the task record schema (version {SCHEMA_VERSION})")
+        for name in REQUIRED:
+            if name not in row:
+                raise ValueError(f"{name}: missing required field")
+        return cls(**row)
+
+
+FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
+REQUIRED = ("task_id", "status")
+_FRACTIONS = ("detection_rate", "pr", "target_pr", "context_pr")
+_NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds",
+                 "continuation_frames", "continuation_fps", "n_frames")
+
+
+def _upgrade_v0(row: dict[str, Any]) -> dict[str, Any]:
+    """Version 0 (``score``'s ``scorer_config_hash``, evaluator extras) to the current schema."""
+    if "scorer_config_hash" in row:
+        row.setdefault("scorer_hash", row.pop("scorer_config_hash"))
+    row = {k: v for k, v in row.items() if k in FIELD_NAMES}
+    row["schema_version"] = SCHEMA_VERSION
+    return row
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def record_problem(record: TaskRecord) -> str | None:
+    """What is impossible about a record (``"field: what"``), or None."""
+    if not isinstance(record.task_id, str) or not record.task_id:
+        return f"task_id: is {record.task_id!r}, expected a non-empty string"
+    if record.status not in STATUSES:
+        return f"status: is {record.status!r}, expected one of {', '.join(STATUSES)}"
+    if record.kind not in KINDS:
+        return f"kind: is {record.kind!r}, expected one of {', '.join(KINDS)}"
+    if record.score is not None and not (_number(record.score) and -1.0 <= float(record.score) <= 1.0):
+        return f"score: is {record.score!r}, expected a similarity in [-1, 1]"
+    for name in _FRACTIONS:
+        value = getattr(record, name)
+        if value is not None and not (_number(value) and 0.0 <= float(value) <= 1.0):
+            return f"{name}: is {value!r}, expected a fraction in [0, 1]"
+    for name in _NON_NEGATIVE:
+        value = getattr(record, name)
+        if value is not None and not (_number(value) and float(value) >= 0.0 and math.isfinite(float(value))):
+            return f"{name}: is {value!r}, expected a finite number >= 0"
+    if record.seed is not None and not isinstance(record.seed, (int, np.integer)):
+        return f"seed: is {record.seed!r}, expected an integer"
+    if record.best_frame is not None and record.n_frames is not None and not 0 <= record.best_frame < record.n_frames:
+        return f"best_frame: is {record.best_frame}, expected an index below n_frames={record.n_frames}"
+    return None
+
+
+def metric_name(scorer_config: Mapping[str, Any]) -> str:
+    """What a scorer's score measures: ``"DINO"`` when its embedder is DINOv2 (the paper's metric),
+    else the scorer's own name."""
+    embedder = scorer_config.get("embedder") or {}
+    if str(embedder.get("backend", "")) in DINO_EMBEDDERS:
+        return DINO_METRIC
+    return str(scorer_config.get("name") or "score")
+
+
+def scored_fields(task_score: Any) -> dict[str, Any]:
+    """The record fields of a scorer's :class:`cmbench.scoring.pipeline.TaskScore`.
+
+    Adds the best frame (argmax of the per-frame similarities) and its box, and the per-reference
+    best scores when the scorer reports them (``reference_scores``).
+    """
+    sims = list(task_score.similarities)
+    detected = [i for i, s in enumerate(sims) if s is not None]
+    best = max(detected, key=lambda i: sims[i]) if detected else None
+    return {
+        "score": task_score.score,
+        "detection_rate": task_score.detection_rate,
+        "similarities": sims,
+        "boxes": list(task_score.boxes),
+        "detection_scores": list(task_score.detection_scores),
+        "detection_threshold": task_score.detection_threshold,
+        "reference_mask_fallback": list(task_score.reference_mask_fallback),
+        "reference_scores": getattr(task_score, "reference_scores", None),
+        "best_frame": best,
+        "best_box": None if best is None else task_score.boxes[best],
+        "n_frames": task_score.n_frames,
+        "scorer": task_score.scorer,
+        "scorer_hash": task_score.scorer_config_hash,
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 def records_path(run_dir: Path, count: int = 1, index: int = 0) -> Path:
@@ -29,49 +301,127 @@ def records_path(run_dir: Path, count: int = 1, index: int = 0) -> Path:
     return Path(run_dir) / (RECORDS if count == 1 else SHARD_RECORDS.format(index=index, count=count))
 
 
-def read_all_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every record of every records file of a run, in file order (files sorted by name)."""
+def records_files(run_dir: str | Path) -> list[Path]:
+    """Every records file of a folder, sorted by name."""
+    return sorted(Path(run_dir).glob(RECORDS_GLOB))
+
+
+def read_records_file(path: Path) -> list[tuple[TaskRecord, int]]:
+    """Records of one file with their line numbers, skipping a torn last line.
+
+    Raises
+    ------
+    RecordsError
+        ``file:line: ...`` for invalid JSON before the last line, or an impossible record.
+    """
+    complete, _, _torn = path.read_bytes().rpartition(b"\n")  # after the last newline: a torn write
+    lines = complete.split(b"\n") if complete else []
     rows = []
-    for path in sorted(Path(run_dir).glob("records*.jsonl")):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise RecordsError(f"{path}:{number}: invalid JSON ({err.msg})") from err
-    return rows
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append((json.loads(raw), number))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            msg = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8"
+            raise RecordsError(f"{path}:{number}: invalid JSON ({msg})") from err
+    records = []
+    for row, number in rows:
+        if not isinstance(row, dict):
+            raise RecordsError(f"{path}:{number}: a record must be a JSON object, got {type(row).__name__}")
+        try:
+            records.append((TaskRecord.from_json(row), number))
+        except (TypeError, ValueError) as err:
+            raise RecordsError(f"{path}:{number}: {err}") from err
+    return records
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.floating, np.integer, np.bool_)):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+def read_task_records(run_dir: str | Path) -> list[TaskRecord]:
+    """Every record of every records file of a folder, oldest first (by ``recorded_ns``; records
+    without it, written before the field existed, come first in file and line order)."""
+    keyed = []
+    for file_index, path in enumerate(records_files(run_dir)):
+        for record, line in read_records_file(path):
+            keyed.append(((record.recorded_ns or 0, file_index, line), record))
+    keyed.sort(key=lambda item: item[0])
+    return [record for _, record in keyed]
+
+
+def read_all_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """:func:`read_task_records` as JSON dicts (every schema field present)."""
+    return [r.to_json() for r in read_task_records(run_dir)]
+
+
+def latest_records(records: Iterable[TaskRecord]) -> dict[str, TaskRecord]:
+    """The last record of each task (records in time order, as :func:`read_task_records` gives)."""
+    latest: dict[str, TaskRecord] = {}
+    for record in records:
+        latest[record.task_id] = record
+    return latest
 
 
 class RecordWriter:
     """Appends one JSON line per record, flushed and fsync'd before :meth:`write` returns.
 
-    A process killed mid-write can leave a torn last line; opening the writer cuts it off, so the
-    task it belonged to simply runs again.
+    Opening the writer cuts a torn last line off its file (left by a process killed mid-write), so
+    the task it belonged to simply runs again. One writer per file at a time: hold the folder's
+    :class:`cmbench.runs.lock.RunLock` while writing.
+
+    Parameters
+    ----------
+    path : Path
+    fresh : bool
+        Start the file empty (``score`` rewrites its records on every invocation).
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fresh: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            data = self.path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with open(self.path, "r+b") as f:
-                    f.truncate(data.rfind(b"\n") + 1)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if fresh:
+                self.path.write_bytes(b"")
+            elif self.path.exists():
+                data = self.path.read_bytes()
+                if data and not data.endswith(b"\n"):
+                    with open(self.path, "r+b") as f:
+                        f.truncate(data.rfind(b"\n") + 1)
+        except OSError as err:
+            raise RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}") from err
+        self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=0) \
+            if self.path.exists() else 0
 
-    def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True, default=_json_default) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+    def write(self, record: TaskRecord | Mapping[str, Any]) -> TaskRecord:
+        """Stamp ``recorded_ns``, check and append one record; returns the record as written.
+
+        Raises
+        ------
+        ValueError
+            An impossible record (nothing is written).
+        RecordsWriteError
+            The file system refused the write (nothing of the record stays in the file).
+        """
+        if not isinstance(record, TaskRecord):
+            record = TaskRecord.from_json(record)
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        record = dataclasses.replace(record, recorded_ns=self._last_ns)
+        line = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}") from err
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(errno.ENOSPC, "short write (disk full?)")
+                os.fsync(fd)
+            except OSError as err:
+                try:  # leave no torn line behind
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # the next writer cuts it (see __init__)
+                raise RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}") from err
+        finally:
+            os.close(fd)
+        return record

@@ -4,6 +4,12 @@ A run directory is named from the resolved config (a readable name plus a short 
 that changes a number), never from a timestamp, so rerunning the same command finds its records and
 skips what is finished. Records are appended one line per finished task, flushed and fsync'd: a run
 killed at any moment (SIGKILL included) and restarted ends with the records of an uninterrupted run.
+Each shard's records file is written under an exclusive lock (:class:`cmbench.runs.lock.RunLock`), so
+two processes never run the same shard of one run directory at once.
+
+A task that raises is recorded as failed and the run goes on, except for a :class:`ConfigError`
+(the configuration is wrong: every task would fail the same way) and a records file that cannot be
+written (disk full): those stop the run at once, keeping every record already written.
 
 What happens to one context and its tasks is delegated to an :class:`Evaluator` (see
 :mod:`cmbench.runs.evaluator`), so this module knows nothing of models or scorers.
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 import os
 import traceback
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -24,8 +30,8 @@ from tqdm import tqdm
 from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
-from cmbench.runs.records import RecordWriter, read_all_records, records_path
-
+from cmbench.runs.lock import RunLock
+from cmbench.runs.records import RecordWriter, TaskRecord, latest_records, read_task_records, records_path
 
 class Evaluator(Protocol):
     """Runs the tasks of one context: a shared preparation (prefill), then each task."""
@@ -35,7 +41,7 @@ class Evaluator(Protocol):
         ...
 
     def evaluate(self, task: Task, prepared: Any, seed: int) -> dict[str, Any]:
-        """Fields of one task's record (score, PR, timings, ...)."""
+        """Fields of one task's :class:`~cmbench.runs.records.TaskRecord` (score, PR, timings, ...)."""
         ...
 
 
@@ -44,13 +50,16 @@ def select_tasks(
 ) -> list[Task]:
     """Pick the tasks to run, keeping manifest order.
 
-    ``task_ids`` picks named tasks (unknown ids are an error naming the closest match); ``limit``
-    takes a seeded random sample of ``limit`` tasks stratified by (source, task_type), each stratum
-    getting its proportional share (largest remainders first).
+    ``task_ids`` picks named tasks (unknown ids are an error naming the closest match; an empty list
+    is an error, not "all tasks"); ``limit`` takes a seeded random sample of ``limit`` tasks
+    stratified by (source, task_type), each stratum getting its proportional share (largest
+    remainders first).
     """
-    if task_ids:
-        by_id = {t.task_id: t for t in tasks}
+    if task_ids is not None:
         wanted = list(dict.fromkeys(task_ids))
+        if not wanted:
+            raise ConfigError("task_ids=[] selects no task; name some tasks, or leave task_ids unset to run all")
+        by_id = {t.task_id: t for t in tasks}
         unknown = [i for i in wanted if i not in by_id]
         if unknown:
             import difflib
@@ -60,10 +69,10 @@ def select_tasks(
             raise ConfigError(f"task_ids not in the manifest: {', '.join(hints)}")
         keep = set(wanted)
         tasks = [t for t in tasks if t.task_id in keep]
+    if limit is not None and limit <= 0:
+        raise ConfigError(f"limit must be a positive number of tasks, got {limit}")
     if limit is None or limit >= len(tasks):
         return list(tasks)
-    if limit <= 0:
-        raise ConfigError(f"limit must be positive, got {limit}")
     strata: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
         strata[(t.source, t.task_type)].append(i)
@@ -80,11 +89,16 @@ def select_tasks(
 def shard_tasks(tasks: list[Task], count: int, index: int) -> list[Task]:
     """Tasks of shard ``index`` of ``count``: whole contexts, dealt round-robin in manifest order, so
     the tasks of one context share a prefill within one shard."""
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
+    check_shard(count, index)
     contexts = list(dict.fromkeys(t.context_id for t in tasks))
     mine = set(contexts[index::count])
     return [t for t in tasks if t.context_id in mine]
+
+
+def check_shard(count: int, index: int) -> None:
+    """Raise a :class:`ConfigError` unless ``count >= 1`` and ``0 <= index < count``."""
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
 
 
 def shard_from_env(count: int, index: int) -> tuple[int, int]:
@@ -95,8 +109,8 @@ def shard_from_env(count: int, index: int) -> tuple[int, int]:
 
 
 def finished_task_ids(run_dir: Path) -> set[str]:
-    """Tasks with a successful record (failed tasks are retried on rerun)."""
-    return {r["task_id"] for r in read_all_records(run_dir) if r.get("status") == "ok"}
+    """Tasks whose latest record is a success (failed tasks are retried on rerun)."""
+    return {t for t, r in latest_records(read_task_records(run_dir)).items() if r.status == "ok"}
 
 
 @dataclass
@@ -134,67 +148,60 @@ def run_tasks(
     """
     count, index = shard
     mine = shard_tasks(tasks, count, index)
-    done_before = finished_task_ids(run_dir)
-    todo = [t for t in mine if t.task_id not in done_before]
-    writer = RecordWriter(records_path(run_dir, count, index))
-    by_context: dict[str, list[Task]] = defaultdict(list)
-    for t in todo:
-        by_context[t.context_id].append(t)
-    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not show_progress, unit="task",
-               desc=run_dir.name, dynamic_ncols=True)
-    scores: list[float] = []
-    done = failed = 0
-    for context_tasks in by_context.values():
-        try:
-            prepared = evaluator.prepare(context_tasks)
-            prep_error = None
-        except Exception as err:  # one bad context must not stop the run
-            prepared, prep_error = None, err
-        for task in context_tasks:
-            seed = task_seed(global_seed, task.task_id)
-            record = {**base_record, **_task_fields(task), "seed": seed}
-            try:
-                if prep_error is not None:
-                    raise prep_error
-                record.update(evaluator.evaluate(task, prepared, seed))
-                record["status"], record["error"] = "ok", None
-            except Exception as err:
-                record.update(status="failed", error=f"{type(err).__name__}: {err}",
-                              traceback=traceback.format_exc(limit=8))
-                failed += 1
-            writer.write(record)
-            done += 1
-            if record["status"] == "ok" and record.get("score") is not None:
-                scores.append(float(record["score"]))
-            bar.update(1)
-            bar.set_postfix(cached=len(mine) - len(todo), failed=failed,
-                            mean=f"{np.mean(scores):.4f}" if scores else "-")
-    bar.close()
+    path = records_path(run_dir, count, index)
+    with RunLock(path):
+        writer = RecordWriter(path)  # cuts a torn last line of this shard's file before anything reads it
+        done_before = finished_task_ids(run_dir)
+        todo = [t for t in mine if t.task_id not in done_before]
+        by_context: dict[str, list[Task]] = defaultdict(list)
+        for t in todo:
+            by_context[t.context_id].append(t)
+        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not show_progress, unit="task",
+                   desc=run_dir.name, dynamic_ncols=True)
+        scores: list[float] = []
+        done = failed = 0
+        for context_tasks in by_context.values():
+            prepared, prep_error = _prepare(evaluator, context_tasks)
+            for task in context_tasks:
+                record = _evaluate(evaluator, task, prepared, prep_error, global_seed, base_record)
+                writer.write(record)
+                done += 1
+                if record.status != "ok":
+                    failed += 1
+                elif record.score is not None:
+                    scores.append(float(record.score))
+                bar.update(1)
+                bar.set_postfix(cached=len(mine) - len(todo), failed=failed,
+                                mean=f"{np.mean(scores):.4f}" if scores else "-")
+        bar.close()
     return RunResult(run_dir, done=done, cached=len(mine) - len(todo), failed=failed)
+
+
+def _prepare(evaluator: Evaluator, tasks: list[Task]) -> tuple[Any, Exception | None]:
+    """The context's shared work, or the error that makes its tasks fail (a ConfigError stops the run)."""
+    try:
+        return evaluator.prepare(tasks), None
+    except ConfigError:
+        raise
+    except Exception as err:  # one bad context must not stop the run
+        return None, err
+
+
+def _evaluate(evaluator: Evaluator, task: Task, prepared: Any, prep_error: Exception | None, global_seed: int,
+              base_record: dict[str, Any]) -> TaskRecord:
+    """One task's record: its evaluation, or the error it failed with (a ConfigError stops the run)."""
+    seed = task_seed(global_seed, task.task_id)
+    fields = {**base_record, **_task_fields(task), "seed": seed}
+    try:
+        if prep_error is not None:
+            raise prep_error
+        return TaskRecord(**{**fields, **evaluator.evaluate(task, prepared, seed), "status": "ok"})
+    except ConfigError:
+        raise
+    except Exception as err:
+        return TaskRecord(**fields, status="failed", error=f"{type(err).__name__}: {err}",
+                          traceback=traceback.format_exc(limit=8))
 
 
 def _task_fields(task: Task) -> dict[str, Any]:
     return {"task_id": task.task_id, "context_id": task.context_id, "source": task.source, "task_type": task.task_type}
-
-
-def summarise(run_dir: Path, expected_task_ids: Iterable[str]) -> dict[str, Any]:
-    """``summary.json`` content from all records of a run (the last record of a task wins)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for r in read_all_records(run_dir):
-        latest[r["task_id"]] = r
-    expected = list(expected_task_ids)
-    rows = [latest[t] for t in expected if t in latest]
-    ok = [r for r in rows if r.get("status") == "ok"]
-    mean = lambda key: float(np.mean([r[key] for r in ok])) if ok else None  # noqa: E731
-    return {
-        "tasks_expected": len(expected),
-        "tasks_recorded": len(rows),
-        "tasks_ok": len(ok),
-        "tasks_failed": len(rows) - len(ok),
-        "failed_task_ids": sorted(r["task_id"] for r in rows if r.get("status") != "ok"),
-        "missing_task_ids": sorted(set(expected) - set(latest)),
-        "score": mean("score"),
-        "pr": mean("pr"),
-        "by_source": dict(Counter(r["source"] for r in ok)),
-        "by_type": dict(Counter(r["task_type"] for r in ok)),
-    }

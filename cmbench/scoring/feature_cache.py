@@ -70,14 +70,15 @@ class FeatureCache:
         return self.folder / video_hash[:2] / f"{video_hash}_{target_hash}.npz"
 
     def load(self, video_hash: str, target_hash: str) -> FrameFeatures | None:
-        """The entry, or None when absent or unreadable (a corrupt entry is treated as a miss)."""
+        """The entry, or None when absent or unreadable: an empty, truncated or garbage file (left by a
+        full disk or a crash) is a miss, recomputed and overwritten by :meth:`store`."""
         path = self.path(video_hash, target_hash)
         if not path.is_file():
             return None
         try:
             with np.load(path, allow_pickle=False) as data:
                 return FrameFeatures(**{f.name: data[f.name] for f in fields(FrameFeatures)})
-        except (OSError, ValueError, KeyError):
+        except Exception:  # EOFError, zipfile.BadZipFile, ValueError, KeyError, OSError, ...
             return None
 
     def store(self, video_hash: str, target_hash: str, features: FrameFeatures) -> Path:

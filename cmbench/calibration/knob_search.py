@@ -1,0 +1,139 @@
+"""Find the value of a method's own knob that gives a target pruning ratio.
+
+A method is compared with another at the same budget by running it with its OWN rule at the knob value
+that lands on the target PR (DeCoPrune's threshold gamma, TempDiff's block count, Streaming's window),
+found once on calibration data, rather than by forcing a budget onto its decisions. The search treats
+PR as a monotone function of the knob, measured by a callable (on a calibration world, see
+:mod:`cmbench.calibration.pruning_ratio`), and bisects it: on a log scale for thresholds that span
+decades, over integers for counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cmbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A method knob that sets its pruning ratio.
+
+    Attributes
+    ----------
+    name : str
+        The dataclass field (e.g. ``"gamma"``).
+    low, high : float
+        The search range.
+    increasing : bool
+        Whether a larger value prunes more (a threshold: yes; a number of kept tokens: no).
+    log : bool
+        Bisect on a log scale (``low > 0``).
+    integer : bool
+        The knob takes whole values.
+    """
+
+    name: str
+    low: float
+    high: float
+    increasing: bool = True
+    log: bool = False
+    integer: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high:
+            raise ConfigError(f"knob {self.name}: low ({self.low}) must be below high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"knob {self.name}: a log-scale search needs low > 0, got {self.low}")
+
+    def middle(self, a: float, b: float) -> float:
+        if self.integer:
+            return float(math.floor((a + b) / 2))
+        return math.sqrt(a * b) if self.log else (a + b) / 2
+
+
+@dataclass
+class SearchResult:
+    """The outcome of :func:`search_knob`.
+
+    Attributes
+    ----------
+    knob : str
+    value : float
+        The chosen value (the evaluated one whose PR is closest to the target).
+    pr : float
+        Its measured PR.
+    target_pr : float
+    log : list of (value, pr)
+        Every evaluation, in order.
+    """
+
+    knob: str
+    value: float
+    pr: float
+    target_pr: float
+    log: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def error(self) -> float:
+        return self.pr - self.target_pr
+
+
+def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float], tolerance: float = 0.002,
+                max_evaluations: int = 14) -> SearchResult:
+    """Bisect ``knob`` until ``measure(value)`` (the PR) is within ``tolerance`` of ``target_pr``.
+
+    Parameters
+    ----------
+    knob : Knob
+    target_pr : float
+        In [0, 1).
+    measure : callable ``value -> PR``
+        Runs the method with the knob at ``value`` on the calibration data.
+    tolerance : float
+        Stop once a value's PR is this close to the target (absolute).
+    max_evaluations : int
+        Stop after this many calls to ``measure`` (integer knobs stop earlier, when the bracket closes).
+
+    Returns
+    -------
+    SearchResult
+        The evaluated value whose PR is closest to the target, and the whole search log.
+
+    Raises
+    ------
+    ConfigError
+        When the target lies outside the PRs the knob's range reaches (the message gives that range).
+    """
+    if not 0.0 <= target_pr < 1.0:
+        raise ConfigError(f"target PR must be in [0, 1), got {target_pr}")
+    log: list[tuple[float, float]] = []
+
+    def evaluate(value: float) -> float:
+        value = float(round(value)) if knob.integer else value
+        pr = float(measure(value))
+        log.append((value, pr))
+        return pr
+
+    low, high = knob.low, knob.high
+    pr_low, pr_high = evaluate(low), evaluate(high)
+    lo_pr, hi_pr = (pr_low, pr_high) if knob.increasing else (pr_high, pr_low)
+    if not lo_pr - tolerance <= target_pr <= hi_pr + tolerance:
+        raise ConfigError(
+            f"target PR {target_pr:.4f} is outside what {knob.name} in [{knob.low:g}, {knob.high:g}] reaches on "
+            f"the calibration data (PR {min(pr_low, pr_high):.4f} .. {max(pr_low, pr_high):.4f})"
+        )
+    while len(log) < max_evaluations and min(abs(pr - target_pr) for _, pr in log) > tolerance:
+        middle = knob.middle(low, high)
+        if knob.integer and middle in (low, high):
+            break
+        pr = evaluate(middle)
+        below = pr < target_pr
+        if below == knob.increasing:  # more pruning needed: move towards the pruning end of the range
+            low = middle
+        else:
+            high = middle
+    value, pr = min(log, key=lambda entry: (abs(entry[1] - target_pr), entry[0]))
+    return SearchResult(knob.name, value, pr, target_pr, log)

@@ -1,0 +1,63 @@
+"""``summary.json``: counts and means of a folder's task records, the same for ``run`` and ``score``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+import numpy as np
+
+from cmbench.runs.records import SCHEMA_VERSION, TaskRecord, latest_records
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str]) -> dict[str, Any]:
+    """Counts and mean scores over the expected tasks (the last record of a task wins).
+
+    Parameters
+    ----------
+    records : iterable of TaskRecord
+        In time order (:func:`cmbench.runs.records.read_task_records`).
+    expected_task_ids : iterable of str
+        The tasks the summary is about; records of other tasks are left out.
+
+    Returns
+    -------
+    dict
+        ``tasks_expected / _recorded / _ok / _failed``, ``failed_task_ids``, ``missing_task_ids``
+        (expected, no record), ``metric``, ``score`` (mean over successful tasks),
+        ``score_all_tasks`` (every expected task without a successful record counts 0),
+        ``detection_rate``, ``pr`` (mean over successful tasks that report one, else None), and
+        ``by_source`` / ``by_type``: ``{value: {"n": successful tasks, "score": mean}}``.
+    """
+    latest = latest_records(records)
+    expected = list(dict.fromkeys(expected_task_ids))
+    rows = [latest[t] for t in expected if t in latest]
+    ok = [r for r in rows if r.status == "ok"]
+    scores = [float(r.score) for r in ok if r.score is not None]
+    groups: dict[str, dict[str, list[float]]] = {"source": defaultdict(list), "task_type": defaultdict(list)}
+    for r in ok:
+        for key, group in groups.items():
+            if r.score is not None:
+                group[str(getattr(r, key))].append(float(r.score))
+    metrics = sorted({r.metric for r in ok if r.metric})
+    prs = [float(r.pr) for r in ok if r.pr is not None]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "metric": metrics[0] if len(metrics) == 1 else (", ".join(metrics) or None),
+        "tasks_expected": len(expected),
+        "tasks_recorded": len(rows),
+        "tasks_ok": len(ok),
+        "tasks_failed": len(rows) - len(ok),
+        "failed_task_ids": sorted(r.task_id for r in rows if r.status != "ok"),
+        "missing_task_ids": sorted(set(expected) - set(latest)),
+        "score": _mean(scores),
+        "score_all_tasks": sum(scores) / len(expected) if expected else None,
+        "detection_rate": _mean([float(r.detection_rate) for r in ok if r.detection_rate is not None]),
+        "pr": _mean(prs),
+        "by_source": {k: {"n": len(v), "score": _mean(v)} for k, v in sorted(groups["source"].items())},
+        "by_type": {k: {"n": len(v), "score": _mean(v)} for k, v in sorted(groups["task_type"].items())},
+    }

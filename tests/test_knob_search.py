@@ -1,0 +1,48 @@
+"""Knob search: a knob whose pruning ratio is a known function of it is calibrated to the target."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cmbench.calibration.knob_search import Knob, search_knob
+from cmbench.errors import ConfigError
+
+
+def threshold_pr(gamma: float) -> float:
+    """A threshold method: PR rises with gamma over several decades (a logistic in log gamma)."""
+    return 0.98 / (1.0 + math.exp(-2.0 * (math.log10(gamma) + 1.0)))
+
+
+@pytest.mark.parametrize("target", [0.75, 0.80, 0.85, 0.90, 0.95])
+def test_a_threshold_is_found_within_half_a_point(target):
+    result = search_knob(Knob("gamma", 1e-4, 10.0, increasing=True, log=True), target, threshold_pr)
+    assert abs(result.pr - target) <= 0.005 and abs(threshold_pr(result.value) - result.pr) < 1e-12
+    assert result.log[0][0] == 1e-4 and result.log[1][0] == 10.0 and len(result.log) <= 14
+
+
+def test_a_count_knob_that_prunes_less_when_larger():
+    tokens = 1000
+
+    def kept_pr(k: float) -> float:
+        return 1.0 - k / tokens
+
+    result = search_knob(Knob("k", 0, tokens, increasing=False, integer=True), 0.85, kept_pr)
+    assert result.value == 150 and result.pr == pytest.approx(0.85)
+    assert all(float(v).is_integer() for v, _ in result.log)
+
+
+def test_a_coarse_integer_knob_returns_the_closest_it_can():
+    def window_pr(recent: float) -> float:
+        return 1.0 - (1 + recent) / 48  # sink 1 + recent windows of a 48-chunk history
+
+    result = search_knob(Knob("recent_chunks", 0, 47, increasing=False, integer=True), 0.90, window_pr)
+    assert result.value == 4 and abs(result.error) == pytest.approx(abs(window_pr(4) - 0.90))
+
+
+def test_unreachable_targets_say_what_range_the_knob_reaches():
+    with pytest.raises(ConfigError, match=r"target PR 0\.9900 is outside what gamma in \[0\.0001, 10\] reaches"):
+        search_knob(Knob("gamma", 1e-4, 10.0, log=True), 0.99, threshold_pr)
+    with pytest.raises(ConfigError, match="low > 0"):
+        Knob("gamma", 0.0, 1.0, log=True)

@@ -1,0 +1,94 @@
+"""The method contract check: every registered method passes it, and broken methods fail the right check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from cmbench.backbones.tiny import DEFAULT_WEIGHTS
+from cmbench.cache import KVCache
+from cmbench.method_check import check_method, format_results
+from cmbench.methods import ChunkSignals, Method, ScoredMethod, method_class, method_names
+from fakes import single_thread  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+HEAD_MAP = DEFAULT_WEIGHTS.with_name("tiny_miniworld_head_map.json")
+
+
+def config_for(name: str, **knobs) -> dict:
+    """A registered method's config as the CLI builds it for the tiny backbone (head maps from the backbone)."""
+    cfg = {"name": name, **knobs}
+    if "head_map" in {f for f in method_class(name).__dataclass_fields__}:
+        cfg.setdefault("head_map", str(HEAD_MAP))
+    return cfg
+
+
+def passed(results) -> dict[str, bool]:
+    return {r.name: r.passed for r in results}
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_every_registered_method_meets_the_contract(name):
+    results = check_method(config_for(name), context_chunks=4, continuation_chunks=4)
+    assert all(r.passed for r in results), format_results(results)
+    assert [r.name for r in results] == ["builds", "runs", "provenance", "deterministic", "decisions only",
+                                         "PR accounted", "budget"]
+
+
+@pytest.mark.parametrize("name", [n for n in method_names() if issubclass(method_class(n), ScoredMethod)])
+def test_every_scored_method_honours_a_budget(name):
+    results = check_method(config_for(name, target_pr=0.5), context_chunks=4, continuation_chunks=3)
+    assert all(r.passed for r in results), format_results(results)
+    budget = next(r for r in results if r.name == "budget")
+    assert "target_pr 0.500: realised" in budget.detail
+
+
+@dataclass
+class LeavesATrace(Method):
+    """Keeps everything, but nudges the newest chunk's stored values: not a keep decision."""
+
+    name = "leaves_a_trace"
+
+    def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
+        for bank in cache.all_banks():
+            rows = bank.field("chunk") == sig.chunk.index
+            bank.v[:, : bank.n][:, rows] += 0.5
+
+
+@dataclass
+class Nondeterministic(Method):
+    """Drops a token chosen by the global random state."""
+
+    name = "nondeterministic"
+
+    def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
+        keep = torch.ones(sig.chunk.length, dtype=torch.bool)
+        keep[int(torch.randint(sig.chunk.length, ()))] = False
+        cache.mark(sig.chunk.index, keep=keep)
+
+
+@dataclass
+class IgnoresItsBudget(ScoredMethod):
+    """Declares a target PR but keeps everything."""
+
+    name = "ignores_its_budget"
+
+    def select(self, bank, newest):
+        return torch.ones(bank.n, dtype=torch.bool)
+
+    def limits(self, cache, newest):
+        return {}
+
+
+def test_broken_methods_fail_the_check_that_names_their_fault():
+    assert passed(check_method(LeavesATrace(), context_chunks=3, continuation_chunks=2))["decisions only"] is False
+    assert passed(check_method(Nondeterministic(), context_chunks=3, continuation_chunks=2))["deterministic"] is False
+    results = passed(check_method(IgnoresItsBudget(target_pr=0.5), context_chunks=3, continuation_chunks=2))
+    assert results["budget"] is False and results["decisions only"] is True
+
+
+def test_a_config_error_is_reported_as_the_failed_build():
+    results = check_method({"name": "decoprune", "gamma": "abc", "probe_step": 7})
+    assert [(r.name, r.passed) for r in results] == [("builds", False)]

@@ -1,0 +1,139 @@
+"""The task record: schema, versions, the writer's durability and the reader's repairs and refusals."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+
+from cmbench.runs import records as records_module
+from cmbench.runs.records import (
+    SCHEMA_VERSION,
+    RecordsError,
+    RecordsWriteError,
+    RecordWriter,
+    TaskRecord,
+    metric_name,
+    read_all_records,
+    read_task_records,
+    scored_fields,
+)
+from cmbench.scoring.pipeline import TaskScore
+
+
+def ok(task_id: str, score: float = 0.5, **extra) -> dict:
+    return {"task_id": task_id, "status": "ok", "score": score, **extra}
+
+
+def test_record_round_trips_and_names_its_version():
+    record = TaskRecord(task_id="t1", status="ok", context_id="videos/a", source="real", task_type="revisit",
+                        label="x", seed=3, score=0.25, pr=0.5, metric="DINO")
+    row = record.to_json()
+    assert row["schema_version"] == SCHEMA_VERSION == 1
+    assert TaskRecord.from_json(row) == record
+    assert set(row) == {f for f in records_module.FIELD_NAMES}
+
+
+def test_version_0_records_are_upgraded_and_unknown_versions_refused():
+    old_score = {"status": "ok", "task_id": "t1", "source": "synthetic", "task_type": "reappear", "score": 0.7,
+                 "scorer": "light", "scorer_config_hash": "abc", "n_frames": 8}
+    record = TaskRecord.from_json(old_score)
+    assert record.scorer_hash == "abc" and record.seed is None and record.kind == "run"
+    assert TaskRecord.from_json({**ok("t"), "prepared_for": "x"}).task_id == "t"  # v0 extras are dropped
+    with pytest.raises(ValueError, match="not in the task record schema"):
+        TaskRecord.from_json({**ok("t"), "schema_version": 1, "prepared_for": "x"})
+    with pytest.raises(ValueError, match="newer than this CMBench reads"):
+        TaskRecord.from_json({**ok("t"), "schema_version": 2})
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("score", 3.4, "score: is 3.4, expected a similarity in [-1, 1]"),
+        ("pr", -0.1, "pr: is -0.1, expected a fraction in [0, 1]"),
+        ("detection_rate", 1.5, "detection_rate: is 1.5"),
+        ("continuation_seconds", -2.0, "continuation_seconds: is -2.0, expected a finite number >= 0"),
+        ("status", "done", "status: is 'done'"),
+    ],
+)
+def test_impossible_values_are_named(field, value, message):
+    with pytest.raises(ValueError) as err:
+        TaskRecord.from_json({**ok("t"), field: value})
+    assert message in str(err.value)
+
+
+def test_metric_is_dino_only_for_a_dinov2_embedder():
+    assert metric_name({"name": "owl_sam_dino", "embedder": {"backend": "dinov2"}}) == "DINO"
+    assert metric_name({"name": "light", "embedder": {"backend": "appearance"}}) == "light"
+
+
+def test_scored_fields_carry_the_best_frame_and_its_box():
+    score = TaskScore(task_id="t", source="real", task_type="reappear", score=0.9,
+                      similarities=[0.2, None, 0.9, 0.5], detection_rate=0.75,
+                      boxes=[[0, 0, 0.5, 0.5], None, [0.1, 0.2, 0.3, 0.4], [0, 0, 1, 1]],
+                      detection_scores=[0.4, 0.1, 0.8, 0.6], detection_threshold=0.3,
+                      reference_mask_fallback=[False], n_frames=4, scorer="light", scorer_config_hash="h")
+    fields = scored_fields(score)
+    assert fields["best_frame"] == 2 and fields["best_box"] == [0.1, 0.2, 0.3, 0.4]
+    assert fields["scorer_hash"] == "h" and fields["reference_scores"] is None
+    never = scored_fields(TaskScore(**{**score.to_json(), "score": 0.0, "similarities": [None] * 4,
+                                       "boxes": [None] * 4, "detection_rate": 0.0}))
+    assert never["best_frame"] is None and never["best_box"] is None
+    assert TaskRecord(task_id="t", status="ok", **fields).best_frame == 2
+
+
+def test_torn_last_line_is_skipped_by_readers_and_cut_by_the_next_writer(tmp_path):
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps(ok("a")) + "\n" + json.dumps(ok("b"))[:17])  # killed mid-write
+    assert [r["task_id"] for r in read_all_records(tmp_path)] == ["a"]  # readers are not wedged
+    assert path.read_text().count("\n") == 1  # ... and do not touch the file
+    RecordWriter(path).write(ok("c"))
+    assert [r["task_id"] for r in read_all_records(tmp_path)] == ["a", "c"]
+    assert all(json.loads(line) for line in path.read_text().splitlines())
+
+
+def test_a_garbage_line_in_the_middle_stops_with_file_and_line(tmp_path):
+    (tmp_path / "records.shard-1-of-2.jsonl").write_text(
+        json.dumps(ok("a")) + "\n" + "{garbage\n" + json.dumps(ok("b")) + "\n")
+    with pytest.raises(RecordsError, match=r"records.shard-1-of-2.jsonl:2: invalid JSON"):
+        read_all_records(tmp_path)
+    with pytest.raises(RecordsError, match=r":2: invalid JSON"):
+        RecordWriter(tmp_path / "records.shard-1-of-2.jsonl")
+
+
+def test_an_impossible_record_in_a_file_is_named(tmp_path):
+    (tmp_path / "records.jsonl").write_text(json.dumps(ok("a")) + "\n" + json.dumps(ok("b", score=11.7)) + "\n")
+    with pytest.raises(RecordsError, match=r"records.jsonl:2: score: is 11.7, expected a similarity in \[-1, 1\]"):
+        read_all_records(tmp_path)
+
+
+def test_records_are_ordered_by_time_across_files(tmp_path):
+    newer = RecordWriter(tmp_path / "records.shard-0-of-2.jsonl")
+    older = RecordWriter(tmp_path / "records.jsonl")
+    older.write(ok("a", 0.1))
+    newer.write(ok("a", 0.2))
+    older.write(ok("b", 0.3))
+    assert [(r.task_id, r.score) for r in read_task_records(tmp_path)] == [("a", 0.1), ("a", 0.2), ("b", 0.3)]
+    stamps = [r.recorded_ns for r in read_task_records(tmp_path)]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3
+
+
+def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
+    path = tmp_path / "records.jsonl"
+    writer = RecordWriter(path)
+    writer.write(ok("a"))
+    before = path.read_bytes()
+    real_write = records_module.os.write
+
+    def disk_full(fd, data):
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(records_module.os, "write", disk_full)
+    with pytest.raises(RecordsWriteError, match=r"cannot write .*records.jsonl: No space left on device"):
+        writer.write(ok("b"))
+    assert path.read_bytes() == before
+    monkeypatch.undo()
+    writer.write(ok("b"))
+    assert [r["task_id"] for r in read_all_records(tmp_path)] == ["a", "b"]
