@@ -281,9 +281,9 @@ class RunPlan:
     park_prefill: bool = False
 
     def settle(self, cache) -> None:
-        """After a prefill: park the cache in host memory, or trim it to its history (a no-op without a
-        plan, and with the cache already in host memory)."""
-        if self.plan is None or "offload_kv" in self.plan.offloads:
+        """After a prefill: park the cache in host memory, or trim it to its history where it is (a no-op
+        without a plan)."""
+        if self.plan is None:
             return
         if self.park_prefill:
             cache.park("cpu")
