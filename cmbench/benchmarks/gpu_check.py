@@ -39,12 +39,13 @@ from cmbench.backbones.memory.run_plan import DEFAULT_DEVICE_GIB, ModelBytes, Ru
 from cmbench.backbones.wan.backbone import WanBackbone, WanCondition
 from cmbench.backbones.wan.camera import CameraPlan, default_intrinsics
 from cmbench.backbones.wan.i2v import FirstFrameLatents
+from cmbench.backbones.wan.precision import cast_for_inference, param_dtype, parse_dtype
 from cmbench.backbones.wan.synthetic import TINY_VAE, build_tokenizer, random_dit, tiny_umt5_config
 from cmbench.backbones.wan.text import TextEncoder
 from cmbench.backbones.wan.timeline import prepared_length
 from cmbench.backbones.wan.vae import WanVAE
 from cmbench.cache.kv_cache import KVCache
-from cmbench.config_paths import CONFIG_DIR
+from cmbench.config_paths import CONFIG_DIR, to_dict
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.methods.registry import build_method
@@ -95,7 +96,7 @@ def lingbot_settings() -> GenerationSettings:
 
 def shapes() -> dict[str, CheckShape]:
     """``1.3b``: LingBot World v2 1.3B's DiT at 480x832, a one-minute context; ``tiny``: the CPU dry run."""
-    real = dict(OmegaConf.to_container(lingbot_config().dit))
+    real = to_dict(lingbot_config().dit)
     tiny = dict(real, dim=64, ffn_dim=128, num_heads=2, num_layers=2, text_dim=32)
     return {"1.3b": CheckShape(real, 480, 832, 60.0, 10.0, 512, "cuda"),
             "tiny": CheckShape(tiny, 48, 64, 12.0, 3.0, 16, "cpu")}
@@ -125,20 +126,14 @@ def build_backbone(shape: CheckShape, seed: int = 0, dtype: str | None = None) -
     from diffusers import AutoencoderKLWan
     from transformers import UMT5EncoderModel
 
-    dtype = parse(dtype or shape.dtype)
-    dit = random_dit(DiTConfig.from_dict(shape.dit), shape.device, dtype, seed=seed, fp32_residual=True)
+    compute = parse_dtype(dtype or shape.dtype)
+    dit = random_dit(DiTConfig.from_dict(shape.dit), shape.device, compute, seed=seed, fp32_residual=True)
     torch.manual_seed(seed + 1)
     vae = WanVAE(AutoencoderKLWan(**TINY_VAE), device=shape.device)
-    text_model = UMT5EncoderModel(tiny_umt5_config(int(shape.dit["text_dim"]))).to(dtype)
+    text_model = UMT5EncoderModel(tiny_umt5_config(int(shape.dit["text_dim"]))).to(compute)
     text = TextEncoder(text_model, build_tokenizer(), shape.text_len, shape.device)
     return WanBackbone(dit, vae, text, shape.height, shape.width, chunk_frames=4, device=shape.device,
                        name="lingbot_random")
-
-
-def parse(dtype: str) -> torch.dtype:
-    from cmbench.backbones.wan.precision import parse_dtype
-
-    return parse_dtype(dtype)
 
 
 def condition(backbone: WanBackbone, context_frames: int, seed: int = 0) -> WanCondition:
@@ -146,11 +141,10 @@ def condition(backbone: WanBackbone, context_frames: int, seed: int = 0) -> WanC
     I2V latents encoded now, before anything is measured)."""
     rng = np.random.default_rng(seed)
     first = rng.integers(0, 255, (backbone.height, backbone.width, 3), dtype=np.uint8)
-    cond = WanCondition("check", ("a room",) * 6, "the camera turns back to the vase", context_frames,
-                        CameraPlan.static(default_intrinsics(backbone.height, backbone.width)),
-                        FirstFrameLatents(backbone.vae, first, context_frames + 16))
-    cond.first_frame.channels(0, 1)
-    return cond
+    i2v = FirstFrameLatents(backbone.vae, first, context_frames + 16)
+    i2v.channels(0, 1)
+    return WanCondition("check", ("a room",) * 6, "the camera turns back to the vase", context_frames,
+                        CameraPlan.static(default_intrinsics(backbone.height, backbone.width)), i2v)
 
 
 def context_latents(backbone: WanBackbone, seconds: float, seed: int = 0) -> torch.Tensor:
@@ -168,10 +162,10 @@ def plan_check(backbone: WanBackbone, shape: CheckShape, method, context_frames:
     models = ModelBytes(module_bytes(dit), module_bytes(backbone.vae.model),
                         module_bytes(backbone.text.model) if backbone.text.device == backbone.device else 0,
                         text_work=workspace.text_call(shape.text_len, text_cfg.d_model, text_cfg.d_ff,
-                                                      text_cfg.num_heads, dit.patch_embedding.weight.element_size()))
+                                                      text_cfg.num_heads, param_dtype(dit).itemsize))
     device = torch.device(shape.device)
     scale = workspace.vae_scale(4, int(backbone.vae.model.config.base_dim))
-    run_shape = shape_of("lingbot_random", g, shape.dit, models, method, dit.blocks[0].ffn[0].weight.element_size(),
+    run_shape = shape_of("lingbot_random", g, shape.dit, models, method, param_dtype(dit).itemsize,
                          shape.height, shape.width, shape.text_len, scale, context_frames, g.chunk_frames,
                          on_cpu=device.type == "cpu")
     if device.type == "cuda":
@@ -210,7 +204,9 @@ def run_method(backbone: WanBackbone, shape: CheckShape, method_cfg: dict, laten
         torch.cuda.empty_cache()
     # on the CPU the tracker sees what is allocated inside; what exists already: the models and the inputs
     baseline = module_bytes(backbone.dit, backbone.vae.model, backbone.text.model)
-    baseline += tensor_bytes([latents, cond.first_frame.latents])
+    baseline += tensor_bytes([latents])
+    if cond.first_frame is not None and cond.first_frame.latents is not None:
+        baseline += tensor_bytes([cond.first_frame.latents])
     with PeakMemory(device, baseline=baseline) as peak:
         pre = prefill(backbone, method, latents, cond, seed=2, settings=settings)
         settle.settle(pre.cache)
@@ -218,7 +214,8 @@ def run_method(backbone: WanBackbone, shape: CheckShape, method_cfg: dict, laten
     backbone.offload_kv = False
     predicted = predicted_peak(plan)
     frames = 4 * cont.latents.shape[2]  # decoded after the context: 4 frames per latent frame
-    row = {"method": method.name + (f"@{method.target_pr}" if getattr(method, "target_pr", None) else ""),
+    target = getattr(method, "target_pr", None)
+    row = {"method": method.name + (f"@{target}" if target else ""),
            "offloads": ",".join(plan.offloads) or "-", "context_latent_frames": int(latents.shape[2]),
            "prefill_s": round(pre.seconds, 2), "continuation_s": round(cont.seconds, 3),
            "fps": round(frames / cont.seconds, 3), "pr": round(float(cont.ledger.pruning_ratio()), 4),
@@ -301,8 +298,6 @@ def check_precision(shape: CheckShape, report: Report) -> None:
 
 def cast(dit, fp32_residual: bool):
     """A bf16 copy of a float32 DiT (the same weights), with or without the float32 residual stream."""
-    from cmbench.backbones.wan.precision import cast_for_inference
-
     return cast_for_inference(copy.deepcopy(dit), torch.bfloat16, fp32_residual=fp32_residual)
 
 

@@ -9,11 +9,12 @@ activations, scorer), the offloads ``run`` would use on this machine's device (o
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cmbench.backbones.memory.plan import refusal
 from cmbench.backbones.memory.run_plan import plan_for, plans_memory
 from cmbench.backbones.memory.targets import TARGETS, cell, fit
+from cmbench.config_paths import to_dict
 from cmbench.methods.registry import build_method
 
 
@@ -23,7 +24,7 @@ def execute(cfg: DictConfig) -> int:
         print(f"{cfg.backbone.name}: no memory plan (a CPU model without `dit:` and `memory:` blocks); "
               f"it runs as configured")
         return 0
-    method = build_method(OmegaConf.to_container(cfg.method, resolve=True))
+    method = build_method(to_dict(cfg.method))
     plan = plan_for(cfg, method)
     print(plan.describe())
     print("reference machines:")

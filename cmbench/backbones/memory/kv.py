@@ -260,7 +260,7 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
     cap_limit = None if ret.max_history_tokens is None else ret.max_history_tokens + L
     cache = _Cache(banks, cap_limit)
     out = KVTimeline()
-    rows = {id(b): {} for b in banks}  # bank -> chunk -> rows still stored
+    rows: dict[int, dict[int, int]] = {id(b): {} for b in banks}  # bank -> chunk -> rows still stored
 
     def step(chunk: int, committed: int, target: _Cache) -> None:
         """One chunk: its calls write the slot, it is committed, the method compacts."""

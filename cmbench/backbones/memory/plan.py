@@ -258,7 +258,7 @@ def refusal(plan: MemoryPlan) -> str:
     offloads = "; ".join(OFFLOAD_NAMES[o] for o in plan.offloads) or "no offload"
     message = (f"{s.name} does not fit {where}: with {offloads} it needs {plan.peak / GIB:.1f} GiB at "
                f"{plan.peak_phase} ({biggest}) + {plan.reserve / GIB:.1f} GiB reserve")
-    if plan.host and not plan.fits_host():
+    if plan.host and plan.host_bytes is not None and not plan.fits_host():
         message += f" and {plan.host_need / GIB:.1f} GiB of host memory ({plan.host_bytes / GIB:.1f} GiB here)"
     on_device = [p for p in (build_plan(s, o) for o in OFFLOAD_SETS) if p.peak + plan.reserve <= (plan.device_bytes or 0)]
     if on_device:  # the device would do; the host is short

@@ -68,10 +68,9 @@ def documented_shapes(context_seconds: float = 60.0) -> list[RunShape]:
     """The :data:`DOCUMENTED` runs' shapes, from the shipped configs (a one-minute context, the paper's
     scorer on the same GPU)."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     from cmbench.backbones.memory.run_plan import run_shape
-    from cmbench.config_paths import CONFIG_DIR
+    from cmbench.config_paths import CONFIG_DIR, to_dict
     from cmbench.methods.registry import build_method
 
     shapes = []
@@ -80,5 +79,5 @@ def documented_shapes(context_seconds: float = 60.0) -> list[RunShape]:
                      f"backbone.memory.context_seconds={context_seconds}"]
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
             cfg = compose(config_name="config", overrides=overrides)
-        shapes.append(run_shape(cfg, build_method(OmegaConf.to_container(cfg.method, resolve=True))))
+        shapes.append(run_shape(cfg, build_method(to_dict(cfg.method))))
     return shapes

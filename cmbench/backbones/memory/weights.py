@@ -22,8 +22,9 @@ from cmbench.backbones.wan.precision import parse_dtype
 
 # umt5-xxl encoder as Wan runs it (Wan's ``umt5_xxl``: vocab 256384, dim 4096, ffn 10240, 64 heads, 24 layers,
 # 32 relative-position buckets per layer, gated GELU)
-UMT5_XXL = dict(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
-                relative_attention_num_buckets=32, feed_forward_proj="gated-gelu", is_encoder_decoder=False)
+UMT5_XXL: dict[str, Any] = dict(vocab_size=256384, d_model=4096, d_kv=64, d_ff=10240, num_layers=24, num_heads=64,
+                                 relative_attention_num_buckets=32, feed_forward_proj="gated-gelu",
+                                 is_encoder_decoder=False)
 
 # parameters of the scorers' default networks (model cards), used when a model is not a local folder
 SCORER_PARAMS = {"google/owlvit-base-patch32": 153_000_000, "google/owlvit-base-patch16": 153_000_000,
@@ -59,7 +60,7 @@ def text_encoder_config(folder: str | Path | None) -> tuple[Any, str]:
     from transformers import AutoConfig, UMT5Config
 
     path = Path(folder).expanduser() if folder is not None else None
-    if _config_json(path) is not None:
+    if path is not None and _config_json(path) is not None:
         return AutoConfig.from_pretrained(str(path), local_files_only=True), f"{path / 'config.json'}"
     return UMT5Config(**UMT5_XXL), "umt5-xxl (Wan's text encoder)"
 
@@ -82,7 +83,7 @@ def vae_bytes(folder: str | Path | None, dtype: str) -> tuple[int, str, int]:
     path = Path(folder).expanduser() if folder is not None else None
     stated = _config_json(path)
     with torch.device("meta"):
-        if stated is not None:
+        if path is not None and stated is not None:
             model = AutoencoderKLWan.from_config(stated)
             source = f"{path / 'config.json'}"
         else:

@@ -224,7 +224,7 @@ def _read_torch_file(file: Path, state_key: str | None) -> dict[str, WeightLike]
         obj = obj[state_key]
     elif nested:
         raise ConfigError(f"{file}: holds several state dicts {nested}; choose one with state_key")
-    tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    tensors: dict[str, WeightLike] = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     if not tensors:
         raise ConfigError(f"{file}: no tensors found")
     return tensors

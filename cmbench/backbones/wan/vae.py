@@ -203,5 +203,6 @@ class WanVAE:
             raise ConfigError(f"decode warm-up must be at least one latent frame (or null: the whole context), "
                               f"got {warmup}")
         caches = self.decoder_state(context, warmup)
-        first = context.shape[2] == 0
-        return self._to_uint8(self._run_decoder(latents, caches, first=first, keep=True))
+        frames = self._run_decoder(latents, caches, first=context.shape[2] == 0, keep=True)
+        assert frames is not None
+        return self._to_uint8(frames)
