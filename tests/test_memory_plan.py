@@ -150,6 +150,24 @@ def test_dit_call_estimate_is_within_a_quarter_of_the_measured_peak():
     assert 0.75 * measured < estimate < 1.25 * measured
 
 
+@pytest.mark.slow
+def test_vae_workspace_constants_match_a_measurement():
+    """The Wan 2.1 VAE architecture (random weights) at 64x112: the per-pixel constants hold within 5%."""
+    from diffusers import AutoencoderKLWan
+
+    from cmbench.backbones.wan.vae import WanVAE
+
+    torch.manual_seed(0)
+    vae = WanVAE(AutoencoderKLWan())
+    h, w = 64, 112
+    with PeakMemory("cpu") as encode:  # two chunks of 4 frames after the first: the caches are full
+        vae.encode(torch.randint(0, 255, (9, h, w, 3), dtype=torch.uint8))
+    with PeakMemory("cpu") as decode:
+        vae.decode_continuation(torch.randn(1, 16, 4, h // 8, w // 8), torch.randn(1, 16, 3, h // 8, w // 8))
+    assert encode.peak == pytest.approx(workspace.vae_encode(9, h, w), rel=0.05)
+    assert decode.peak == pytest.approx(workspace.vae_decode(4, h, w), rel=0.05)
+
+
 # ----------------------------------------------------------------------------- choosing offloads
 def lingbot_plan(device_gib: float, host_gib: float = 1000.0, method: str = "fullkv", *extra: str):
     cfg = config("backbone=lingbot_world_v2_1_3b", f"method={method}", *extra,

@@ -2,8 +2,8 @@
 
 Unlike weights and the KV cache these are not replayed tensor by tensor: the coefficients below were
 measured with :class:`~cmbench.backbones.memory.measure.PeakMemory` on the CPU (random weights, the
-real widths, shorter token grids; ``tests/test_memory_plan.py`` re-measures the DiT one at a small
-width) and scale with the token and pixel counts. On a GPU the kernels differ (fused attention, cuDNN
+real widths, shorter token grids and frames; ``tests/test_memory_plan.py`` re-measures the DiT's at a
+small width and the VAE's at 64x112) and scale with the token and pixel counts. On a GPU the kernels differ (fused attention, cuDNN
 workspaces); ``scripts/gpu_check.py`` compares the whole plan with ``torch.cuda.max_memory_allocated``.
 Next to the KV cache of a one-minute context they are a few percent of the peak.
 """
