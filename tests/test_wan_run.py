@@ -52,6 +52,9 @@ def test_tiny_lingbot_runs_a_task_through_cmbench_run(tmp_path):
         "height": "${.context.height}", "width": "${.context.width}", "fps": "${.context.fps}", "chunk_frames": 4,
         "text_len": 16, "camera_intrinsics": [16.0, 16.0, 16.0, 16.0], "dtype": "float32", "text_dtype": "float32",
         "device": "cpu", "context": {"fps": 16, "height": 32, "width": 32, "temporal_stride": 4},
+        # the memory plan runs before loading (the dataset's longest context, read from its videos), and each
+        # prefilled cache is parked in host memory while its task runs
+        "memory": {"offloads": "auto", "context_seconds": None, "park_prefill": True},
     }
     (tmp_path / "configs" / "backbone").mkdir(parents=True)
     (tmp_path / "configs" / "backbone" / "lingbot_tiny.yaml").write_text(yaml.safe_dump(backbone))
