@@ -306,8 +306,10 @@ def test_weights_are_cast_tensor_by_tensor_without_a_second_copy(tmp_path):
     with PeakMemory("cpu") as peak:
         dit = build_dit(fields, open_state_dict(tmp_path / "dit"), "test", "bfloat16", "cpu")
     model = module_bytes(dit)
+    cast = sum(p.numel() * 2 for p in dit.parameters() if p.dtype == torch.bfloat16)  # made by the casts
     assert model < 0.6 * checkpoint_bytes  # mostly bf16 now
-    assert model <= peak.peak <= model + 2 * largest  # never the checkpoint (or a second model) at once
+    # (float32 islands may keep the storage the safetensors reader made, which the tracker does not see)
+    assert cast <= peak.peak <= model + 2 * largest  # never the checkpoint (or a second model) at once
     assert 2 * largest < checkpoint_bytes / 4  # so the bound above excludes holding the checkpoint
     assert_holds(dit, {k: v.to(torch.bfloat16) if dit.state_dict()[k].dtype == torch.bfloat16 else v
                        for k, v in state.items()})
