@@ -57,15 +57,16 @@ SCORER_KEYS: dict[str, Role] = {
     "description": "doc",
     "paper": "doc",
     "device": "runtime",
-    "half": "runtime",
+    "precision": "runtime",
     "batch_size": "runtime",
     "cache_dir": "runtime",
     "min_box_size": "identity",
+    "reference_aggregation": "identity",
     "detector": "identity",
     "segmenter": "identity",
     "embedder": "identity",
 }
-"""Keys of a ``configs/scorer/*.yaml`` (the numeric precision that ``half`` selects is hashed by the scorer)."""
+"""Keys of a ``configs/scorer/*.yaml`` (the effective precision, fp32 on a CPU, is hashed by the scorer)."""
 
 BACKBONE_KEYS: dict[str, Role] = {
     "name": "doc",

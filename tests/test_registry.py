@@ -83,7 +83,7 @@ def test_key_lists_are_derived_from_the_schema():
                               "save_videos", "lossless_max_pixels", "videos", "out", "experiment", "threads",
                               "check")
     assert "seed" not in SELECTION_KEYS and "generation" not in SELECTION_KEYS
-    assert RUNTIME_KEYS == ("name", "description", "paper", "device", "half", "batch_size", "cache_dir")
-    assert RESULT_KEYS == ("min_box_size", "detector", "segmenter", "embedder")
+    assert RUNTIME_KEYS == ("name", "description", "paper", "device", "precision", "batch_size", "cache_dir")
+    assert RESULT_KEYS == ("min_box_size", "reference_aggregation", "detector", "segmenter", "embedder")
     assert NON_ARGUMENT_KEYS == keys_with_role(BACKBONE_KEYS, "doc", "cmbench")
     assert {"path", "device"}.isdisjoint(NON_ARGUMENT_KEYS)  # loader arguments of the tiny backbone

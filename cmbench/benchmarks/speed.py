@@ -40,6 +40,7 @@ import torch
 from omegaconf import OmegaConf
 
 from cmbench.backbones.tiny import CameraPlan, TinyWorldModel
+from cmbench.benchmarks.process_memory import peak_rss_mb, reset_peak_rss, rss_mb
 from cmbench.cache import KVCache
 from cmbench.config_paths import CONFIG_DIR, to_dict
 from cmbench.generation import PrefilledContext, continue_task, prefill
@@ -101,30 +102,6 @@ class CallRecorder:
     def denoise(self, x_t, t, cache: KVCache, frame_start, cond):
         self.calls.append(sum(len(cache.visible_history(b)) * b.num_heads for b in cache.all_banks()))
         return self.inner.denoise(x_t, t, cache, frame_start, cond)
-
-
-def _proc_status_kb(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark of this process to its current RSS (Linux >= 4.0)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def rss_mb() -> float:
-    return _proc_status_kb("VmRSS") / 1024.0
-
-
-def peak_rss_mb() -> float:
-    return _proc_status_kb("VmHWM") / 1024.0
 
 
 # ----------------------------------------------------------------------------------- setup
