@@ -114,12 +114,12 @@ def safetensors_params(folder: Path) -> int:
 
 
 def scorer_bytes(scorer: Mapping[str, Any]) -> tuple[int, list[str]]:
-    """Bytes of a scorer config's neural networks at its precision, and one note per network.
+    """Bytes of a scorer config's neural networks, and one note per network.
 
-    fp16 on CUDA when ``half`` is set (the scorers' rule), float32 otherwise; a stage without a
-    ``model`` (the light scorer's template matcher) holds none.
+    The scorers keep float32 weights (``precision`` is an autocast of their forward passes); a stage
+    without a ``model`` (the light scorer's template matcher) holds none.
     """
-    size = 2 if scorer.get("half") else 4
+    size = 4
     total, notes = 0, []
     for stage in NEURAL_STAGES:
         model = (scorer.get(stage) or {}).get("model")
