@@ -47,9 +47,14 @@ both "run method=random method.target_pr=$pr" \
 if [ -z "$EXTRA" ]; then
   $PY -m cmbench leaderboard out_dir="$OUT" leaderboard.out=results/miniworld
   $PY scripts/update_readme_results.py results/miniworld/leaderboard.md
-  # the HTML report ($OUT/miniworld/report/, not committed) and, with Debian's chromium, its screenshot
+  # the HTML report ($OUT/miniworld/report/, not committed) and, with Debian's chromium + chromium-driver
+  # and selenium (the `browser` or `test` extra), its screenshot
   shot=()
-  if command -v chromium >/dev/null; then shot=(report.screenshot=docs/img/report.png report.screenshot_method=decoprune); fi
+  if command -v chromium >/dev/null && command -v chromedriver >/dev/null && $PY -c "import selenium" 2>/dev/null; then
+    shot=(report.screenshot=docs/img/report.png report.screenshot_method=decoprune)
+  else
+    echo "no chromium / chromedriver / selenium: the report without its screenshot (docs/report.md)" >&2
+  fi
   $PY -m cmbench report out_dir="$OUT" "${shot[@]}"
 else
   $PY -m cmbench leaderboard out_dir="$OUT"
