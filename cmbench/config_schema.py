@@ -45,6 +45,7 @@ ROOT_KEYS: dict[str, Role] = {
     "keep_other_code": "selection",
     "out_dir": "selection",
     "leaderboard": "selection",
+    "report": "selection",
     "runs": "selection",
     "save_videos": "selection",
     "lossless_max_pixels": "selection",
@@ -80,12 +81,14 @@ BACKBONE_KEYS: dict[str, Role] = {
     "context": "cmbench",
     "head_map": "cmbench",
     "sampler": "cmbench",
+    "memory": "cmbench",
 }
 """Keys of a ``configs/backbone/*.yaml`` that CMBench reads; every other key is a loader argument.
 
 ``_target_`` is the loader to call; ``context`` how context videos are prepared for the backbone;
 ``head_map`` its calibrated static / dynamic head map (the default of head-split methods); ``sampler``
-its own schedule (the default of ``generation.timesteps`` / ``generation.stochastic``).
+its own schedule (the default of ``generation.timesteps`` / ``generation.stochastic``); ``memory`` the
+memory plan's settings (:mod:`cmbench.backbones.memory`).
 """
 
 

@@ -390,3 +390,9 @@ def test_methods_with_different_seeds_are_refused_naming_the_seeds(seed_runs):
     one_seed = write_run(tmp / "other_2", [seeded("other", t, 0.6, 2, "S_other") for t in TASKS])
     with pytest.raises(ReportError, match=r"runs differ in seeds: .* has \['3'\] that .*other_2 \(other\) lacks"):
         write_reports([*folders, one_seed], tmp / "r")
+
+
+def test_one_run_given_twice_is_refused(runs):
+    tmp, full, _ = runs
+    with pytest.raises(ReportError, match=r"several runs share a method label \(fullkv\) and nothing tells them apart"):
+        write_reports([full, full], tmp / "twice")

@@ -29,16 +29,23 @@ def _labels(cfg: DictConfig, key: str) -> Any:
     raise ConfigError(f"leaderboard.{key}={value!r}: expected a list of method labels")
 
 
+def find_run_dirs(cfg: DictConfig) -> list[Path]:
+    """``cfg.runs`` when given, else every run directory (one with records) under ``<out_dir>/<data>/``."""
+    from cmbench.runs.experiment import data_dir
+
+    base = data_dir(cfg)
+    return [Path(str(r)) for r in cfg.runs or []] or sorted(
+        p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
+    )
+
+
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``)."""
     from cmbench.report import write_reports
     from cmbench.runs.experiment import data_dir
 
-    base = data_dir(cfg)
-    runs = runs or [Path(str(r)) for r in cfg.runs or []] or sorted(
-        p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
-    )
-    out = Path(str(cfg.leaderboard.out or base / "leaderboard"))
+    runs = runs or find_run_dirs(cfg)
+    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=_labels(cfg, "focus"),
                           compare=_labels(cfg, "compare"))
     print(paths["leaderboard.md"].read_text(), end="")

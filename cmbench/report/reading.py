@@ -265,7 +265,13 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 def distinct_labels(runs: list[RunRecords], stream: TextIO | None = None) -> list[RunRecords]:
     """Entries that share a label get what tells them apart appended: the config keys whose values
     differ among them (``decoprune[generation.rope_reindex=false]``), else their folder names; said on
-    ``stream`` (stderr)."""
+    ``stream`` (stderr).
+
+    Raises
+    ------
+    ReportError
+        Entries that nothing tells apart (one folder given twice).
+    """
     by_label: dict[str, list[int]] = defaultdict(list)
     for i, run in enumerate(runs):
         by_label[run.label].append(i)
@@ -279,6 +285,10 @@ def distinct_labels(runs: list[RunRecords], stream: TextIO | None = None) -> lis
         names = [",".join(f"{k}={knob_text(c.get(k))}" for k in keys) for c in configs]
         if not all(names) or len(set(names)) < len(names):
             names = [runs[i].path.name for i in indices]
+        if len(set(names)) < len(names):
+            raise ReportError(f"several runs share a method label ({label}) and nothing tells them apart: "
+                              f"{', '.join(str(runs[i].path) for i in indices)}; give each a distinct label, or "
+                              f"leave a run given twice out")
         for i, name in zip(indices, names):
             out[i] = replace(runs[i], label=f"{label}[{name}]")
         print(f"leaderboard: {len(indices)} different setups are labelled {label!r}; shown as "

@@ -19,7 +19,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from cmbench.backbones.base import decode_continuation
 from cmbench.backbones.loading import build_backbone
+from cmbench.backbones.memory.run_plan import plan_run
 from cmbench.config_paths import to_dict
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
@@ -57,6 +59,7 @@ class PreparedContext:
 
     prefilled: PrefilledContext
     context: ContextFrames
+    context_latents: torch.Tensor  # [1, C, q0, h, w]: a continuation is decoded after them
 
 
 class ModelEvaluator:
@@ -80,12 +83,13 @@ class ModelEvaluator:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.method = build_method(to_dict(cfg.method))  # first: its knob checks fail fast
+        self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
         self.settings = generation_settings(cfg)
         scorer_cfg = to_dict(cfg.scorer)
         self.scorer = build_scorer(scorer_cfg)
         self.metric = metric_name(scorer_cfg)
         self.adapter = build_adapter(cfg.data)
-        self.backbone = build_backbone(cfg.backbone)
+        self.backbone = build_backbone(self.memory.backbone_config)
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.save_videos = bool(cfg.save_videos)
         self.lossless_max_pixels = int(cfg.get("lossless_max_pixels") or 0)
@@ -107,7 +111,8 @@ class ModelEvaluator:
         latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context.frames)))
         seed = task_seed(int(self.cfg.seed), task.context_id)
         prefilled = prefill(self.backbone, self.method, latents, self.backbone.condition(task), seed, self.settings)
-        return PreparedContext(prefilled, context)
+        self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)
+        return PreparedContext(prefilled, context, latents)
 
     def save(self, task: Task, frames: np.ndarray) -> str | None:
         """Write the continuation: an mp4 to look at, and a lossless copy when frames have at most
@@ -133,7 +138,8 @@ class ModelEvaluator:
                              self.continuation_frames, seed)
         geometry = self.backbone.geometry
         generated_tokens = int(cont.latents.shape[2]) * geometry.tokens_per_frame
-        frames = np.asarray(self.backbone.decode(cont.latents))
+        cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding
+        frames = np.asarray(decode_continuation(self.backbone, cont.latents, prepared.context_latents))
         video = self.save(task, frames)
         context = prepared.context
         refs = reference_frames(task, context.reference_source, context.reference_fps, native=True)
