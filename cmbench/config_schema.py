@@ -81,14 +81,15 @@ BACKBONE_KEYS: dict[str, Role] = {
     "context": "cmbench",
     "head_map": "cmbench",
     "sampler": "cmbench",
-    "memory": "cmbench",
+    "memory": "runtime",
 }
 """Keys of a ``configs/backbone/*.yaml`` that CMBench reads; every other key is a loader argument.
 
 ``_target_`` is the loader to call; ``context`` how context videos are prepared for the backbone;
 ``head_map`` its calibrated static / dynamic head map (the default of head-split methods); ``sampler``
 its own schedule (the default of ``generation.timesteps`` / ``generation.stochastic``); ``memory`` the
-memory plan's settings (:mod:`cmbench.backbones.memory`).
+memory plan's settings (:mod:`cmbench.backbones.memory`): where caches live changes no number (the
+GPU check asserts host-resident output equals resident output), so it is runtime, not identity.
 """
 
 

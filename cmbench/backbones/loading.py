@@ -21,7 +21,7 @@ from cmbench.config_schema import BACKBONE_KEYS, keys_with_role
 from cmbench.errors import ConfigError
 from cmbench.registry import import_object
 
-NON_ARGUMENT_KEYS = keys_with_role(BACKBONE_KEYS, "doc", "cmbench")
+NON_ARGUMENT_KEYS = keys_with_role(BACKBONE_KEYS, "doc", "cmbench", "runtime")
 
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:

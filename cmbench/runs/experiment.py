@@ -29,7 +29,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cmbench.config_paths import to_dict
-from cmbench.config_schema import ROOT_KEYS, keys_with_role
+from cmbench.config_schema import BACKBONE_KEYS, ROOT_KEYS, SCORER_KEYS, keys_with_role
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
@@ -48,8 +48,18 @@ SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
 
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config minus task selection and display: what changes a record."""
-    return {k: v for k, v in to_dict(cfg).items() if k not in SELECTION_KEYS and k != "hydra"}
+    """The resolved config minus task selection, display and where components run: what changes a record.
+
+    Root keys of role ``selection`` go, and so do the ``runtime`` keys of the backbone and the scorer
+    (memory offloads, scorer device, batch size, cache folder; the scorer's effective precision is in
+    its own hash, which every record carries).
+    """
+    out = {k: v for k, v in to_dict(cfg).items() if k not in SELECTION_KEYS and k != "hydra"}
+    for group, schema in (("backbone", BACKBONE_KEYS), ("scorer", SCORER_KEYS)):
+        if isinstance(out.get(group), dict):
+            runtime = set(keys_with_role(schema, "runtime"))
+            out[group] = {k: v for k, v in out[group].items() if k not in runtime}
+    return out
 
 
 def run_config_hash(cfg: DictConfig) -> str:
