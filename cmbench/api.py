@@ -119,7 +119,8 @@ def evaluate(
     out_dir : str or Path
         Where run directories go (``<out_dir>/<data>/<label>__<backbone>__<scorer>__<hash>``).
     label : str, optional
-        The run's name on leaderboards (default: the method's name).
+        The run's name on leaderboards (default: the method's name and the knobs that differ from its
+        class defaults, e.g. ``decoprune@gamma=0.2``); not part of the run's identity.
     threads : int
         Torch CPU threads (the command line's default: 1, the fastest for the tiny model's small calls).
     progress : bool

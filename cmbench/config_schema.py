@@ -12,7 +12,8 @@ Roles:
 ``identity``
     Changes a number in a record: part of the run's (or scorer's) identity.
 ``selection``
-    Chooses which tasks run, where outputs go or how they are shown; never a number.
+    Chooses which tasks run, where outputs go or how they are shown (the ``label`` too: a display
+    name); never a number.
 ``runtime``
     Where and how fast a component runs (device, batch size, cache folder), not what it computes.
 ``doc``
@@ -34,13 +35,17 @@ ROOT_KEYS: dict[str, Role] = {
     "scorer": "identity",
     "generation": "identity",
     "seed": "identity",
-    "label": "identity",
+    "label": "selection",
     "limit": "selection",
     "task_ids": "selection",
     "shard": "selection",
     "progress": "selection",
+    "progress_every": "selection",
+    "progress_seconds": "selection",
+    "keep_other_code": "selection",
     "out_dir": "selection",
     "leaderboard": "selection",
+    "report": "selection",
     "runs": "selection",
     "save_videos": "selection",
     "lossless_max_pixels": "selection",
@@ -57,15 +62,16 @@ SCORER_KEYS: dict[str, Role] = {
     "description": "doc",
     "paper": "doc",
     "device": "runtime",
-    "half": "runtime",
+    "precision": "runtime",
     "batch_size": "runtime",
     "cache_dir": "runtime",
     "min_box_size": "identity",
+    "reference_aggregation": "identity",
     "detector": "identity",
     "segmenter": "identity",
     "embedder": "identity",
 }
-"""Keys of a ``configs/scorer/*.yaml`` (the numeric precision that ``half`` selects is hashed by the scorer)."""
+"""Keys of a ``configs/scorer/*.yaml`` (the effective precision, fp32 on a CPU, is hashed by the scorer)."""
 
 BACKBONE_KEYS: dict[str, Role] = {
     "name": "doc",
@@ -75,12 +81,15 @@ BACKBONE_KEYS: dict[str, Role] = {
     "context": "cmbench",
     "head_map": "cmbench",
     "sampler": "cmbench",
+    "memory": "runtime",
 }
 """Keys of a ``configs/backbone/*.yaml`` that CMBench reads; every other key is a loader argument.
 
 ``_target_`` is the loader to call; ``context`` how context videos are prepared for the backbone;
 ``head_map`` its calibrated static / dynamic head map (the default of head-split methods); ``sampler``
-its own schedule (the default of ``generation.timesteps`` / ``generation.stochastic``).
+its own schedule (the default of ``generation.timesteps`` / ``generation.stochastic``); ``memory`` the
+memory plan's settings (:mod:`cmbench.backbones.memory`): where caches live changes no number (the
+GPU check asserts host-resident output equals resident output), so it is runtime, not identity.
 """
 
 

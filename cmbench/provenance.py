@@ -1,4 +1,4 @@
-"""What a result was made with: package versions and the git commit, written into every record."""
+"""What a result was made with: package versions, the git commit and the machine, written into every record."""
 
 from __future__ import annotations
 
@@ -39,3 +39,31 @@ def git_commit() -> str:
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows, else ``cpu``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def machine(device: str = "cpu") -> str:
+    """Where a timing was measured: host, the CPU (or the GPU for a CUDA device) and torch's threads.
+
+    Parameters
+    ----------
+    device : str
+        The backbone's device (``cpu``, ``cuda``, ``cuda:1``).
+    """
+    import torch
+
+    processor = f"{cpu_name()}, {torch.get_num_threads()} thread(s)"
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        processor = torch.cuda.get_device_name(torch.device(device))
+    return f"{platform.node() or 'unknown host'} / {processor}"

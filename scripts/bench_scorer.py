@@ -1,27 +1,31 @@
-"""Frames per second of each scorer backend on this machine (CPU, and CUDA when present).
+"""Scorer benchmarks: whole-pipeline speed, preprocessing old vs new, peak memory of one task.
 
-- ``light``: the CPU scorer (configs/scorer/light.yaml) on MiniWorld 32x32 continuations that show
-  the target in every frame (so every stage runs on every frame).
-- ``deep``: the OWL-ViT -> SAM 2 -> DINOv2 pipeline. By default on TINY RANDOM models (built from
-  configs, saved and loaded with from_pretrained): this measures the pipeline's plumbing
-  (preprocessing, batching, post-processing, cropping), NOT the real models' cost. ``--full-size``
-  builds random-weight models with the released shapes (OWL-ViT B/32 at 768 px, SAM 2 Hiera-L at
-  1024 px, DINOv2-B at 224 px) for a realistic compute cost without downloading weights. Detection
-  and mask thresholds are opened so every frame is detected and segmented (worst case).
+Sections (cmbench/benchmarks/scorer.py holds the code):
 
-    python scripts/bench_scorer.py                        # light + tiny deep, CPU (+ CUDA)
+- pipeline speed (default on; ``--skip-fps`` turns it off): frames per second of the ``light``
+  scorer on MiniWorld 32x32 continuations, and of the OWL-ViT -> SAM 2 -> DINOv2 pipeline on TINY
+  RANDOM models (plumbing speed, NOT the real models' cost; ``--full-size`` builds random models with
+  the released shapes). Every frame is detected and segmented (worst case).
+- ``--preprocess``: preprocessing milliseconds per frame of ``--size`` with the tiny models, at
+  their own preprocessing sizes and at the released models' (the models do not run: the sizes are
+  what costs), the scorer's previous host path (``old``) vs transformers' / PIL's processors one
+  image at a time (``reference``) vs the batched device path (``new``), best of the same rounds.
+- ``--memory``: peak RSS of a fresh process that scores one task whose reference is near the end of
+  a generated context video (one minute and ten seconds of 720p at 24 fps by default), tiny models,
+  its RSS before the task, and what decoding the whole context took before (computed).
+
+    python scripts/bench_scorer.py --threads 1                                   # pipeline speed
+    python scripts/bench_scorer.py --threads 1 --skip-fps --preprocess --memory --csv results/bench_scorer.csv
     python scripts/bench_scorer.py --full-size --frames 4 --devices cuda
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import csv
 import json
 import os
 import tempfile
-import time
-from collections import defaultdict
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,51 +34,22 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from cmbench.benchmarks.scorer import (  # noqa: E402
+    bench_task,
+    continuation_video,
+    full_size_config,
+    peak_rss_one_task,
+    pipeline_fps,
+    tiny_preprocessing_timings,
+    worst_case_scorer,
+    write_context_video,
+)
 from cmbench.config_paths import CONFIG_DIR  # noqa: E402
-from cmbench.data import Reference, Task  # noqa: E402
 from cmbench.miniworld import object_boxes, render_video, scene_from_seed  # noqa: E402
 from cmbench.scoring import build_scorer  # noqa: E402
 from cmbench.scoring.tiny_models import tiny_deep_scorer_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _timed(scorer) -> dict[str, float]:
-    """Wrap the scorer's three stage calls with wall-clock accumulators."""
-    seconds: dict[str, float] = defaultdict(float)
-    for stage, method in ((scorer.detector, "detect"), (scorer.segmenter, "segment"), (scorer.embedder, "embed")):
-        inner = getattr(stage, method)
-
-        @functools.wraps(inner)
-        def wrapper(*args, _inner=inner, _name=method, **kwargs):
-            start = time.perf_counter()
-            try:
-                return _inner(*args, **kwargs)
-            finally:
-                seconds[_name] += time.perf_counter() - start
-
-        setattr(stage, method, wrapper)
-    return seconds
-
-
-def _task(label: str, box) -> Task:
-    return Task("bench", "synthetic", "s", "v.mp4", ("p",) * 6, "c", "reappear", label, (), (Reference(0.0, tuple(box)),))
-
-
-def _run(scorer, task, frames, reference, repeats: int) -> dict:
-    scorer.score_task(task, frames[:2], [reference])  # warm-up (lazy inits, CUDA kernels)
-    seconds = _timed(scorer)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        record = scorer.score_task(task, frames, [reference])
-    total = time.perf_counter() - start
-    n = repeats * len(frames)
-    return {
-        "frames": n,
-        "detection_rate": record.detection_rate,
-        "fps": n / total,
-        "stage_fps": {name: n / max(s, 1e-9) for name, s in seconds.items()},
-    }
 
 
 def bench_light(n_frames: int, repeats: int) -> dict:
@@ -84,60 +59,113 @@ def bench_light(n_frames: int, repeats: int) -> dict:
     frames = render_video(scene, cams, first_frame=100)
     box = object_boxes(scene, cams[:1], obj.object_id)[0]
     scorer = build_scorer(OmegaConf.load(CONFIG_DIR / "scorer" / "light.yaml"), cache_dir="")
-    return _run(scorer, _task(obj.category, box), frames, render_video(scene, cams[:1])[0], repeats)
+    return pipeline_fps(scorer, bench_task(obj.category, box), frames, render_video(scene, cams[:1])[0], repeats)
 
 
-def _full_size_config(folder: Path) -> dict:
-    """Random-weight models with the released shapes, saved for from_pretrained."""
-    import transformers
-
-    from cmbench.scoring.tiny_models import _byte_tokenizer
-
-    owl = transformers.OwlViTForObjectDetection(
-        transformers.OwlViTConfig(text_config=dict(bos_token_id=512, eos_token_id=513, pad_token_id=513))
-    )  # defaults: B/32, 768 px
-    owl.save_pretrained(folder / "owl")
-    size = {"height": 768, "width": 768}
-    transformers.OwlViTProcessor(
-        image_processor=transformers.OwlViTImageProcessorPil(size=size, crop_size=size), tokenizer=_byte_tokenizer()
-    ).save_pretrained(folder / "owl")
-    del owl
-    backbone = transformers.Sam2HieraDetConfig(
-        hidden_size=144, blocks_per_stage=[2, 6, 36, 4], embed_dim_per_stage=[144, 288, 576, 1152],
-        num_attention_heads_per_stage=[2, 4, 8, 16], global_attention_blocks=[23, 33, 43], window_size_per_stage=[8, 4, 16, 8],
-    )  # Hiera-L, 1024 px
-    vision = transformers.Sam2VisionConfig(backbone_config=backbone, backbone_channel_list=[1152, 576, 288, 144])
-    transformers.Sam2Model(transformers.Sam2Config(vision_config=vision)).save_pretrained(folder / "sam2")
-    transformers.Dinov2Model(transformers.Dinov2Config()).save_pretrained(folder / "dinov2")  # defaults: ViT-B/14
-    return {
-        "name": "full_size_random",
-        "detector": {"backend": "owlvit", "model": str(folder / "owl"), "query_template": "a {}", "score_threshold": 0.0},
-        "segmenter": {"backend": "sam2", "model": str(folder / "sam2"), "mask_threshold": -1e9},
-        "embedder": {"backend": "dinov2", "model": str(folder / "dinov2"), "image_size": 224},
-    }
-
-
-def bench_deep(cfg: dict, device: str, half: bool, n_frames: int, height: int, width: int, repeats: int, batch: int) -> dict:
-    # any box and full masks: every frame goes through every stage (random detectors give degenerate boxes)
-    cfg = dict(cfg, device=device, half=half, batch_size=batch, cache_dir=None, min_box_size=0.0)
-    cfg["segmenter"] = dict(cfg["segmenter"], mask_threshold=-1e9)
-    scorer = build_scorer(cfg)
+def fps_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
+    rows = []
+    if not args.skip_light:
+        rows.append({"backend": "light", "models": "hand-crafted", "device": "cpu", "precision": "-", "frame": "32x32",
+                     **bench_light(args.frames, args.repeats)})
+    kind = "full-size random weights (released shapes)" if args.full_size else "TINY RANDOM models (plumbing speed only)"
+    cfg = full_size_config(tmp) if args.full_size else tiny_deep_scorer_config(tmp)
+    devices = args.devices or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256, (n_frames, height, width, 3), dtype=np.uint8)
-    return _run(scorer, _task("vase", (0.3, 0.3, 0.6, 0.7)), frames, frames[0], repeats)
+    frames = rng.integers(0, 256, (args.frames, height, width, 3), dtype=np.uint8)
+    for device in devices:
+        for precision in (["fp32", "bf16"] if device.startswith("cuda") else ["fp32"]):
+            scorer = worst_case_scorer(cfg, device, precision, args.batch)
+            stats = pipeline_fps(scorer, bench_task("vase", (0.3, 0.3, 0.6, 0.7)), frames, frames[0], args.repeats)
+            rows.append({"backend": "owlvit->sam2->dinov2", "models": kind, "device": device, "precision": precision,
+                         "frame": args.size, **stats})
+    for r in rows:
+        stages = ", ".join(f"{k} {v:.3g}" for k, v in r["stage_fps"].items())
+        print(f"{r['backend']:<20} {r['device']:<5} {r['precision']:<4} {r['frame']:>8}  {r['fps']:8.3g} frames/s  "
+              f"(per stage, frames/s: {stages}; detection rate {r['detection_rate']:.2f})  [{r['models']}]")
+    return rows
+
+
+def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
+    device = (args.devices or ["cpu"])[0]
+    rows = []
+    for released in (False, True):
+        sizes = ("released sizes: OWL-ViT 768, OWLv2 960, SAM 2 1024, DINOv2 256/224" if released
+                 else "tiny models' sizes: OWL 64, SAM 2 128, DINOv2 64/56")
+        timings = tiny_preprocessing_timings(tmp / str(released), height, width, args.preprocess_frames, args.rounds,
+                                             device=device, released=released)
+        print(f"\npreprocessing, ms per frame of {args.size}, {sizes}; {device}, {torch.get_num_threads()} thread(s), "
+              f"best of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
+        print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
+        for r in timings:
+            print(f"{r['stage']:<8} {r['old_ms']:8.3f} {r['reference_ms']:10.3f} {r['new_ms']:8.3f} {r['old_over_new']:7.1f}x")
+        setting = f"{args.size} frames; {'released' if released else 'tiny'} preprocessing sizes; {device} threads={torch.get_num_threads()}"
+        rows += [{"section": "preprocess", "item": r["stage"], "old": round(r["old_ms"], 4),
+                  "reference": round(r["reference_ms"], 4), "new": round(r["new_ms"], 4),
+                  "ratio": round(r["old_over_new"], 2), "unit": "ms/frame", "setting": setting} for r in timings]
+    print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT); old: previous host code (OWL-ViT processor, OpenCV "
+          "resize without antialiasing for SAM 2, OpenCV padded square for DINOv2); reference: transformers / PIL processors")
+    return rows
+
+
+def memory_rows(args, tmp: Path) -> list[dict]:
+    ctx_h, ctx_w = (int(v) for v in args.context_size.split("x"))
+    height, width = (int(v) for v in args.size.split("x"))
+    cache = Path(args.video_cache)
+    continuation = continuation_video(cache / f"continuation_{height}x{width}_{args.continuation_frames}.mp4",
+                                      args.continuation_frames, height, width)
+    cfg = dict(tiny_deep_scorer_config(tmp / "memory"), cache_dir=None)
+    print(f"\nmemory: one task, reference one second before the end of a generated {ctx_h}x{ctx_w} {args.context_fps:g} fps "
+          f"context, {args.continuation_frames} continuation frames of {args.size} (decoded as `score` does), tiny "
+          "models, 1 thread, a fresh process per row:")
+    print(f"{'context':>8} {'mp4 MB':>7} {'peak RSS':>9} {'RSS before task':>16} {'task adds':>10} {'whole context decoded (before)':>32}")
+    rows = []
+    for seconds in args.context_seconds:
+        context = write_context_video(cache / f"context_{ctx_h}x{ctx_w}_{seconds:g}s_{args.context_fps:g}fps.mp4",
+                                      seconds, args.context_fps, ctx_h, ctx_w)
+        n_context = int(round(seconds * args.context_fps))
+        peak_mb, out = peak_rss_one_task(cfg, continuation, context, max(0, n_context - 1 - int(args.context_fps)))
+        before, whole = out["rss_before_task_mb"], n_context * ctx_h * ctx_w * 3 / 2**20
+        print(f"{seconds:7g}s {context.stat().st_size / 2**20:7.0f} {peak_mb:8.0f}M {before:15.0f}M {peak_mb - before:9.0f}M "
+              f"{whole:12.0f}M of frames, {2 * whole:.0f}M with np.stack")
+        setting = f"context {ctx_h}x{ctx_w} {seconds:g}s {args.context_fps:g}fps; continuation {args.continuation_frames}x{args.size}"
+        rows += [
+            {"section": "memory", "item": "peak_rss_score_one_task", "old": round(2 * whole, 1), "reference": "",
+             "new": round(peak_mb, 1), "ratio": round(2 * whole / peak_mb, 1), "unit": "MB",
+             "setting": setting + "; old = the whole context decoded (frames x H x W x 3, list + np.stack), computed"},
+            {"section": "memory", "item": "rss_before_task", "old": "", "reference": "", "new": round(before, 1),
+             "ratio": "", "unit": "MB", "setting": setting + "; runtime + tiny models, scorer built"},
+            {"section": "memory", "item": "task_adds", "old": "", "reference": "", "new": round(peak_mb - before, 1),
+             "ratio": "", "unit": "MB", "setting": setting + "; peak RSS - RSS before the task"},
+        ]
+    print("peak RSS: the whole process (Python, torch and transformers alone hold ~370 MB here); task adds: what scoring the "
+          "task costs on top of a built scorer, the continuation's frames included")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, default=16, help="frames per scored video")
+    parser.add_argument("--frames", type=int, default=16, help="frames per scored video (pipeline speed)")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--size", default="480x832", help="HxW of the deep pipeline's frames")
+    parser.add_argument("--size", default="480x832", help="HxW of generated frames")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--full-size", action="store_true", help="random models with the released shapes")
     parser.add_argument("--devices", nargs="*", default=None, help="cpu and/or cuda (default: all present)")
     parser.add_argument("--skip-light", action="store_true")
+    parser.add_argument("--skip-fps", action="store_true", help="skip the pipeline-speed section")
+    parser.add_argument("--preprocess", action="store_true", help="preprocessing old vs new")
+    parser.add_argument("--preprocess-frames", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=15, help="preprocessing rounds (the best round is reported)")
+    parser.add_argument("--memory", action="store_true", help="peak RSS of scoring one task (long context)")
+    parser.add_argument("--context-size", default="720x1280")
+    parser.add_argument("--context-seconds", type=float, nargs="+", default=[60.0, 10.0],
+                        help="context lengths, one fresh process each (equal peaks: memory does not grow with the context)")
+    parser.add_argument("--context-fps", type=float, default=24.0)
+    parser.add_argument("--continuation-frames", type=int, default=64)
+    parser.add_argument("--video-cache", default=str(ROOT / ".cache" / "bench_scorer"),
+                        help="where the generated context and continuation videos are kept between runs")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--json", help="write the pipeline-speed rows here")
+    parser.add_argument("--csv", help="write the preprocessing and memory rows here")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -146,28 +174,25 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     height, width = (int(v) for v in args.size.split("x"))
-    devices = args.devices or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, CUDA: "
           f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
-    results = []
-    if not args.skip_light:
-        row = {"backend": "light", "models": "hand-crafted", "device": "cpu", "precision": "-", "frame": "32x32",
-               **bench_light(args.frames, args.repeats)}
-        results.append(row)
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        kind = "full-size random weights (released shapes)" if args.full_size else "TINY RANDOM models (plumbing speed only)"
-        cfg = _full_size_config(Path(tmp)) if args.full_size else tiny_deep_scorer_config(tmp)
-        for device in devices:
-            for half in ([False, True] if device.startswith("cuda") else [False]):
-                stats = bench_deep(cfg, device, half, args.frames, height, width, args.repeats, args.batch)
-                results.append({"backend": "owlvit->sam2->dinov2", "models": kind, "device": device,
-                                "precision": "fp16" if half else "fp32", "frame": args.size, **stats})
-    for r in results:
-        stages = ", ".join(f"{k} {v:.3g}" for k, v in r["stage_fps"].items())
-        print(f"{r['backend']:<20} {r['device']:<5} {r['precision']:<4} {r['frame']:>8}  {r['fps']:8.3g} frames/s  "
-              f"(per stage, frames/s: {stages}; detection rate {r['detection_rate']:.2f})  [{r['models']}]")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        if not args.skip_fps:
+            fps = fps_rows(args, height, width, Path(tmp))
+            if args.json:
+                Path(args.json).write_text(json.dumps(fps, indent=2) + "\n")
+        if args.preprocess:
+            rows += preprocess_rows(args, height, width, Path(tmp))
+        if args.memory:
+            rows += memory_rows(args, Path(tmp))
+    if args.csv and rows:
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.csv, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"\nwrote {args.csv}")
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CMBench installs as a package, not only as an editable checkout: build a wheel, install it into a fresh
-# virtualenv outside the repository, and run `ls` and a 2-task MiniWorld run from another directory
-# (configs, dataset specs and the tiny model's weights must all come from inside the wheel).
+# virtualenv outside the repository, and run `ls`, a 2-task MiniWorld run and its HTML report from another
+# directory (configs, dataset specs, the tiny model's weights and the report's templates must all come from
+# inside the wheel).
 # Usage: bash scripts/check_wheel.sh        (about 2 minutes; CI runs it)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,4 +26,6 @@ PY
 grep -q "decoprune" "$work/ls.txt" && grep -q "miniworld" "$work/ls.txt"
 HF_HUB_OFFLINE=1 "$py" -m cmbench run limit=2 progress=false | tee "$work/run.txt"
 grep -q "2/2 tasks ok" "$work/run.txt"
-echo "check_wheel: OK (wheel installed into a fresh venv; ls and a 2-task run from $PWD)"
+"$py" -m cmbench report | tee "$work/report.txt"  # the report's templates come from the wheel too
+grep -q "report: 1 method x 2 tasks" "$work/report.txt"
+echo "check_wheel: OK (wheel installed into a fresh venv; ls, a 2-task run and its report from $PWD)"

@@ -8,20 +8,22 @@ then for each method (FullKV, DeCoPrune at a matched budget, optionally FullKV w
 offload) prefills the context with ``cmbench.generation.prefill`` and generates a few chunks with
 ``continue_task``, exactly as ``python -m cmbench run`` does, and prints:
 
-- continuation FPS (decoded continuation frames / continuation seconds, the evaluator's definition)
-  and latent frames per second;
+- continuation FPS (continuation frames decoded after the context, 4 per latent frame, / continuation
+  seconds: the evaluator's definition) and latent frames per second;
 - peak GPU memory (``torch.cuda.max_memory_allocated``) and peak stored K/V bytes (PR ledger);
 - the realised pruning ratio (paper Eq. 4; with a short context the dense sink and recent chunks cap it
   below the budget);
 - sanity checks: finite outputs, FullKV PR = 0, offload == no offload (max abs difference).
 
 Random weights say nothing about quality; this checks that the path runs at real scale and what it
-costs. Sized to finish in well under 10 minutes on one H200 (default: a 4-second context = 5 chunks of
-4 latent frames, 4 generated chunks).
+costs, with LingBot's sampler (fresh noise at every step) and float32 residual stream.
+``scripts/gpu_check.py`` is the asserting check (memory plan, host offload, precision). Sized to
+finish in well under 10 minutes on one H200 (default: a 4-second context = 5 chunks of 4 latent
+frames, 4 generated chunks).
 
     python scripts/gpu_smoke.py                          # 1.3B shapes on cuda, bf16
     python scripts/gpu_smoke.py --offload                # also FullKV with the KV cache in host RAM
-    python scripts/gpu_smoke.py --model 14b --context-seconds 2 --chunks 2   # 14B shapes (~28 GB bf16)
+    python scripts/gpu_smoke.py --model 14b --context-seconds 2 --chunks 2   # 14B shapes (~37 GB bf16)
     python scripts/gpu_smoke.py --model tiny --device cpu --dtype float32    # a CPU dry run of the script
 """
 
@@ -46,10 +48,10 @@ from cmbench.backbones.wan.precision import parse_dtype  # noqa: E402
 from cmbench.backbones.wan.synthetic import TINY_VAE, build_tokenizer, random_dit, tiny_umt5_config  # noqa: E402
 from cmbench.backbones.wan.text import TextEncoder  # noqa: E402
 from cmbench.backbones.wan.vae import WanVAE  # noqa: E402
+from cmbench.benchmarks.gpu_check import lingbot_settings  # noqa: E402
 from cmbench.data import Task, prepare_context, write_video  # noqa: E402
 from cmbench.generation import GenerationSettings, continue_task, prefill  # noqa: E402
 from cmbench.methods.registry import build_method  # noqa: E402
-from cmbench.generation.sampler import FlowMatchSampler  # noqa: E402
 
 SHAPES = {  # DiT shapes (configs/backbone/lingbot_world_v2_*.yaml) and frame size
     "1.3b": (dict(dim=1536, ffn_dim=8960, num_heads=12, num_layers=30), (480, 832), {}),
@@ -59,13 +61,14 @@ SHAPES = {  # DiT shapes (configs/backbone/lingbot_world_v2_*.yaml) and frame si
 
 
 def build_backbone(model: str, device: str, dtype: torch.dtype, offload: bool, text_dim: int) -> WanBackbone:
-    """A LingBot-shaped :class:`WanBackbone` with random weights at the chosen shapes."""
+    """A LingBot-shaped :class:`WanBackbone` with random weights at the chosen shapes (float32 residual
+    stream and head, as LingBot runs)."""
     from diffusers import AutoencoderKLWan
     from transformers import UMT5EncoderModel
 
     dims, (height, width), vae_cfg = SHAPES[model]
     cfg = DiTConfig(in_channels=36, out_channels=16, text_dim=text_dim, camera_dim=384, **dims)
-    dit = random_dit(cfg, device, dtype)
+    dit = random_dit(cfg, device, dtype, fp32_residual=True)
     torch.manual_seed(1)
     vae = WanVAE(AutoencoderKLWan(**vae_cfg), device=device)  # {}: the real Wan 2.1 VAE architecture
     text = TextEncoder(UMT5EncoderModel(tiny_umt5_config(text_dim)).to(dtype), build_tokenizer(), 512, device)
@@ -96,7 +99,7 @@ def run_method(backbone: WanBackbone, method_cfg: dict, latents: torch.Tensor, t
     pre = prefill(backbone, method, latents, cond, seed=2, settings=settings)
     n_frames = chunks * backbone.geometry.chunk_frames
     cont = continue_task(backbone, pre, cond, n_frames, seed=3)
-    decoded = 1 + backbone.vae.temporal_stride * (n_frames - 1)
+    decoded = backbone.vae.temporal_stride * n_frames  # decoded after the context, as the evaluator does
     ledger = cont.ledger.summary()
     row = {
         "method": method_cfg["name"] + (" (offload)" if backbone.offload_kv else ""),
@@ -145,7 +148,7 @@ def main() -> None:
         enc_s = time.perf_counter() - t1
         print(f"[smoke] context: {len(frames)} frames -> {latents.shape[2]} latent frames "
               f"({latents.shape[2] // g.chunk_frames} chunks), VAE encode {enc_s:.2f} s", flush=True)
-        settings = GenerationSettings(sampler=FlowMatchSampler())  # (999, 957, 899, 702), deterministic
+        settings = lingbot_settings()  # LingBot's (999, 957, 899, 702), fresh noise at every step
         t3 = time.perf_counter()  # warm-up (kernel selection, allocator) so the first method is not penalised
         run_method(backbone, {"name": "fullkv"}, latents[:, :, : g.chunk_frames], task, 1, settings, args.device)
         print(f"[smoke] warm-up {time.perf_counter() - t3:.1f} s", flush=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The reference leaderboard of the default (MiniWorld, tiny backbone, light scorer): every registered
-# method on the full suite, then the leaderboard into results/miniworld/ and its table into the README.
+# method on the full suite, then the leaderboard into results/miniworld/ and its table into the README,
+# and the HTML report (runs/reference/miniworld/report/index.html) with its screenshot in docs/img/.
 #
 #   bash scripts/reproduce_results.sh            # everything (resumable: finished tasks are kept)
 #   EXTRA="limit=8" bash scripts/reproduce_results.sh   # a quick look (writes to runs/, not results/)
@@ -49,6 +50,16 @@ run method=decoprune_reverse method.target_pr=$pr label=decoprune_reverse_matche
 if [ -z "$EXTRA" ]; then
   $PY -m cmbench leaderboard out_dir="$OUT" leaderboard.out=results/miniworld
   $PY scripts/update_readme_results.py results/miniworld/leaderboard.md
+  # the HTML report ($OUT/miniworld/report/, not committed) and, with Debian's chromium + chromium-driver
+  # and selenium (the `browser` or `test` extra), its screenshot
+  shot=()
+  if command -v chromium >/dev/null && command -v chromedriver >/dev/null && $PY -c "import selenium" 2>/dev/null; then
+    shot=(report.screenshot=docs/img/report.png report.screenshot_method=decoprune)
+  else
+    echo "no chromium / chromedriver / selenium: the report without its screenshot (docs/report.md)" >&2
+  fi
+  $PY -m cmbench report out_dir="$OUT" "${shot[@]}"
 else
   $PY -m cmbench leaderboard out_dir="$OUT"
+  $PY -m cmbench report out_dir="$OUT"
 fi

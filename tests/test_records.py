@@ -30,7 +30,7 @@ def test_record_round_trips_and_names_its_version():
     record = TaskRecord(task_id="t1", status="ok", context_id="videos/a", source="real", task_type="revisit",
                         label="x", seed=3, score=0.25, pr=0.5, metric="DINO")
     row = record.to_json()
-    assert row["schema_version"] == SCHEMA_VERSION == 1
+    assert row["schema_version"] == SCHEMA_VERSION == 2
     assert TaskRecord.from_json(row) == record
     assert set(row) == {f for f in records_module.FIELD_NAMES}
 
@@ -44,7 +44,7 @@ def test_version_0_records_are_upgraded_and_unknown_versions_refused():
     with pytest.raises(ValueError, match="not in the task record schema"):
         TaskRecord.from_json({**ok("t"), "schema_version": 1, "prepared_for": "x"})
     with pytest.raises(ValueError, match="newer than this CMBench reads"):
-        TaskRecord.from_json({**ok("t"), "schema_version": 2})
+        TaskRecord.from_json({**ok("t"), "schema_version": 3})
 
 
 @pytest.mark.parametrize(
@@ -137,3 +137,11 @@ def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
     monkeypatch.undo()
     writer.write(ok("b"))
     assert [r["task_id"] for r in read_all_records(tmp_path)] == ["a", "b"]
+
+
+def test_version_1_records_read_with_the_fields_of_version_2_empty():
+    record = TaskRecord.from_json({**ok("t"), "schema_version": 1, "label": "x", "config_hash": "abc"})
+    assert record.schema_version == 2 and record.config_hash == "abc"
+    assert record.code_hash is None and record.run_seed is None and record.attention_flops is None
+    with pytest.raises(ValueError, match="attention_flops: is -1.0, expected a finite number >= 0"):
+        TaskRecord(task_id="t", status="ok", attention_flops=-1.0)

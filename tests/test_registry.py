@@ -79,11 +79,26 @@ def test_every_shipped_config_key_is_declared():
 
 
 def test_key_lists_are_derived_from_the_schema():
-    assert SELECTION_KEYS == ("limit", "task_ids", "shard", "progress", "out_dir", "leaderboard", "runs",
-                              "save_videos", "lossless_max_pixels", "videos", "out", "experiment", "threads",
-                              "check")
+    assert SELECTION_KEYS == ("label", "limit", "task_ids", "shard", "progress", "progress_every", "progress_seconds",
+                              "keep_other_code", "out_dir", "leaderboard", "report", "runs", "save_videos",
+                              "lossless_max_pixels", "videos", "out", "experiment", "threads", "check")
     assert "seed" not in SELECTION_KEYS and "generation" not in SELECTION_KEYS
-    assert RUNTIME_KEYS == ("name", "description", "paper", "device", "half", "batch_size", "cache_dir")
-    assert RESULT_KEYS == ("min_box_size", "detector", "segmenter", "embedder")
-    assert NON_ARGUMENT_KEYS == keys_with_role(BACKBONE_KEYS, "doc", "cmbench")
+    assert "label" in SELECTION_KEYS  # a display name: relabelling reruns nothing
+    assert RUNTIME_KEYS == ("name", "description", "paper", "device", "precision", "batch_size", "cache_dir")
+    assert RESULT_KEYS == ("min_box_size", "reference_aggregation", "detector", "segmenter", "embedder")
+    assert NON_ARGUMENT_KEYS == keys_with_role(BACKBONE_KEYS, "doc", "cmbench", "runtime")
+    assert "memory" in NON_ARGUMENT_KEYS
     assert {"path", "device"}.isdisjoint(NON_ARGUMENT_KEYS)  # loader arguments of the tiny backbone
+
+
+def test_where_a_run_keeps_its_caches_is_not_its_identity():
+    from cmbench.api import compose_config
+    from cmbench.runs.experiment import run_dir_for
+
+    real = ["backbone=lingbot_world_v2_1_3b", "data=cmbench", "scorer=owl_sam_dino"]
+    base = compose_config("decoprune", real)
+    parked = compose_config("decoprune", [*real, "backbone.memory.park_prefill=true", "scorer.batch_size=3",
+                                          "scorer.cache_dir=null", "scorer.device=cpu"])
+    assert run_dir_for(parked) == run_dir_for(base)
+    assert run_dir_for(compose_config("decoprune", [*real, "method.gamma=0.2"])) != run_dir_for(base)
+

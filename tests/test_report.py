@@ -99,7 +99,8 @@ def test_leaderboard_numbers(runs):
     assert by_type.loc[("decoprune", "revisit"), "score"] == pytest.approx(0.4)
 
     md = paths["leaderboard.md"].read_text()
-    assert "| decoprune | 0.6667 ± 0.2824 | 85.00% | 4.00x | 32.0 |" in md
+    # no attention cost in these records (—); the FPS ratio was not measured together (no machine): *
+    assert "| decoprune | 0.6667 ± 0.2824 | 85.00% | — | 4.00x* | 32.0 |" in md
     assert paths["pareto.png"].stat().st_size > 1000
 
 
@@ -156,7 +157,7 @@ def test_a_run_without_any_successful_task_is_reported_with_its_failures(runs):
     assert board.loc["broken", "n_tasks"] == 0 and board.loc["broken", "failures"] == 4
     assert math.isnan(board.loc["broken", "score"]) and math.isnan(board.loc["broken", "pr"])
     assert list(board.index) == ["fullkv", "broken"]  # nothing measured sorts last
-    assert "| broken | — | — | — | — | — | 0 | 4 |" in paths["leaderboard.md"].read_text()
+    assert "| broken | — | — | — | — | — | — | 1 | 0 | 4 |" in paths["leaderboard.md"].read_text()
     deltas = pd.read_csv(paths["paired_deltas.csv"]).set_index("method")
     assert deltas.loc["broken", "n_pairs"] == 0
 
@@ -223,3 +224,175 @@ def test_every_table_names_its_metric(tmp_path):
         assert set(pd.read_csv(paths[name])["metric"]) == {"DINO"}, name
     unnamed = write_reports([write_run(tmp_path / "u", [record("fullkv", "a1", 0.5)])], tmp_path / "r2")
     assert unnamed["leaderboard.md"].read_text().startswith("| Method | Score (95% CI) |")
+
+
+# ------------------------------------------------------------------------------ seeds, comparisons, cost
+MINE = {2: {"a1": 0.8, "a2": 0.6, "b1": 0.7, "b2": 0.5}, 3: {"a1": 0.9, "a2": 0.7, "b1": 0.5, "b2": 0.3}}
+TASKS = ["a1", "a2", "b1", "b2"]
+
+
+def seeded(label, task_id, score, run_seed, setup, **extra):
+    """A record of global seed ``run_seed``: its task seed is shared by every method run with that seed."""
+    return {**record(label, task_id, score, seed=10 * run_seed + TASKS.index(task_id)), "run_seed": run_seed,
+            "setup_hash": setup, **extra}
+
+
+@pytest.fixture
+def seed_runs(tmp_path):
+    """``mine`` (a plug-in) and ``fullkv``, each with seeds 2 and 3: four run directories."""
+    folders = []
+    for run_seed, scores in MINE.items():
+        folders.append(write_run(tmp_path / f"mine_{run_seed}", [
+            seeded("mine", t, s, run_seed, "S_mine", code={"method": "abc"}) for t, s in scores.items()]))
+        folders.append(write_run(tmp_path / f"full_{run_seed}", [
+            seeded("fullkv", t, 0.5, run_seed, "S_full") for t in TASKS]))
+    return tmp_path, folders
+
+
+def test_seeds_of_one_setup_are_one_row_with_their_spread_by_hand(seed_runs):
+    tmp, folders = seed_runs
+    paths = write_reports(folders, tmp / "report")  # the runs differ only in seed: not refused
+    board = pd.read_csv(paths["leaderboard.csv"]).set_index("method")
+    assert sorted(board.index) == ["fullkv", "mine"]
+    assert board.loc["mine", "seeds"] == 2 and board.loc["mine", "n_tasks"] == 8
+    assert board.loc["mine", "score"] == pytest.approx(0.625)  # (2.6 + 2.4) / 8: every (task, seed) pair
+    # per-seed means 0.65 and 0.60: sample std |0.65 - 0.60| / sqrt(2)
+    assert board.loc["mine", "score_seed_std"] == pytest.approx(0.05 / math.sqrt(2), rel=1e-5)
+    # residuals by context over both seeds: a +0.5, b -0.5; se^2 = 2/1 * 0.5 / 64
+    assert board.loc["mine", "score_ci95"] == pytest.approx(T975_DF1 * 0.125, rel=1e-5)
+    assert board.loc["fullkv", "score_seed_std"] == pytest.approx(0.0)
+    by_seed = pd.read_csv(paths["leaderboard_by_seed.csv"]).set_index(["method", "seed"])
+    assert by_seed.loc[("mine", 2), "score"] == pytest.approx(0.65)
+    assert by_seed.loc[("mine", 3), "score"] == pytest.approx(0.6) and by_seed.loc[("mine", 3), "n_tasks"] == 4
+    deltas = pd.read_csv(paths["paired_deltas.csv"]).set_index("method")
+    # pairs on (task, seed): mine - 0.5 = .3 .1 .2 0 | .4 .2 0 -.2; mean .125, se .125 (t = 1, one df)
+    assert deltas.loc["mine", ["wins", "ties", "losses", "n_pairs"]].tolist() == [5, 2, 1, 8]
+    assert deltas.loc["mine", "delta_vs_fullkv"] == pytest.approx(0.125)
+    assert deltas.loc["mine", "delta_ci95"] == pytest.approx(T975_DF1 * 0.125, rel=1e-5)
+    assert deltas.loc["mine", "p_value"] == pytest.approx(0.5)  # P(|T| > 1) for Student t with 1 df
+    md = paths["leaderboard.md"].read_text()
+    assert "| mine | 0.6250 ± 1.5883 |" in md and f"| 2 (sd {0.05 / math.sqrt(2):.4f}) | 8 | 0 |" in md
+
+
+def test_one_setup_cannot_hold_a_seed_twice_nor_seeds_of_different_tasks(seed_runs, tmp_path):
+    tmp, folders = seed_runs
+    copy = write_run(tmp / "mine_2_again", [seeded("mine", t, s, 2, "S_mine") for t, s in MINE[2].items()])
+    with pytest.raises(ReportError, match=r"same setup \(mine\) with the same seed \[2\]"):
+        write_reports([*folders, copy], tmp / "r1")
+    short = write_run(tmp / "mine_4", [seeded("mine", t, 0.5, 4, "S_mine") for t in TASKS[:2]])
+    with pytest.raises(ReportError, match="the seeds of mine cover different tasks"):
+        write_reports([*folders, short], tmp / "r2")
+
+
+def test_method_vs_method_comparisons_by_hand(seed_runs):
+    tmp, folders = seed_runs
+    other = [write_run(tmp / f"other_{s}", [seeded("other", t, 0.6, s, "S_other") for t in TASKS]) for s in (2, 3)]
+    paths = write_reports([*folders, *other], tmp / "report")
+    compared = pd.read_csv(paths["comparisons.csv"]).set_index(["method", "versus"])
+    # by default the plug-in (records with a method code hash) against every other method on the board
+    assert sorted(compared.index) == [("mine", "fullkv"), ("mine", "other")]
+    row = compared.loc[("mine", "fullkv")]
+    assert row["delta"] == pytest.approx(0.125) and row["p_value"] == pytest.approx(0.5)
+    assert row[["wins", "ties", "losses", "n_pairs"]].tolist() == [5, 2, 1, 8]
+    assert row["test"] == "cluster-robust paired t-test"
+    row = compared.loc[("mine", "other")]  # mine - 0.6 = .2 0 .1 -.1 | .3 .1 -.1 -.3; mean .025
+    assert row["delta"] == pytest.approx(0.025)
+    assert row[["wins", "ties", "losses"]].tolist() == [4, 1, 3]
+    # residuals: a: .175 -.025 .275 .075 = .5, b: .075 -.125 -.125 -.325 = -.5 -> se .125, t = 0.2, one df
+    assert row["delta_ci95"] == pytest.approx(T975_DF1 * 0.125, rel=1e-5)
+    assert row["p_value"] == pytest.approx(1 - 2 * math.atan(0.2) / math.pi)  # Student t, 1 df: Cauchy
+    md = paths["leaderboard.md"].read_text()
+    assert "| mine | fullkv | +0.1250 ± 1.5883 | 0.5 | 5 / 2 / 1 | 8 |" in md
+    named = write_reports([*folders, *other], tmp / "named", focus=[], compare=["other", "fullkv"])
+    assert pd.read_csv(named["comparisons.csv"])[["method", "versus"]].values.tolist() == [["other", "fullkv"]]
+    with pytest.raises(ReportError, match=r"leaderboard.focus: no method 'mien' on this board. Did you mean 'mine'"):
+        write_reports(folders, tmp / "bad", focus=["mien"])
+    with pytest.raises(ReportError, match="is not a pair of methods"):
+        write_reports(folders, tmp / "bad", compare=[["mine", "fullkv", "other"]])
+    assert "comparisons.csv" not in write_reports(folders[1::2], tmp / "none")  # no plug-in: nothing to compare
+
+
+def test_the_headline_speed_up_is_the_attention_cost_and_fps_says_when_it_was_measured_apart(tmp_path):
+    second = 1_000_000_000
+
+    def timed(label, flops, start, machine="host / cpu"):
+        return [{**record(label, t, 0.5, seconds=1.0 if label == "fullkv" else 0.25), "attention_flops": flops,
+                 "attention_keys_per_token": flops / 10, "machine": machine,
+                 "recorded_ns": (start + 2 * i + 1) * second} for i, t in enumerate(TASKS)]
+
+    full = write_run(tmp_path / "full", timed("fullkv", 400.0, 1000))
+    together = write_run(tmp_path / "a", timed("a", 100.0, 1003))  # overlaps fullkv's [1000 s, 1007 s]
+    later = write_run(tmp_path / "b", timed("b", 50.0, 5000))
+    elsewhere = write_run(tmp_path / "c", timed("c", 80.0, 1002, machine="other / gpu"))
+    paths = write_reports([full, together, later, elsewhere], tmp_path / "report")
+    board = pd.read_csv(paths["leaderboard.csv"]).set_index("method")
+    assert board.loc["a", "cost_speedup_vs_fullkv"] == pytest.approx(4.0)  # 1600 / 400 FLOPs
+    assert board.loc["b", "cost_speedup_vs_fullkv"] == pytest.approx(8.0)
+    assert board.loc["a", "attention_keys_per_token"] == pytest.approx(10.0)
+    assert board.loc["a", "speedup_vs_fullkv"] == pytest.approx(4.0)  # 64 frames in 1 s vs 4 s
+    assert board["fps_measured_together"].to_dict() == {"fullkv": True, "a": True, "b": False, "c": False}
+    md = paths["leaderboard.md"].read_text()
+    assert "| a | 0.5000 ± 0.0000 | 0.00% | 4.00x | 4.00x | 64.0 |" in md
+    assert "| b | 0.5000 ± 0.0000 | 0.00% | 8.00x | 4.00x* | 64.0 |" in md and "`*`: not measured together" in md
+
+
+def test_a_run_shows_its_current_label_and_flags_records_from_other_code(tmp_path):
+    run = write_run(tmp_path / "r", [{**record("old_name", t, 0.5), "code_hash": "c1" if t != "b2" else "c0"}
+                                     for t in TASKS])
+    (run / "run.json").write_text(json.dumps({"label": "new_name", "code_hash": "c1"}))
+    paths = write_reports([run], tmp_path / "report")
+    board = pd.read_csv(paths["leaderboard.csv"]).set_index("method")
+    assert list(board.index) == ["new_name"] and board.loc["new_name", "other_code_tasks"] == 1
+    md = paths["leaderboard.md"].read_text()
+    assert "| new_name † |" in md and "computed by other code" in md
+    assert set(read_records(run).frame["label"]) == {"new_name"}
+
+
+def test_runs_sharing_a_label_are_told_apart_by_what_differs_in_their_configs(tmp_path, capsys):
+    runs = []
+    for reindex in ("true", "false"):
+        run = write_run(tmp_path / f"x_{reindex}", [{**record("x", t, 0.5), "setup_hash": reindex} for t in TASKS])
+        (run / "config.yaml").write_text(f"seed: 0\ngeneration:\n  rope_reindex: {reindex}\n  reindex_recent: 8\n")
+        runs.append(run)
+    board = pd.read_csv(write_reports(runs, tmp_path / "report")["leaderboard.csv"])
+    assert sorted(board["method"]) == ["x[generation.rope_reindex=false]", "x[generation.rope_reindex=true]"]
+    assert "2 different setups are labelled 'x'" in capsys.readouterr().err
+
+
+def test_a_failed_leaderboard_leaves_no_older_one_looking_current(seed_runs, capsys):
+    tmp, folders = seed_runs
+    out = tmp / "board"
+    first = write_reports(folders, out)
+    assert "comparisons.csv" in first and (out / "leaderboard.md").is_file()
+    second = write_reports(folders, out, focus=[])  # nothing to compare now: the old comparisons must go
+    assert "comparisons.csv" not in second and not (out / "comparisons.csv").exists()
+    subset = write_run(tmp / "sub", [seeded("streaming", t, 0.3, 2, "S_s") for t in TASKS[:2]])
+    with pytest.raises(ReportError, match="runs differ in task set"):
+        write_reports([*folders, subset], out)
+    assert sorted(p.name for p in out.iterdir()) == []
+    assert "removed the previous leaderboard.csv" in capsys.readouterr().err
+    assert not list(tmp.glob(".board.tmp-*"))
+
+
+def test_the_pareto_plot_says_what_it_plots(runs, monkeypatch):
+    import matplotlib.axes
+
+    titles = []
+    real = matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title", lambda self, t, *a, **k: titles.append(t) or real(self, t))
+    tmp, full, deco = runs
+    write_reports([full, deco], tmp / "report")
+    assert titles == ["CMBench: Score score vs pruning ratio"]
+
+
+def test_methods_with_different_seeds_are_refused_naming_the_seeds(seed_runs):
+    tmp, folders = seed_runs
+    one_seed = write_run(tmp / "other_2", [seeded("other", t, 0.6, 2, "S_other") for t in TASKS])
+    with pytest.raises(ReportError, match=r"runs differ in seeds: .* has \['3'\] that .*other_2 \(other\) lacks"):
+        write_reports([*folders, one_seed], tmp / "r")
+
+
+def test_one_run_given_twice_is_refused(runs):
+    tmp, full, _ = runs
+    with pytest.raises(ReportError, match=r"several runs share a method label \(fullkv\) and nothing tells them apart"):
+        write_reports([full, full], tmp / "twice")

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from cmbench.runs.records import read_all_records
@@ -73,7 +74,8 @@ def test_run_writes_a_complete_run_directory_and_resumes(setup):
         "real_001_reappear_01", "syn_001_reappear_01", "syn_001_revisit_01", "syn_002_reappear_01"
     ]
     for r in records:
-        assert r["status"] == "ok" and r["label"] == "decoprune" and r["method_config"]["target_pr"] == 0.8
+        # the automatic label names the knob that differs from DeCoPrune's class default
+        assert r["status"] == "ok" and r["label"] == "decoprune@target_pr=0.8" and r["method_config"]["target_pr"] == 0.8
         assert 0.0 <= r["score"] <= 1.0 and 0.0 <= r["detection_rate"] <= 1.0
         assert abs(r["pr"] - 0.8) < 0.02  # budget mode realises its target
         assert r["continuation_frames"] == 16 and len(r["similarities"]) == 16
@@ -273,7 +275,7 @@ def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup,
     assert board.returncode == 0, board.stderr
     assert "| Method | light (95% CI) |" in board.stdout
     rows = {line.split("|")[1].strip(): line for line in board.stdout.splitlines() if line.startswith("| ")}
-    assert rows["decoprune"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
+    assert rows["decoprune@target_pr=0.8"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
 
 
 def test_validate_checks_miniworld_npz_files_as_run_reads_them(tmp_path):
@@ -290,3 +292,97 @@ def test_validate_checks_miniworld_npz_files_as_run_reads_them(tmp_path):
     assert "miniworld.context_frames: task syn_002_reappear_01: cannot read" in out.stderr
     assert "miniworld.ground_truth: task real_001_reappear_01:" in out.stderr and "not found" in out.stderr
     assert "2 problem(s)" in out.stderr and "Traceback" not in out.stderr
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+
+from cmbench.methods.decoprune import DeCoPrune
+
+
+@dataclass
+class MyPress(DeCoPrune):
+    """A user's method outside CMBench."""
+
+    name = "my_press"
+    gamma: float = 0.1
+'''
+ONE_CONTEXT = "task_ids=[syn_001_revisit_01,syn_001_reappear_01]"
+
+
+def leaderboard_of(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cmbench", "leaderboard", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kept_only_loudly(setup, tmp_path):
+    tmp, weights = setup
+    code, conf = tmp_path / "code", tmp_path / "conf"
+    (conf / "method").mkdir(parents=True)
+    code.mkdir()
+    (code / "my_press.py").write_text(PLUGIN)
+    (conf / "method" / "my_press.yaml").write_text("_target_: my_press.MyPress\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")]),
+           "CMBENCH_CONFIG_PATH": str(conf)}
+    out_dir = f"out_dir={tmp_path / 'runs'}"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "cmbench", "run", f"data.root={tmp / 'suite'}", *SMALL_SUITE,
+               f"backbone.path={weights}", out_dir, "progress=false", "method=my_press", ONE_CONTEXT, *args]
+        done = subprocess.run(cmd, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    assert "(2 run now, 0 cached)" in run().stdout
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert "(0 run now, 2 cached)" in run().stdout
+    (code / "my_press.py").write_text(PLUGIN.replace("gamma: float = 0.1", "gamma: float = 0.3"))
+    edited = run()
+    assert "(2 run now, 0 cached)" in edited.stdout  # the edit is computed, not served from the cache
+    assert "my_press: 2 task(s) recomputed: their records came from other code (method source)" in edited.stderr
+    assert only_run_dir(tmp_path / "runs") == run_dir  # the same run: the config did not change
+    (code / "my_press.py").write_text(PLUGIN.replace("gamma: float = 0.1", "gamma: float = 0.3")
+                                      .replace("outside CMBench", "of mine"))
+    assert "(0 run now, 2 cached)" in run().stdout  # a docstring is not code
+    relabelled = run("label=mine")
+    assert "\nmine: 2/2 tasks ok (0 run now, 2 cached)" in relabelled.stdout
+    board = leaderboard_of(f"runs=[{run_dir}]", f"leaderboard.out={tmp_path / 'board'}")
+    assert board.returncode == 0, board.stderr
+    assert "| mine |" in board.stdout and "my_press" not in board.stdout  # the current label
+    (code / "my_press.py").write_text(PLUGIN.replace("gamma: float = 0.1", "gamma: float = 0.5"))
+    kept = run("label=mine", "keep_other_code=true")
+    assert "(0 run now, 2 cached, 2 from other code)" in kept.stdout
+    assert ("mine: warning: 2 task(s) kept from other code (method source) because keep_other_code=true; their "
+            "results are not this code's: syn_001_") in kept.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tasks_other_code"] == 2 and len(summary["other_code_task_ids"]) == 2
+    board = leaderboard_of(f"runs=[{run_dir}]", f"leaderboard.out={tmp_path / 'board'}")
+    assert "| mine † |" in board.stdout and "computed by other code" in board.stdout
+    records = read_all_records(run_dir)
+    assert len(records) == 4 and len({r["code_hash"] for r in records}) == 2
+    assert all(r["code"]["method"] and r["code"]["cmbench"] and r["code"]["backbone"] and r["code"]["scorer"]
+               for r in records)
+
+
+def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_deterministic_cost(setup, tmp_path):
+    tmp, weights = setup
+    out = cmbench(tmp, weights, "-m", "method=decoprune", "method.target_pr=0.8,0.9", "seed=2,3", ONE_CONTEXT,
+                  f"out_dir={tmp_path / 'runs'}")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.stdout.splitlines() if line.startswith("| d")}
+    assert sorted(rows) == ["decoprune@target_pr=0.8", "decoprune@target_pr=0.9"]  # one row each, 2 seeds
+    assert all(cells[8].strip().startswith("2 (sd ") and cells[9].strip() == "4" for cells in rows.values())
+    board = pd.read_csv(tmp_path / "runs" / "miniworld" / "leaderboard" / "leaderboard_by_seed.csv")
+    assert sorted(board["seed"]) == [2, 2, 3, 3]
+    again = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8", "seed=2", ONE_CONTEXT,
+                    f"out_dir={tmp_path / 'again'}")
+    assert again.returncode == 0, again.stderr
+    first = {r["task_id"]: r for run_dir in (tmp_path / "runs" / "miniworld").glob("decoprune__*")
+             for r in read_all_records(run_dir) if r["run_seed"] == 2 and r["label"] == "decoprune@target_pr=0.8"}
+    second = {r["task_id"]: r for r in read_all_records(only_run_dir(tmp_path / "again"))}
+    assert first.keys() == second.keys() and len(second) == 2
+    for task_id, r in second.items():
+        assert r["attention_flops"] > 0 and r["attention_keys_per_token"] > 0
+        assert r["attention_flops"] == first[task_id]["attention_flops"]  # the same, however loaded the machine
+        assert r["attention_keys_per_token"] == first[task_id]["attention_keys_per_token"]

@@ -248,3 +248,66 @@ def test_selection_rejects_an_empty_task_list_and_non_positive_limits(official):
     for bad in (0, -3):
         with pytest.raises(ConfigError, match="limit must be a positive number of tasks"):
             select_tasks(tasks, limit=bad)
+
+
+def test_records_from_other_code_are_recomputed_or_kept_and_named(official, tmp_path):
+    _, tasks = official
+    subset = tasks[:6]
+    first = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, show_progress=False,
+                      base_record={"label": "fake", "code_hash": "old", "code": {"method": "a"}})
+    assert first.done == 6
+    same = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, show_progress=False,
+                     base_record={"label": "fake", "code_hash": "old", "code": {"method": "a"}})
+    assert (same.done, same.cached, same.recomputed, same.other_code) == (0, 6, [], [])
+    kept = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, show_progress=False, keep_other_code=True,
+                     base_record={"label": "fake", "code_hash": "new", "code": {"method": "b"}})
+    ids = [t.task_id for t in subset]
+    assert (kept.done, kept.cached, kept.recomputed) == (0, 6, [])
+    assert sorted(kept.other_code) == sorted(ids) and kept.previous_code[ids[0]] == {"method": "a"}
+    summary = summarise(read_task_records(tmp_path), ids, code_hash="new")
+    assert summary["tasks_other_code"] == 6 and summary["other_code_task_ids"] == sorted(ids)
+    edited = run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, show_progress=False,
+                       base_record={"label": "fake", "code_hash": "new", "code": {"method": "b"}})
+    assert (edited.done, edited.cached) == (6, 0) and sorted(edited.recomputed) == sorted(ids)
+    assert summarise(read_task_records(tmp_path), ids, code_hash="new")["tasks_other_code"] == 0
+    assert {r.code_hash for r in read_task_records(tmp_path)[-6:]} == {"new"}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_lines_every_n_tasks_or_seconds_with_the_mean_of_cached_tasks_too():
+    import io
+
+    from cmbench.runs.progress import Progress
+    from cmbench.runs.records import TaskRecord
+
+    cached = [TaskRecord(task_id=f"c{i}", status="ok", score=s) for i, s in enumerate([0.9, 0.7])]
+    stream, clock = io.StringIO(), Clock()
+    progress = Progress("run", 7, cached, bar=False, every_tasks=2, every_seconds=60, stream=stream, clock=clock)
+    for i, score in enumerate([0.2, 0.4, None, 0.6, 0.1]):
+        clock.now += 5.0
+        progress.update(TaskRecord(task_id=f"t{i}", status="ok" if score is not None else "failed", score=score))
+        if i == 3:
+            clock.now += 100.0  # a slow task: a line after the next one, though it is not the 2nd
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "run: 2/7 tasks (2 cached, 0 failed), mean score 0.8000; 5 to run, 2 cached"
+    # after 2 tasks: mean over the cached 0.9, 0.7 and the new 0.2, 0.4 = 0.55 (not 0.3)
+    assert lines[1].startswith("run: 4/7 tasks (2 cached, 0 failed), mean score 0.5500, 5.0 s/task, 10s elapsed")
+    assert lines[2].startswith("run: 6/7 tasks (2 cached, 1 failed), mean score 0.5600")
+    assert lines[3].startswith("run: 7/7 tasks (2 cached, 1 failed), mean score 0.4833") and "~0s left" in lines[3]
+    assert len(lines) == 4  # the last task's line is the last line (no repeat when the run closes)
+
+
+def test_run_tasks_prints_progress_lines_without_a_bar(official, tmp_path, capsys):
+    _, tasks = official
+    run_tasks(tasks[:5], FakeEvaluator(), tmp_path, global_seed=7, base_record={"label": "fake"},
+              show_progress=False, progress_every=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ")[1].split(" tasks")[0] for line in lines] == ["0/5", "2/5", "4/5", "5/5"]

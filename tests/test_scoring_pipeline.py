@@ -7,7 +7,6 @@ import pytest
 
 from cmbench.data import Reference, Task
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop
-from cmbench.scoring.feature_cache import FeatureCache
 from cmbench.scoring.pipeline import Scorer
 from cmbench.scoring.references import ReferenceFrameError, reference_frames
 from cmbench.scoring.stages import Detections
@@ -124,6 +123,38 @@ def test_best_reference_wins_and_empty_reference_mask_falls_back_to_box():
     assert detector.targets[0].references[1].mask.all()  # the fallback mask is the whole box
 
 
+def test_reference_scores_and_their_mean_or_max():
+    frames = _frames()  # red, green, yellow, blue patches
+    detector = ListDetector(boxes=[[10, 5, 30, 15]] * 4, scores=[0.9] * 4)
+    red_ref = frames[0]
+    cyan = np.array([10, 150, 200], np.uint8)
+    cyan_ref = np.ascontiguousarray(np.broadcast_to(cyan, (7, 7, 3)))
+    task = _task([(0.25, 0.25, 0.75, 0.75), (0.0, 0.0, 1.0, 1.0)])
+    colours = [(200, 10, 10), (10, 200, 10), (200, 200, 10), (10, 10, 200)]
+    to_cyan = [float(_unit(c) @ _unit(cyan)) for c in colours]
+    records = {}
+    for aggregation in ("mean", "max"):
+        scorer = Scorer(detector, BoxSegmenter(), MeanColourEmbedder(), name="stub", config_hash="abc",
+                        reference_aggregation=aggregation)
+        records[aggregation] = record = scorer.score_task(task, frames, [red_ref, cyan_ref])
+        assert record.reference_aggregation == aggregation
+        assert record.reference_scores == pytest.approx([1.0, max(to_cyan)], abs=1e-6)
+        assert record.reference_best_frames == [0, int(np.argmax(to_cyan))] == [0, 3]
+        # per frame: the closest reference
+        assert record.similarities == pytest.approx([max(1.0 if i == 0 else float(_unit(c) @ _unit(colours[0])), to_cyan[i])
+                                                     for i, c in enumerate(colours)], abs=1e-6)
+    assert records["mean"].score == pytest.approx((1.0 + max(to_cyan)) / 2, abs=1e-6)  # the authors' harness
+    assert records["max"].score == pytest.approx(1.0, abs=1e-6)  # best reference, best frame
+    assert max(to_cyan) < 0.99  # the two aggregations differ here
+
+    never = Scorer(ListDetector(boxes=[[10, 5, 30, 15]] * 4, scores=[0.1] * 4), BoxSegmenter(), MeanColourEmbedder(),
+                   name="stub", config_hash="abc")
+    record = never.score_task(task, frames, [red_ref, cyan_ref])
+    assert record.score == 0.0 and record.reference_scores == [0.0, 0.0] and record.reference_best_frames == [None, None]
+    with pytest.raises(ValueError, match="reference_aggregation must be one of mean, max"):
+        Scorer(detector, BoxSegmenter(), MeanColourEmbedder(), name="s", config_hash="h", reference_aggregation="median")
+
+
 def test_input_checks():
     scorer = Scorer(ListDetector([[0, 0, 1, 1]], [1.0]), BoxSegmenter(), MeanColourEmbedder(), name="s", config_hash="h")
     with pytest.raises(ValueError, match="uint8"):
@@ -146,10 +177,9 @@ def test_reference_frames_use_frame_index_else_timestamp():
 def test_feature_cache_corrupt_entry_is_a_miss(tmp_path):
     frames = _frames()
     detector = ListDetector(boxes=[[10, 5, 30, 15]] * 4, scores=[0.9] * 4)
-    cache = FeatureCache(tmp_path, "cfg")
-    scorer = Scorer(detector, BoxSegmenter(), MeanColourEmbedder(), name="stub", config_hash="cfg", cache=cache)
+    scorer = Scorer(detector, BoxSegmenter(), MeanColourEmbedder(), name="stub", config_hash="cfg", cache_dir=str(tmp_path))
     first = scorer.score_task(_task([(0.25, 0.25, 0.75, 0.75)]), frames, [frames[0]])
-    [entry] = list(tmp_path.rglob("*.npz"))
+    [entry] = list((tmp_path / "cfg").rglob("*.npz"))  # the task entry (reference entries live beside)
     entry.write_bytes(b"not a zip file")
     again = scorer.score_task(_task([(0.25, 0.25, 0.75, 0.75)]), frames, [frames[0]])
     assert again == first and (scorer.cache_hits, scorer.cache_misses) == (0, 2)

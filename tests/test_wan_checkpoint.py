@@ -241,7 +241,7 @@ def test_one_chunk_equals_diffusers_through_our_loader(components):
 
     from cmbench.backbones.wan.backbone import WanCondition
 
-    cond = WanCondition("t", ("a vase",) * 6, "the camera turns back", context_frames=8)
+    cond = WanCondition("t", ("a vase",) * 6, "the camera turns back", context_frames=8, context_prompts="clips")
     x = torch.randn(1, 16, 3, 4, 6)
     t = 0.7
     text = backbone.text.encode(cond.prompt_at(0))
@@ -256,3 +256,60 @@ def test_one_chunk_equals_diffusers_through_our_loader(components):
     cache.begin_chunk(0, 0, 3)
     x0 = backbone.denoise(x, t, cache, 0, cond)
     torch.testing.assert_close(x0, x - t * expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fsdp_wrapped_module_infix_is_removed_anywhere_in_a_key(components):
+    """Checkpoints saved from FSDP-wrapped generators carry `_fsdp_wrapped_module.` inside keys."""
+    fields = small_fields("self_forcing")
+    shapes = wan_reference_shapes(fields["dim"], fields["ffn_dim"], fields["num_layers"], 16, 16, fields["text_dim"])
+    state = random_state(shapes, seed=3)
+
+    def wrapped(key: str) -> str:
+        key = key.replace("blocks.", "blocks._fsdp_wrapped_module.", 1)
+        return f"model._fsdp_wrapped_module.{key.replace('.self_attn.', '._fsdp_wrapped_module.self_attn.')}"
+
+    assert wrapped("blocks.0.self_attn.q.weight") == \
+        "model._fsdp_wrapped_module.blocks._fsdp_wrapped_module.0._fsdp_wrapped_module.self_attn.q.weight"
+    ckpt = components / "fsdp.pt"
+    torch.save({"generator_ema": {wrapped(k): v for k, v in state.items()}}, ckpt)
+    backbone = build("self_forcing", components, checkpoint=str(ckpt))
+    assert_holds(backbone.dit, state)
+
+
+@pytest.mark.parametrize("name, fp32", [("lingbot_world_v2_14b", True), ("lingbot_world_v2_1_3b", True),
+                                        ("self_forcing", False), ("causal_forcing", False), ("longlive", False)])
+def test_residual_precision_is_a_backbone_property(name, fp32):
+    """LingBot's runtime carries the residual stream and head in float32; the Self-Forcing family's in bf16."""
+    cfg = yaml_config(name)
+    assert cfg.fp32_residual is fp32
+    from cmbench.backbones.wan.components import meta_dit
+
+    dit = meta_dit(small_fields(name), cfg.dtype, cfg.fp32_residual)
+    assert dit.residual_dtype == (torch.float32 if fp32 else None)
+    assert dit.head.head.weight.dtype == (torch.float32 if fp32 else torch.bfloat16)
+    assert dit.blocks[0].self_attn.q.weight.dtype == torch.bfloat16
+
+
+def test_weights_are_cast_tensor_by_tensor_without_a_second_copy(tmp_path):
+    """float32 shards -> a bf16 model: the loader never holds the checkpoint and the model at once."""
+    from cmbench.backbones.memory.measure import PeakMemory, module_bytes
+    from cmbench.backbones.wan.checkpoint import open_state_dict
+    from cmbench.backbones.wan.components import build_dit
+
+    fields = {**small_fields("lingbot_world_v2_14b"), "dim": 64, "ffn_dim": 96, "num_layers": 12}
+    shapes = wan_reference_shapes(fields["dim"], fields["ffn_dim"], fields["num_layers"], 36, 16, fields["text_dim"],
+                                  384)
+    state = random_state(shapes)
+    save_lingbot_dit(tmp_path / "dit", state, DiTConfig.from_dict(fields), shards=3, dtype=torch.float32)
+    checkpoint_bytes = sum(v.numel() * 4 for v in state.values())
+    largest = max(v.numel() * 4 for v in state.values())
+    with PeakMemory("cpu") as peak:
+        dit = build_dit(fields, open_state_dict(tmp_path / "dit"), "test", "bfloat16", "cpu")
+    model = module_bytes(dit)
+    cast = sum(p.numel() * 2 for p in dit.parameters() if p.dtype == torch.bfloat16)  # made by the casts
+    assert model < 0.6 * checkpoint_bytes  # mostly bf16 now
+    # (float32 islands may keep the storage the safetensors reader made, which the tracker does not see)
+    assert cast <= peak.peak <= model + 2 * largest  # never the checkpoint (or a second model) at once
+    assert 2 * largest < checkpoint_bytes / 4  # so the bound above excludes holding the checkpoint
+    assert_holds(dit, {k: v.to(torch.bfloat16) if dit.state_dict()[k].dtype == torch.bfloat16 else v
+                       for k, v in state.items()})

@@ -130,8 +130,17 @@ def test_prompts_are_cleaned_padded_with_zeros_and_cached(text):
     assert not torch.equal(text.encode("a cup"), a)
 
 
-def test_prompt_of_each_frame_spreads_clips_over_the_context():
+def test_prompt_of_each_frame_is_the_continue_prompt_by_default():
+    """The authors' harness conditions the whole prefill on the task's continue_prompt."""
     cond = WanCondition("t", tuple(f"clip {i}" for i in range(6)), "go back", context_frames=12)
+    assert {cond.prompt_at(f) for f in range(0, 41)} == {"go back"}
+    with pytest.raises(ConfigError, match="context_prompts must be one of"):
+        WanCondition("t", ("a",) * 6, "go back", context_frames=12, context_prompts="schedule")
+
+
+def test_prompt_of_each_frame_spreads_clips_over_the_context():
+    cond = WanCondition("t", tuple(f"clip {i}" for i in range(6)), "go back", context_frames=12,
+                        context_prompts="clips")
     assert [cond.prompt_at(f) for f in (0, 1, 2, 11, 12, 40)] == ["clip 0", "clip 0", "clip 1", "clip 5", "go back",
                                                                    "go back"]
 

@@ -130,7 +130,12 @@ class Backbone(Protocol):
         ...
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``float [1, C, F', h, w]`` -> pixels ``uint8 [F, H, W, 3]``."""
+        """Latents ``float [1, C, F', h, w]`` -> pixels ``uint8 [F, H, W, 3]``.
+
+        A backbone whose VAE is causal in time may also implement ``decode_continuation(latents,
+        context)``: the frames of ``latents`` decoded after the context latents they follow (see
+        :func:`decode_continuation`).
+        """
         ...
 
     def condition(self, task: Any) -> Any:
@@ -162,3 +167,27 @@ class Backbone(Protocol):
         Tensor, shape ``[B, C, f, h, w]``: ``x0_hat``.
         """
         ...
+
+
+def decode_continuation(backbone: Backbone, latents: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+    """The pixels of a continuation as the benchmark scores them.
+
+    A backbone with a temporally causal VAE (the Wan family) decodes the continuation after its context
+    (``backbone.decode_continuation``), which gives the frames a decode of the whole timeline gives
+    (LingBot: 4 per latent frame, 64 for 16). A backbone without one (the tiny model: one frame per
+    latent frame, no temporal state) decodes the continuation alone.
+
+    Parameters
+    ----------
+    backbone : Backbone
+    latents : Tensor ``[1, C, F', h, w]``
+        The continuation.
+    context : Tensor ``[1, C, q0, h, w]``
+        The context latents before it.
+
+    Returns
+    -------
+    Tensor ``uint8 [F, H, W, 3]``
+    """
+    after_context = getattr(backbone, "decode_continuation", None)
+    return after_context(latents, context) if after_context is not None else backbone.decode(latents)

@@ -22,6 +22,13 @@ A block computes (``e`` = the block's six modulation vectors, ``c`` = the camera
     x = x + cross_attn(norm3(x), text)
     x = x + gate2 * ffn(norm2(x) * (1 + scale2) + shift2)
 
+Precision: the linear layers run in their weights' dtype (the *compute* dtype, bf16 on GPUs); the
+residual stream ``x`` keeps the dtype it enters the blocks with. :attr:`CausalWanDiT.residual_dtype`
+sets it: ``None`` keeps the patch embedding's (compute) dtype, ``torch.float32`` carries the residual
+stream in float32 (every gated add, the camera modulation and the cross-attention add in float32, as
+LingBot's runtime does inside its float32 autocast regions); the head then runs in its own weights'
+dtype (float32 when :func:`~cmbench.backbones.wan.precision.cast_for_inference` keeps it as an island).
+
 Self-attention never stores keys or values: it hands the chunk's rotated queries and keys to an
 :class:`Attention` backend. At inference that is the KV cache (``KVCache.attend``); for training it
 is :class:`BlockCausalAttention` over one teacher-forced sequence, so the two paths run the same
@@ -338,6 +345,7 @@ class DiTBlock(nn.Module):
         Parameters
         ----------
         x : Tensor ``[B, L, dim]``
+            The residual stream (its dtype is kept: float32 or the compute dtype).
         e : Tensor ``[B, frames, 6, dim]``
             Per-frame timestep projection (``time_projection`` output).
         cos, sin : Tensor ``[L, head_dim / 2]`` or ``[B, L, head_dim / 2]``
@@ -352,16 +360,17 @@ class DiTBlock(nn.Module):
         -------
         Tensor ``[B, L, dim]``
         """
+        compute = self.ffn[0].weight.dtype  # the linear layers' dtype; x keeps the residual dtype
         shift1, scale1, gate1, shift2, scale2, gate2 = (self.modulation[None] + e.float()).unbind(2)
-        y = self.self_attn(_modulate(self.norm1(x).float(), shift1, scale1).type_as(x), cos, sin, attention, layer)
-        x = x + _gate(y.float(), gate1).type_as(x)
+        y = self.self_attn(_modulate(self.norm1(x).float(), shift1, scale1).to(compute), cos, sin, attention, layer)
+        x = x + _gate(y.float(), gate1).to(x.dtype)
         if camera is not None:
             h = camera + self.cam_injector_layer2(F.silu(self.cam_injector_layer1(camera)))
-            x = (1.0 + self.cam_scale_layer(h)) * x + self.cam_shift_layer(h)
+            x = ((1.0 + self.cam_scale_layer(h)) * x + self.cam_shift_layer(h)).to(x.dtype)
         if text is not None:
-            x = x + self.cross_attn(self.norm3(x), text)
-        y = self.ffn(_modulate(self.norm2(x).float(), shift2, scale2).type_as(x))
-        return x + _gate(y.float(), gate2).type_as(x)
+            x = x + self.cross_attn(self.norm3(x).to(compute), text).to(x.dtype)
+        y = self.ffn(_modulate(self.norm2(x).float(), shift2, scale2).to(compute))
+        return x + _gate(y.float(), gate2).to(x.dtype)
 
 
 class Head(nn.Module):
@@ -376,7 +385,7 @@ class Head(nn.Module):
     def forward(self, x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """``x [B, L, dim]``, per-frame time embedding ``e [B, frames, dim]`` -> ``[B, L, prod(patch) * C_out]``."""
         shift, scale = (self.modulation[None] + e.float()[:, :, None]).unbind(2)
-        return self.head(_modulate(self.norm(x).float(), shift, scale).type_as(x))
+        return self.head(_modulate(self.norm(x).float(), shift, scale).to(self.head.weight.dtype))
 
 
 class CausalWanDiT(nn.Module):
@@ -395,6 +404,7 @@ class CausalWanDiT(nn.Module):
             raise ValueError(f"rope head_dim {rope.head_dim} != model head_dim {cfg.head_dim}")
         self.cfg = cfg
         self.rope = rope
+        self.residual_dtype: torch.dtype | None = None  # None: the compute dtype (see the module docstring)
         dim = cfg.dim
         self.patch_embedding = nn.Conv3d(cfg.in_channels, dim, kernel_size=cfg.patch_size, stride=cfg.patch_size)
         if cfg.text_dim is not None:
@@ -501,7 +511,9 @@ class CausalWanDiT(nn.Module):
         cos = cos.reshape(*positions.shape[:-1], -1).to(x.device)
         sin = sin.reshape(*positions.shape[:-1], -1).to(x.device)
         text_ctx = self.text_embedding(text) if text is not None else None
-        cam = self.embed_camera(camera).type_as(tokens) if camera is not None else None
+        cam = self.embed_camera(camera).to(tokens.dtype) if camera is not None else None
+        if self.residual_dtype is not None:
+            tokens = tokens.to(self.residual_dtype)
         for layer, block in enumerate(self.blocks):
             tokens = block(tokens, e0, cos, sin, attention, layer, text_ctx, cam)
 

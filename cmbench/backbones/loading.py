@@ -6,7 +6,8 @@ keys (``name``, ``description``, ``paper``, ``context``, ``head_map``) is passed
 argument. ``context`` describes how the backbone wants context videos prepared (frame rate, size,
 temporal stride) and is read by the evaluator; ``sampler`` ({timesteps, stochastic}) is the
 backbone's own schedule, the default of ``generation.timesteps`` / ``generation.stochastic``; ``head_map`` is the backbone's calibrated static /
-dynamic head map (``scripts/build_head_map.py``), the default of head-specialised methods.
+dynamic head map (``scripts/build_head_map.py``), the default of head-specialised methods; ``memory``
+configures the memory plan (:mod:`cmbench.backbones.memory`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from cmbench.config_schema import BACKBONE_KEYS, keys_with_role
 from cmbench.errors import ConfigError
 from cmbench.registry import import_object
 
-NON_ARGUMENT_KEYS = keys_with_role(BACKBONE_KEYS, "doc", "cmbench")
+NON_ARGUMENT_KEYS = keys_with_role(BACKBONE_KEYS, "doc", "cmbench", "runtime")
 
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:

@@ -28,7 +28,6 @@ import dataclasses
 import gc
 import math
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -40,15 +39,17 @@ import torch
 from omegaconf import OmegaConf
 
 from cmbench.backbones.tiny import CameraPlan, TinyWorldModel
+from cmbench.benchmarks.process_memory import peak_rss_mb, reset_peak_rss, rss_mb
 from cmbench.cache import KVCache
 from cmbench.config_paths import CONFIG_DIR, to_dict
 from cmbench.generation import PrefilledContext, continue_task, prefill
+from cmbench.generation.accounting import CallRecorder, attention_flops
 from cmbench.hashing import file_hash, seeded_generator
 from cmbench.methods.base import Method
 from cmbench.methods.oracle import BankIds, KeptIds, OracleMask
 from cmbench.methods.registry import build_method
 from cmbench.miniworld import render_video, sample_camera_path, sample_scene
-from cmbench.provenance import git_commit
+from cmbench.provenance import cpu_name, git_commit
 
 REFERENCE = "fullkv"
 DECOPRUNE = "decoprune@0.85"
@@ -82,49 +83,6 @@ METHODS = {
         MethodSpec("dummyforcing", "dummyforcing"),
     )
 }
-
-
-
-# ----------------------------------------------------------------------------------- instruments
-class CallRecorder:
-    """A backbone proxy that logs, for every ``denoise`` call, the history keys each head sees.
-
-    ``calls[i]`` is the total over layer-heads of visible history tokens at call ``i`` (the chunk being
-    denoised excluded). Only used for the untimed accounting run.
-    """
-
-    def __init__(self, backbone) -> None:
-        self.inner = backbone
-        self.geometry = backbone.geometry
-        self.calls: list[int] = []
-
-    def denoise(self, x_t, t, cache: KVCache, frame_start, cond):
-        self.calls.append(sum(len(cache.visible_history(b)) * b.num_heads for b in cache.all_banks()))
-        return self.inner.denoise(x_t, t, cache, frame_start, cond)
-
-
-def _proc_status_kb(key: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's peak-RSS mark of this process to its current RSS (Linux >= 4.0)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def rss_mb() -> float:
-    return _proc_status_kb("VmRSS") / 1024.0
-
-
-def peak_rss_mb() -> float:
-    return _proc_status_kb("VmHWM") / 1024.0
 
 
 # ----------------------------------------------------------------------------------- setup
@@ -308,13 +266,6 @@ def timed_round(backbone, entries: dict[str, Entry], probe: CostProbe, threads: 
         runs.peak_rss.append(peak)
         runs.rss_delta.append(peak - before)
         del cont
-
-
-def attention_flops(calls: list[int], geometry, batch: int) -> float:
-    """``4 B L D`` per (query, key) pair (``Q K^T`` and ``P V``), over every layer-head and call."""
-    L = geometry.tokens_per_chunk
-    self_keys = L * geometry.num_layers * geometry.num_heads
-    return float(sum(4 * batch * L * geometry.head_dim * (c + self_keys) for c in calls))
 
 
 def bench_length(backbone, frames: int, *, methods: list[str], continuation: int, seed: int,
@@ -584,14 +535,6 @@ def check_targets(rows: list[dict], threads: int) -> list[str]:
 
 def machine_info(weights: str) -> dict[str, Any]:
     """CPU, torch version, weights and git commit (written into every CSV row)."""
-    cpu = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": f"{cpu} ({os.cpu_count()} cores)", "torch": torch.__version__, "weights": weights,
+    return {"cpu": f"{cpu_name()} ({os.cpu_count()} cores)", "torch": torch.__version__, "weights": weights,
             "git": git_commit()[:12]}
 

@@ -1,7 +1,9 @@
 """Attention statistics on request: how much attention each head puts on each source frame.
 
 SDPA does not return attention weights, so while a :class:`AttentionStats` recorder is active the
-cache recomputes the softmax explicitly, in query blocks sized to bound memory (:data:`LOGITS_PER_BLOCK`).
+cache recomputes the softmax explicitly, one head and one block of queries at a time: the float32
+logits never exceed :data:`BLOCK_BYTES` (at LingBot 14B's one-minute context, all heads' logits of one
+layer would be tens of GB).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-LOGITS_PER_BLOCK = 1 << 24  # query rows per block: at most this many logits (64 MB of float32) at once
+BLOCK_BYTES = 256 * 2**20  # float32 logits computed at once (one head, a block of queries, all keys)
 
 
 @dataclass
@@ -55,7 +57,13 @@ class AttentionStats:
         return torch.stack([self.mass[layer] for layer in sorted(self.mass)])
 
 
-def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_frames: int) -> torch.Tensor:
+def query_block(batch: int, keys: int, block_bytes: int = BLOCK_BYTES) -> int:
+    """Queries of one head whose float32 logits over ``keys`` keys fit ``block_bytes`` (at least 1)."""
+    return max(1, block_bytes // (4 * batch * max(1, keys)))
+
+
+def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_frames: int,
+               block_bytes: int = BLOCK_BYTES) -> torch.Tensor:
     """Mean softmax attention mass per key frame.
 
     Parameters
@@ -68,20 +76,22 @@ def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_f
         Source latent frame of each key.
     num_frames : int
         Number of frame bins ``F`` (every entry of ``key_frames`` is below it).
+    block_bytes : int
+        Most bytes of float32 logits held at once (one head, ``query_block`` queries, all ``N`` keys).
 
     Returns
     -------
     Tensor, shape ``[Hg, F]``, float32 on the CPU: mean over batch and queries; rows sum to 1.
     """
     b, L, hg, d = q.shape
-    qt = q.transpose(1, 2).float()  # [B, Hg, L, D]
-    kt = k.transpose(1, 2).float()  # [B, Hg, N, D]
     per_key = torch.zeros(hg, k.shape[1], dtype=torch.float32, device=q.device)
     scale = 1.0 / math.sqrt(d)
-    block = max(1, LOGITS_PER_BLOCK // max(1, b * hg * k.shape[1]))
-    for start in range(0, L, block):
-        logits = torch.matmul(qt[:, :, start : start + block], kt.transpose(-1, -2)) * scale
-        per_key += logits.softmax(dim=-1).sum(dim=(0, 2))
+    rows = query_block(b, k.shape[1], block_bytes)
+    for h in range(hg):
+        kt = k[:, :, h].float().transpose(-1, -2)  # [B, D, N]: one head's keys in float32
+        for start in range(0, L, rows):
+            logits = torch.matmul(q[:, start : start + rows, h].float(), kt) * scale  # [B, rows, N]
+            per_key[h] += logits.softmax(dim=-1).sum(dim=(0, 1))
     per_key = per_key.cpu() / (b * L)
     out = torch.zeros(hg, num_frames, dtype=torch.float32)
     return out.index_add_(1, key_frames.cpu(), per_key)

@@ -17,6 +17,28 @@ GROWTH = 1.5
 MIN_CAPACITY = 64
 
 
+def grown_capacity(capacity: int, rows: int, limit: int | None = None) -> int:
+    """Rows a bank of ``capacity`` rows allocates to hold ``rows`` (history + slot): its growth policy.
+
+    Geometric growth by :data:`GROWTH` (at least :data:`MIN_CAPACITY`), never beyond ``limit`` unless
+    ``rows`` themselves need it; ``capacity`` itself when it already holds them. The memory planner
+    replays this function, so what it predicts is what a bank allocates.
+    """
+    if capacity and rows <= capacity:
+        return capacity
+    cap = max(rows, math.ceil(capacity * GROWTH), MIN_CAPACITY)
+    if limit is not None:
+        cap = max(rows, min(cap, limit))
+    return cap
+
+
+def shrunk_capacity(capacity: int, rows: int) -> int:
+    """Capacity after a compaction leaves ``rows`` history rows: shrinks below a quarter's use."""
+    if capacity > MIN_CAPACITY and 4 * rows < capacity:
+        return max(2 * rows, MIN_CAPACITY)
+    return capacity
+
+
 class Bank:
     """K/V ``[B, capacity, Hg, D]`` plus provenance ``[capacity]`` for one head group.
 
@@ -72,14 +94,18 @@ class Bank:
 
     PROVENANCE = ("frame", "chunk", "pos", "gid", "tpos", "keep", "priority")
 
+    @classmethod
+    def provenance_row_bytes(cls) -> int:
+        """Bytes of provenance per allocated row (kept on the CPU whatever the device of K and V)."""
+        probe = cls.__new__(cls)
+        probe._alloc_prov(1)
+        return sum(getattr(probe, name).element_size() for name in cls.PROVENANCE)
+
     def reserve(self, rows: int, like: torch.Tensor) -> None:
         """Make room for ``rows`` rows (history + slot); ``like`` gives batch, dim, dtype and device."""
         if self.k is not None and rows <= self.capacity:
             return
-        cap = max(rows, math.ceil(self.capacity * GROWTH), MIN_CAPACITY)
-        if self.capacity_limit is not None:
-            cap = max(rows, min(cap, self.capacity_limit))
-        self._resize(cap, like)
+        self._resize(grown_capacity(self.capacity, rows, self.capacity_limit), like)
 
     def _resize(self, cap: int, like: torch.Tensor) -> None:
         b, d = like.shape[0], like.shape[-1]
@@ -167,8 +193,8 @@ class Bank:
                 t = getattr(self, name)
                 t[first:m] = t[: self.n + slot][idx]
         self.n = m - slot
-        if not slot and self.k is not None and self.capacity > MIN_CAPACITY and 4 * m < self.capacity:
-            self._resize(max(2 * m, MIN_CAPACITY), self.k[:, :0])
+        if not slot and self.k is not None and shrunk_capacity(self.capacity, m) != self.capacity:
+            self._resize(shrunk_capacity(self.capacity, m), self.k[:, :0])
 
     def select_heads(self, group: HeadGroup) -> "Bank":
         """A new bank holding this bank's history for a subset of its heads."""
@@ -197,17 +223,24 @@ class Bank:
             rows = min(rows, max(self.n, self.capacity_limit))
         return rows - self.n
 
-    def clone(self, headroom: int = 0) -> "Bank":
-        """An independent copy of the history with ``headroom`` free rows."""
+    def clone(self, headroom: int = 0, device: str | torch.device | None = None) -> "Bank":
+        """An independent copy of the history with ``headroom`` free rows (on ``device``, default this
+        bank's)."""
         out = Bank(self.layer, self.group, self.capacity_limit)
         if self.k is not None:
-            out._resize(self.n + headroom, self.k[:, :0])
+            out._resize(self.n + headroom, self.k[:, :0].to(device) if device is not None else self.k[:, :0])
             out.k[:, : self.n] = self.k[:, : self.n]
             out.v[:, : self.n] = self.v[:, : self.n]
             for name in self.PROVENANCE:
                 getattr(out, name)[: self.n] = self.field(name)
             out.n = self.n
         return out
+
+    def move(self, device: str | torch.device) -> None:
+        """Reallocate the history, exactly ``n`` rows, on ``device`` (the slot's rows are dropped)."""
+        if self.k is None:
+            return
+        self._resize(self.n, self.k[:, :0].to(device))
 
     def stored_bytes(self) -> int:
         """Bytes of the history K and V."""

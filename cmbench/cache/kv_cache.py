@@ -32,6 +32,8 @@ from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
 from cmbench.cache.rope import RopeSpec, reindex_frames, shift_positions
 
+REINDEX_BLOCK_BYTES = 256 * 2**20  # keys re-indexed per step: bounds the transient copies of a large bank
+
 
 @dataclass(frozen=True)
 class ChunkInfo:
@@ -108,6 +110,7 @@ class KVCache:
             self.banks.append([Bank(layer, g, capacity_limit) for g in groups])
         self.chunks: list[ChunkInfo] = []
         self.current: ChunkInfo | None = None
+        self.fork_device: torch.device | None = None  # where forks go while the banks are parked elsewhere
         self.reindexed: tuple[int, int, float] | None = None
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._written = [False] * num_layers
@@ -455,9 +458,14 @@ class KVCache:
                 continue
             new = reindex_frames(bank.field("frame"), q0, n_recent, l_virt)
             delta = new - bank.field("tpos")
-            if bool((delta != 0).any()):
-                bank.k[:, : bank.n] = shift_positions(bank.k[:, : bank.n], self.rope, delta)
-                bank.tpos[: bank.n] = new
+            row_bytes = bank.k[0, 0].numel() * bank.k.shape[0] * bank.k.element_size()
+            step = max(1, REINDEX_BLOCK_BYTES // row_bytes)
+            for start in range(0, bank.n, step):  # in blocks: element-wise, so the same result
+                block = delta[start : start + step]
+                if bool((block != 0).any()):
+                    stop = start + len(block)
+                    bank.k[:, start:stop] = shift_positions(bank.k[:, start:stop], self.rope, block)
+            bank.tpos[: bank.n] = new
         self.reindexed = (q0, n_recent, l_virt)
 
     # ------------------------------------------------------------------ accounting
@@ -476,6 +484,32 @@ class KVCache:
         """Bytes allocated for K, V and provenance across banks."""
         return sum(b.allocated_bytes() for b in self.all_banks())
 
+    def trim(self) -> None:
+        """Reallocate every bank to exactly its history (no free rows): a prefilled cache that waits
+        while its tasks run holds no more than it stores. No chunk may be open."""
+        self._require_closed("trim")
+        for bank in self.all_banks():
+            if bank.k is not None:
+                bank.move(bank.k.device)
+
+    def park(self, host: str | torch.device = "cpu") -> None:
+        """Move every bank's history to ``host`` (trimmed); later forks are allocated back on the device
+        the banks were on, so a prefilled cache can wait in host memory while its tasks run on the GPU.
+
+        Parameters
+        ----------
+        host : str or torch.device
+            Where the history waits (host memory).
+        """
+        self._require_closed("park")
+        host = torch.device(host)
+        for bank in self.all_banks():
+            if bank.k is None:
+                continue
+            if self.fork_device is None and bank.k.device != host:
+                self.fork_device = bank.k.device
+            bank.move(host)
+
     def fork(self, headroom: int = 0) -> "KVCache":
         """An independent copy (one task's cache from a prefilled context); no chunk may be open.
 
@@ -486,13 +520,17 @@ class KVCache:
             once with room for them (at least one chunk), so it never regrows (a copy of the whole
             bank) mid-run. A bank with a configured size or a capacity limit gets no more room than
             it can ever use.
+
+        The copy lives where the banks are, or, for a :meth:`park`-ed cache, on the device they were
+        parked from.
         """
         self._require_closed("fork")
         out = KVCache.__new__(KVCache)
         out.__dict__.update(self.__dict__)
         chunk = max((c.length for c in self.chunks), default=0)
-        out.banks = [[b.clone(b.headroom_for(max(headroom, chunk), chunk)) for b in layer_banks]
+        out.banks = [[b.clone(b.headroom_for(max(headroom, chunk), chunk), self.fork_device) for b in layer_banks]
                      for layer_banks in self.banks]
+        out.fork_device = None
         out.chunks = list(self.chunks)
         out._written = [False] * self.num_layers
         return out

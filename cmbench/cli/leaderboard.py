@@ -1,15 +1,42 @@
 """``python -m cmbench leaderboard``: leaderboard CSVs, markdown and the Pareto plot over run directories.
 
 ``runs=[dir, ...]`` names them (``run`` directories and ``score`` output folders alike); by default
-every run directory under ``<out_dir>/<data>/``.
-``leaderboard.out`` is the output folder (default ``<out_dir>/<data>/leaderboard``).
+every run directory under ``<out_dir>/<data>/``. The runs of one setup that differ only in ``seed``
+are one row. ``leaderboard.out`` is the output folder (default ``<out_dir>/<data>/leaderboard``);
+``leaderboard.focus=[label,...]`` and ``leaderboard.compare=[a,b]`` choose the paired comparisons
+(default: every plug-in method against every other method on the board).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from cmbench.errors import ConfigError
+
+
+def _labels(cfg: DictConfig, key: str) -> Any:
+    """A list knob of ``leaderboard`` as plain Python (None when unset)."""
+    value = OmegaConf.select(cfg, f"leaderboard.{key}")
+    if value is None:
+        return None
+    if isinstance(value, ListConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, str):
+        return [value]
+    raise ConfigError(f"leaderboard.{key}={value!r}: expected a list of method labels")
+
+
+def find_run_dirs(cfg: DictConfig) -> list[Path]:
+    """``cfg.runs`` when given, else every run directory (one with records) under ``<out_dir>/<data>/``."""
+    from cmbench.runs.experiment import data_dir
+
+    base = data_dir(cfg)
+    return [Path(str(r)) for r in cfg.runs or []] or sorted(
+        p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
+    )
 
 
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
@@ -17,12 +44,10 @@ def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     from cmbench.report import write_reports
     from cmbench.runs.experiment import data_dir
 
-    base = data_dir(cfg)
-    runs = runs or [Path(str(r)) for r in cfg.runs or []] or sorted(
-        p for p in base.glob("*") if p.is_dir() and any(p.glob("records*.jsonl"))
-    )
-    out = Path(str(cfg.leaderboard.out or base / "leaderboard"))
-    paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed))
+    runs = runs or find_run_dirs(cfg)
+    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
+    paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=_labels(cfg, "focus"),
+                          compare=_labels(cfg, "compare"))
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")
     return 0

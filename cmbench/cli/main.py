@@ -15,11 +15,13 @@ from cmbench.registry import did_you_mean
 for _command in (
     Command("run", "generate and score every task with one method (-m to sweep)", "cmbench.cli.run"),
     Command("leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs", "cmbench.cli.leaderboard"),
+    Command("report", "self-contained HTML report with per-task galleries over runs", "cmbench.cli.report"),
     Command("score", "score a folder of <task_id>.mkv / .mp4 continuations from any generator", "cmbench.cli.score"),
     Command("validate", "check a manifest and its videos; list every problem", "cmbench.cli.validate"),
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
     Command("check", "check a method against the method contract on a random tiny model", "cmbench.cli.check"),
+    Command("plan", "predicted device memory per phase and the offloads a run would use", "cmbench.cli.plan"),
 ):
     COMMANDS.add(_command.name, _command)
 

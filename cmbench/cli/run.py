@@ -2,6 +2,8 @@
 
 Selection (``limit``, ``task_ids``), sharding (``shard.count`` / ``shard.index`` or torchrun's
 ``WORLD_SIZE`` / ``RANK``) and the run directory are described in :mod:`cmbench.runs.experiment`.
+Tasks whose records came from other code (an edited method, CMBench or weights) are computed again
+and the run says so; with ``keep_other_code=true`` they are kept and the run warns, naming them.
 """
 
 from __future__ import annotations
@@ -10,27 +12,49 @@ import sys
 
 from omegaconf import DictConfig
 
-from cmbench.runs.experiment import run_dir_for, run_experiment
+from cmbench.runs.experiment import ExperimentResult, run_dir_for, run_experiment
+from cmbench.runs.identity import changed_parts, describe_changes
+
+
+def _ids(task_ids: list[str], most: int = 10) -> str:
+    return ", ".join(task_ids[:most]) + (" ..." if len(task_ids) > most else "")
+
+
+def code_messages(done: ExperimentResult) -> list[str]:
+    """What the run did about records from other code: recomputed, or kept (a warning)."""
+    result, lines = done.result, []
+    for ids, template in (
+        (result.recomputed, "{label}: {n} task(s) recomputed: their records came from other code ({what})"),
+        (result.other_code, "{label}: warning: {n} task(s) kept from other code ({what}) because "
+                            "keep_other_code=true; their results are not this code's: {ids}"),
+    ):
+        if ids:
+            what = sorted({p for i in ids for p in changed_parts(result.previous_code.get(i), done.code.parts)})
+            lines.append(template.format(label=done.label, n=len(ids), what=describe_changes(what), ids=_ids(ids)))
+    return lines
 
 
 def execute(cfg: DictConfig) -> int:
     """Run and print one line of results; exit 3 when some task failed."""
     done = run_experiment(cfg)
     summary, result = done.summary, done.result
+    for line in code_messages(done):
+        print(line, file=sys.stderr)
     score = "-" if summary["score"] is None else f"{summary['score']:.4f}"
     pr = "-" if summary["pr"] is None else f"{100 * summary['pr']:.2f}%"
+    kept = f", {summary['tasks_other_code']} from other code" if summary.get("tasks_other_code") else ""
     print(f"{done.label}: {summary['tasks_ok']}/{summary['tasks_expected']} tasks ok "
-          f"({result.done} run now, {result.cached} cached), {summary['tasks_failed']} failed; "
+          f"({result.done} run now, {result.cached} cached{kept}), {summary['tasks_failed']} failed; "
           f"{summary['metric'] or 'score'} {score}, PR {pr}; {done.run_dir}")
     if summary["tasks_failed"]:
-        print(f"failed: {', '.join(summary['failed_task_ids'][:10])}"
-              f"{' ...' if summary['tasks_failed'] > 10 else ''} (reasons in records.jsonl)", file=sys.stderr)
+        print(f"failed: {_ids(summary['failed_task_ids'])} (reasons in records.jsonl)", file=sys.stderr)
         return 3
     return 0
 
 
 def after_sweep(configs: list[DictConfig]) -> int:
-    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote."""
+    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote (the seeds of one
+    setup, ``-m seed=2,3,4``, are one row)."""
     from cmbench.cli.leaderboard import write_leaderboard
 
     return write_leaderboard(configs[-1], runs=list(dict.fromkeys(run_dir_for(c) for c in configs)))

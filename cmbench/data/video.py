@@ -109,7 +109,20 @@ def read_video(path: str | Path) -> tuple[np.ndarray, float]:
         The container's frame rate.
     """
     reader = VideoReader(path)
-    return np.stack(list(reader)), reader.fps
+    count, _, _, _ = probe_video(path)
+    frames: np.ndarray | None = None
+    extra: list[np.ndarray] = []  # frames past the container's (approximate) count
+    n = 0
+    for frame in reader:  # copied into one array as decoded: never a list and a stacked copy at once
+        if frames is None:
+            frames = np.empty((count, *frame.shape), dtype=np.uint8)
+        if n < count:
+            frames[n] = frame
+        else:
+            extra.append(frame)
+        n += 1
+    assert frames is not None  # VideoReader raises when nothing decodes
+    return (np.concatenate([frames, np.stack(extra)]) if extra else frames[:n]), reader.fps
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "mp4v") -> Path:
@@ -279,3 +292,50 @@ def prepare_frames(
     frames = frames[resample_indices(len(frames), src_fps, fps)]
     frames = resize_frames(frames, height, width)
     return pad_to_chunks(frames, chunk_latent_frames, temporal_stride)
+
+
+def read_frames_at(path: str | Path, indices: list[int] | tuple[int, ...]) -> dict[int, np.ndarray]:
+    """Decode a few frames in one sequential pass, holding only those frames in memory.
+
+    Frames before the last wanted index are decoded (exact, unlike container seeking) but not
+    converted or kept, so memory stays at the wanted frames whatever the video's length.
+
+    Parameters
+    ----------
+    path : str or Path
+    indices : sequence of int
+        Frame indices (0-based, any order, repeats allowed).
+
+    Returns
+    -------
+    dict mapping each wanted index to its ``uint8 [H, W, 3]`` RGB frame
+
+    Raises
+    ------
+    VideoError
+        The file is missing or unreadable, or it ends before the last wanted index.
+    """
+    path = Path(path)
+    keep = {int(i) for i in indices}
+    wanted = sorted(keep)
+    if wanted and wanted[0] < 0:
+        raise ValueError(f"frame indices must be >= 0, got {wanted[0]}")
+    if not path.is_file():
+        raise VideoError(f"{path}: video file not found")
+    cap = cv2.VideoCapture(str(path))
+    frames: dict[int, np.ndarray] = {}
+    try:
+        if not cap.isOpened():
+            raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
+        for index in range(wanted[-1] + 1 if wanted else 0):
+            if index in keep:
+                ok, bgr = cap.read()
+                if ok:
+                    frames[index] = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+            else:
+                ok = cap.grab()
+            if not ok:
+                raise VideoError(f"{path}: the video ends after {index} frames; frame {wanted[-1]} was asked for")
+    finally:
+        cap.release()
+    return frames

@@ -1,219 +1,70 @@
-"""Leaderboards from run records: overall, per source, per task type, paired deltas, Pareto plot.
+"""Leaderboards from run records: overall, per source, per task type, per seed, paired comparisons, plot.
 
 Reports are always regenerated from ``records*.jsonl`` files (of ``run`` directories and of ``score``
-output folders alike), never edited by hand. Every table names its metric (``DINO`` for the paper's
-scorer, the scorer's own name otherwise). Records of tasks outside a folder's manifest are left out
-(and listed); an impossible value (a score outside [-1, 1]) is an error naming file, line and field.
-Statistics:
+output folders alike), never edited by hand; which folders make which entries (the seeds of one setup
+are one entry) is :mod:`cmbench.report.reading`. Every table names its metric (``DINO`` for the
+paper's scorer, the scorer's own name otherwise). Statistics (:mod:`cmbench.report.statistics`):
 
-- the benchmark score of a method is the mean task score over its finished tasks;
-- 95% confidence intervals are cluster-robust over contexts (the two tasks of one context video are
-  not independent): with task values ``x_i``, mean ``m`` and ``G`` contexts,
-  ``se^2 = G / (G - 1) * sum_c (sum_{i in c} (x_i - m))^2 / n^2`` and ``ci = t_{0.975, G-1} * se``;
-- paired deltas against FullKV match tasks by ``(task_id, seed)``; a folder whose seeds are unknown
-  (``score`` of another generator's videos) pairs on ``task_id`` alone;
-- speed-up is ``FPS(method) / FPS(FullKV)`` with ``FPS = sum of continuation frames / sum of
-  continuation seconds`` over the tasks both ran, all taken from the same sweep.
+- the score of an entry is the mean over its finished (task, seed) pairs; its 95% confidence interval
+  is cluster-robust over contexts (the tasks and seeds of one context video are not independent);
+  with several seeds, ``score_seed_std`` is the sample standard deviation of the per-seed means (the
+  spread across seeds) and ``leaderboard_by_seed.csv`` lists each seed's mean;
+- paired comparisons (against FullKV in ``paired_deltas.csv``; between any two entries in
+  ``comparisons.csv``) match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown),
+  give the mean difference with its clustered CI, wins / ties / losses and the p-value of the
+  cluster-robust paired t-test;
+- the headline speed-up (``cost_speedup_vs_fullkv``) is FullKV's attention FLOPs over the entry's on
+  the tasks both ran: deterministic, from each task's model calls. Measured speed stays beside it:
+  ``speedup_vs_fullkv = FPS(entry) / FPS(FullKV)`` with ``FPS = sum of continuation frames / sum of
+  continuation seconds`` over the tasks both ran, and ``fps_measured_together`` says whether the two
+  were measured at overlapping times on one machine (if not, machine load may differ and the ratio
+  is not a controlled measurement: ``scripts/bench_speed.py`` is).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
+import shutil
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
-from scipy import stats
 
-from cmbench.config_paths import to_dict
-from cmbench.data.manifest import validate_manifest
-from cmbench.errors import CMBenchError
-from cmbench.runs.paths import videos_label
-from cmbench.runs.records import FIELD_NAMES, read_task_records
+from cmbench.registry import did_you_mean
+from cmbench.report.reading import (
+    NUMERIC,
+    UNNAMED_METRIC,
+    ReportError,
+    RunRecords,
+    check_comparable,
+    folder_manifest,
+    load_runs,
+    read_records,
+)
+from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
+
+__all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
+           "check_comparable", "clustered_mean_ci", "comparison_pairs", "comparisons", "folder_manifest",
+           "leaderboard", "load_runs", "markdown_table", "paired_deltas", "pareto_plot", "read_records",
+           "seed_breakdown", "write_reports"]
 
 REFERENCE_METHOD = "fullkv"
-UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
-NUMERIC = ("seed", "score", "detection_rate", "pr", "target_pr", "context_pr", "kept_tokens", "kept_context_tokens",
-           "peak_kv_bytes", "prefill_seconds", "continuation_seconds", "continuation_frames", "continuation_fps",
-           "best_frame", "n_frames")
+REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
+                "paired_deltas.csv", "comparisons.csv", "leaderboard.md", "pareto.png")
+"""Every file :func:`write_reports` writes (and removes, when a leaderboard fails, so that no older
+one is taken for it)."""
 
 
-class ReportError(CMBenchError):
-    """Runs cannot be compared (different task sets, seeds or scorers) or are unreadable."""
-
-
-@dataclass(frozen=True)
-class RunRecords:
-    """The records of one folder (a ``run`` directory or a ``score`` output).
-
-    Attributes
-    ----------
-    path : Path
-    label : str
-        The leaderboard name.
-    frame : DataFrame
-        One row per task and seed (the latest record), a column per task-record field.
-    metric : str
-        What ``score`` measures (``DINO``, a scorer's name, or ``Score`` when unnamed).
-    manifest : Path or None
-        The manifest the folder names (None: it names none).
-    checked : bool
-        Whether the records were checked against it (False when it is missing).
-    dropped : tuple of str
-        Task ids of records left out because the manifest has no such task.
-    """
-
-    path: Path
-    label: str
-    frame: pd.DataFrame
-    metric: str = UNNAMED_METRIC
-    manifest: Path | None = None
-    checked: bool = False
-    dropped: tuple[str, ...] = field(default=())
-
-
-def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``config.yaml`` and ``summary.json`` of a folder (empty when absent)."""
-    config = to_dict(OmegaConf.load(folder / "config.yaml")) if (folder / "config.yaml").is_file() else {}
-    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").is_file() else {}
-    return config, (summary if isinstance(summary, dict) else {})
-
-
-def folder_manifest(folder: str | Path) -> Path | None:
-    """The manifest a ``run`` or ``score`` folder was made from (``data.root`` / ``data.manifest`` of
-    its ``config.yaml``, else of its ``summary.json``; relative to the working directory), or None."""
-    config, summary = _folder_files(Path(folder))
-    data = config.get("data") or summary.get("data") or {}
-    if not isinstance(data, dict) or not data.get("root"):
-        return None
-    return Path(str(data["root"])) / str(data.get("manifest") or "metadata.jsonl")
-
-
-def _default_label(folder: Path) -> str:
-    """The name of records that carry none (``score`` before the typed record): the scored videos
-    folder's (from ``summary.json``), else the folder's own."""
-    videos = _folder_files(folder)[1].get("videos")
-    return videos_label(videos) if videos else folder.name
-
-
-def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> RunRecords:
-    """Read every records file of a folder; the last record (in time) of a (task_id, seed) wins.
-
-    Parameters
-    ----------
-    run_dir : path
-        A ``run`` directory or a ``score`` output folder.
-    task_ids : iterable of str or None
-        The tasks that may appear; by default those of the folder's manifest
-        (:func:`folder_manifest`), or all when it names none or it is missing.
-
-    Raises
-    ------
-    ReportError
-        No records, or records of several labels.
-    cmbench.runs.records.RecordsError
-        An unreadable line or an impossible value, naming file, line and field.
-    """
-    run_dir = Path(run_dir)
-    rows = [r.to_json() for r in read_task_records(run_dir)]
-    if not rows:
-        raise ReportError(f"{run_dir}: no records (not a run directory, or nothing finished yet)")
-    frame = pd.DataFrame(rows, columns=sorted(FIELD_NAMES))
-    for name in NUMERIC:
-        frame[name] = pd.to_numeric(frame[name], errors="coerce")
-    frame["seed"] = frame["seed"].astype("Int64")  # None: unknown (another generator's videos)
-    frame["label"] = frame["label"].fillna(_default_label(run_dir))
-    manifest = folder_manifest(run_dir) if task_ids is None else None
-    checked = task_ids is not None or (manifest is not None and manifest.is_file())
-    if manifest is not None and checked:
-        tasks, _ = validate_manifest(manifest.parent, manifest.name, check_videos=False)
-        task_ids = [t.task_id for t in tasks]
-        for name, value in (("context_id", lambda t: t.context_id), ("source", lambda t: t.source),
-                            ("task_type", lambda t: t.task_type)):
-            known = {t.task_id: value(t) for t in tasks}
-            frame[name] = frame[name].fillna(frame["task_id"].map(known))
-    dropped: tuple[str, ...] = ()
-    if task_ids is not None:
-        known = frame["task_id"].isin(set(task_ids))
-        dropped = tuple(sorted(set(frame.loc[~known, "task_id"])))
-        frame = frame[known]
-    if frame.empty:
-        raise ReportError(f"{run_dir}: no records of tasks in its manifest {manifest} (left out: {', '.join(dropped)})")
-    frame = frame.drop_duplicates(subset=["task_id", "seed"], keep="last")
-    labels = frame["label"].unique()
-    if len(labels) != 1:
-        raise ReportError(f"{run_dir}: records of several methods ({', '.join(map(str, labels))}) in one run")
-    metrics = sorted({str(m) for m in frame["metric"].dropna()})
-    if len(metrics) > 1:
-        raise ReportError(f"{run_dir}: records of several metrics ({', '.join(metrics)}) in one folder")
-    return RunRecords(run_dir, str(labels[0]), frame.reset_index(drop=True),
-                      metric=metrics[0] if metrics else UNNAMED_METRIC, manifest=manifest, checked=checked,
-                      dropped=dropped)
-
-
-def clustered_mean_ci(values: np.ndarray, clusters: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of its cluster-robust confidence interval.
-
-    Parameters
-    ----------
-    values : ndarray ``[n]``
-    clusters : ndarray ``[n]``
-        Cluster id of each value (the context video).
-
-    Returns
-    -------
-    (mean, half_width); the half-width is NaN with fewer than two clusters.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    n = len(values)
-    if n == 0:
-        return math.nan, math.nan
-    mean = float(values.mean())
-    resid = pd.Series(values - mean).groupby(np.asarray(clusters)).sum().to_numpy()
-    g = len(resid)
-    if g < 2:
-        return mean, math.nan
-    se = math.sqrt(g / (g - 1) * float((resid**2).sum()) / n**2)
-    return mean, float(stats.t.ppf(0.5 + level / 2, g - 1) * se)
-
-
-def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
-    """Refuse runs that differ in task set, seeds or scorer config, saying how they differ."""
-    if allow_mixed or len(runs) < 2:
-        return
-    first = runs[0]
-
-    def signature(run: RunRecords) -> dict[str, Any]:
-        f = run.frame
-        return {
-            "task set": frozenset(f["task_id"]),
-            "seeds": frozenset(int(s) for s in f["seed"].dropna()),
-            "scorer config": frozenset(f["scorer_hash"].astype(str)),
-        }
-
-    base = signature(first)
-    for run in runs[1:]:
-        other = signature(run)
-        for key, value in base.items():
-            if key == "seeds" and not (value and other[key]):
-                continue  # a folder of unknown seeds (scored videos of another generator) pairs with any
-            if other[key] != value:
-                only_a = sorted(map(str, value - other[key]))[:5]
-                only_b = sorted(map(str, other[key] - value))[:5]
-                raise ReportError(
-                    f"runs differ in {key}: {first.path} ({first.label}) has {only_a} that {run.path} "
-                    f"({run.label}) lacks, which has {only_b}; compare like with like, or pass "
-                    f"allow_mixed=true to report them anyway"
-                )
+def _ok(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["status"] == "ok"]
 
 
 def _summarise(frame: pd.DataFrame) -> dict[str, Any]:
-    ok = frame[frame["status"] == "ok"]
+    ok = _ok(frame)
     mean, ci = clustered_mean_ci(ok["score"].to_numpy(dtype=np.float64), ok["context_id"].to_numpy())
     return {
         "score": mean,
@@ -239,34 +90,78 @@ def _pair_keys(a: RunRecords, b: RunRecords) -> list[str]:
     return ["task_id", "seed"] if seeded else ["task_id"]
 
 
-def leaderboard(runs: list[RunRecords]) -> pd.DataFrame:
-    """One row per run: metric, score (mean, 95% CI), PR, speed-up vs FullKV, FPS, peak KV bytes, counts.
+def _both(a: RunRecords, b: RunRecords) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The successful records of ``a`` and of ``b`` on the pairs both finished, in the same order."""
+    keys = _pair_keys(a, b)
+    a_ok, b_ok = _ok(a.frame), _ok(b.frame)
+    return a_ok.merge(b_ok[keys], on=keys), b_ok.merge(a_ok[keys], on=keys)
 
-    A run with no successful task gets a row with NaN means and its failure count.
+
+def _interval_ns(frame: pd.DataFrame) -> tuple[float, float]:
+    """When a run's continuations were measured: from the first one's start (its record's time minus
+    its continuation seconds) to the last record."""
+    ends = frame["recorded_ns"].astype("float64")
+    starts = ends - frame["continuation_seconds"].fillna(0).astype("float64") * 1e9
+    return float(starts.min()), float(ends.max())
+
+
+def measured_together(a: RunRecords, b: RunRecords) -> bool:
+    """Whether two entries' speeds were measured on one machine at overlapping times (False when
+    either does not say where or when: records from before the ``machine`` field)."""
+    if a is b:
+        return True
+    fa, fb = _ok(a.frame), _ok(b.frame)
+    both = pd.concat([fa, fb])
+    if both.empty or both["machine"].isna().any() or both["recorded_ns"].isna().any() \
+            or both["machine"].nunique() != 1:
+        return False
+    (a0, a1), (b0, b1) = _interval_ns(fa), _interval_ns(fb)
+    return a0 <= b1 and b0 <= a1
+
+
+def _ratio(reference: pd.Series, entry: pd.Series) -> float:
+    """``sum(reference) / sum(entry)``, NaN when a value is missing or the entry's sum is 0."""
+    if not len(entry) or reference.isna().any() or entry.isna().any() or entry.sum() <= 0:
+        return math.nan
+    return float(reference.sum() / entry.sum())
+
+
+def leaderboard(runs: list[RunRecords]) -> pd.DataFrame:
+    """One row per entry: metric, score (mean, 95% CI, spread over seeds), PR, speed-ups vs FullKV
+    (attention cost; measured FPS and whether it was measured together), FPS, attention keys per
+    token, peak KV bytes, counts, and records from other code.
+
+    An entry with no successful task gets a row with NaN means and its failure count.
     """
     reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
     rows = []
     for run in runs:
-        ok = run.frame[run.frame["status"] == "ok"]
+        ok = _ok(run.frame)
         row = {"method": run.label, "metric": run.metric, **_summarise(run.frame)}
         row["context_pr"] = _mean(ok["context_pr"])
         row["continuation_fps"] = _fps(ok)
-        row["speedup_vs_fullkv"] = math.nan
+        row["speedup_vs_fullkv"] = row["cost_speedup_vs_fullkv"] = math.nan
+        row["fps_measured_together"] = None
         if reference is not None:
-            keys = _pair_keys(run, reference)
-            ref_ok = reference.frame[reference.frame["status"] == "ok"]
-            both = ok.merge(ref_ok[keys], on=keys)
-            ref_both = ref_ok.merge(ok[keys], on=keys)
-            row["speedup_vs_fullkv"] = _fps(both) / _fps(ref_both) if len(both) else math.nan
+            mine, ref = _both(run, reference)
+            row["speedup_vs_fullkv"] = _fps(mine) / _fps(ref) if len(mine) else math.nan
+            row["cost_speedup_vs_fullkv"] = _ratio(ref["attention_flops"], mine["attention_flops"])
+            row["fps_measured_together"] = measured_together(run, reference)
         row["peak_kv_bytes"] = _mean(ok["peak_kv_bytes"])
+        row["attention_keys_per_token"] = _mean(ok["attention_keys_per_token"])
+        row["seeds"] = max(1, len(run.seeds))
+        row["score_seed_std"] = seed_spread(ok["score"], ok["run_seed"].fillna(-1)) if len(ok) else math.nan
+        row["other_code_tasks"] = len(run.other_code_tasks)
         rows.append(row)
     cols = ["method", "metric", "score", "score_ci95", "pr", "context_pr", "speedup_vs_fullkv", "continuation_fps",
-            "peak_kv_bytes", "n_tasks", "failures"]
+            "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
+            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks"]
     return pd.DataFrame(rows, columns=cols)
 
 
 def breakdown(runs: list[RunRecords], by: str) -> pd.DataFrame:
-    """Per-method score, CI, PR and counts for each value of ``by`` (``source`` or ``task_type``)."""
+    """Per-entry score, CI, PR and counts for each value of ``by`` (``source``, ``task_type``,
+    ``run_seed``)."""
     rows = []
     for run in runs:
         for value, group in run.frame.groupby(by, sort=True):
@@ -274,43 +169,92 @@ def breakdown(runs: list[RunRecords], by: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "metric", by, "score", "score_ci95", "pr", "n_tasks", "failures"])
 
 
-def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
-    """Per method: mean paired score difference to FullKV (cluster-robust CI) and win/tie/loss counts.
+def seed_breakdown(runs: list[RunRecords]) -> pd.DataFrame:
+    """Per entry and global seed: score, CI, PR and counts (the per-seed means behind ``score_seed_std``)."""
+    return breakdown(runs, "run_seed").rename(columns={"run_seed": "seed"})
 
-    Pairs are the (task_id, seed) both finished (task_id alone when a side's seeds are unknown).
-    """
+
+def _paired(a: RunRecords, b: RunRecords) -> dict[str, Any]:
+    """``a`` minus ``b`` over the pairs both finished: mean, clustered CI, p-value, wins/ties/losses."""
+    keys = _pair_keys(a, b)
+    pairs = _ok(a.frame).merge(_ok(b.frame)[[*keys, "score"]], on=keys, suffixes=("", "_other"))
+    delta = (pairs["score"] - pairs["score_other"]).to_numpy(dtype=np.float64)
+    clusters = pairs["context_id"].to_numpy()
+    mean, ci = clustered_mean_ci(delta, clusters)
+    return {"delta": mean, "delta_ci95": ci, "p_value": clustered_t_test(delta, clusters),
+            "wins": int((delta > 0).sum()), "ties": int((delta == 0).sum()), "losses": int((delta < 0).sum()),
+            "n_pairs": int(len(delta))}
+
+
+def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
+    """Per entry: mean paired score difference to FullKV (cluster-robust CI, paired t-test p-value) and
+    win/tie/loss counts over the (task_id, seed) pairs both finished (task_id alone when a side's
+    seeds are unknown)."""
     reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
-    cols = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs"]
+    cols = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs", "p_value"]
     if reference is None:
         return pd.DataFrame(columns=cols)
-    ref_ok = reference.frame[reference.frame["status"] == "ok"]
     rows = []
     for run in runs:
-        if run is reference:
-            continue
-        keys = _pair_keys(run, reference)
-        ok = run.frame[run.frame["status"] == "ok"]
-        pairs = ok.merge(ref_ok[[*keys, "score"]], on=keys, suffixes=("", "_ref"))
-        delta = (pairs["score"] - pairs["score_ref"]).to_numpy(dtype=np.float64)
-        mean, ci = clustered_mean_ci(delta, pairs["context_id"].to_numpy())
-        rows.append(
-            {
-                "method": run.label,
-                "metric": run.metric,
-                "delta_vs_fullkv": mean,
-                "delta_ci95": ci,
-                "wins": int((delta > 0).sum()),
-                "ties": int((delta == 0).sum()),
-                "losses": int((delta < 0).sum()),
-                "n_pairs": int(len(delta)),
-            }
-        )
+        if run is not reference:
+            stats = _paired(run, reference)
+            rows.append({"method": run.label, "metric": run.metric, "delta_vs_fullkv": stats.pop("delta"), **stats})
     return pd.DataFrame(rows, columns=cols)
 
 
-def _cell(value: float, fmt: str) -> str:
+def _label_of(runs: list[RunRecords], name: str, knob: str) -> str:
+    labels = [r.label for r in runs]
+    if name not in labels:
+        raise ReportError(f"leaderboard.{knob}: no method {name!r} on this board.{did_you_mean(name, labels)} "
+                          f"On it: {', '.join(labels)}")
+    return name
+
+
+def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
+                     compare: Sequence[Any] | None = None) -> list[tuple[str, str]]:
+    """The (method, versus) pairs to compare: each focus method against every other entry, then the
+    named pairs.
+
+    Parameters
+    ----------
+    runs : list of RunRecords
+    focus : list of str, optional
+        Labels; by default the entries whose method is a plug-in (its code is not CMBench's).
+    compare : list, optional
+        One pair ``[a, b]`` or a list of pairs ``[[a, b], [c, d]]`` of labels.
+
+    Raises
+    ------
+    ReportError
+        A label that is not on the board, or a pair that is not two labels.
+    """
+    chosen = [r.label for r in runs if r.plugin] if focus is None else \
+        [_label_of(runs, str(f), "focus") for f in ([focus] if isinstance(focus, str) else focus)]
+    pairs = [(f, r.label) for f in chosen for r in runs if r.label != f]
+    named = list(compare or [])
+    if len(named) == 2 and all(isinstance(x, str) for x in named):
+        named = [named]
+    for pair in named:
+        if isinstance(pair, str) or len(pair) != 2:
+            raise ReportError(f"leaderboard.compare: {pair!r} is not a pair of methods; write "
+                              f"leaderboard.compare=[a,b] or leaderboard.compare=[[a,b],[c,d]]")
+        pairs.append((_label_of(runs, str(pair[0]), "compare"), _label_of(runs, str(pair[1]), "compare")))
+    return list(dict.fromkeys(pairs))
+
+
+def comparisons(runs: list[RunRecords], pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
+    """Paired comparisons of ``method`` minus ``versus`` for each pair (see :func:`_paired`)."""
+    by_label = {r.label: r for r in runs}
+    rows = [{"method": a, "versus": b, "metric": by_label[a].metric, **_paired(by_label[a], by_label[b]),
+             "test": "cluster-robust paired t-test"} for a, b in pairs]
+    return pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins", "ties",
+                                       "losses", "n_pairs", "test"])
+
+
+# ------------------------------------------------------------------------------------------ markdown
+def _cell(value: float | None, fmt: str) -> str:
     """A number for a table cell, ``—`` when it is NaN (nothing measured)."""
-    return "—" if value is None or math.isnan(value) else fmt.format(value)
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
 def board_metric(board: pd.DataFrame) -> str:
@@ -318,23 +262,49 @@ def board_metric(board: pd.DataFrame) -> str:
     return " / ".join(sorted(set(board["metric"].astype(str)))) or UNNAMED_METRIC
 
 
-def markdown_table(board: pd.DataFrame) -> str:
-    """The leaderboard as a GitHub markdown table, its score column named by the metric (score
-    with CI, PR and speed-up as percentages/ratios, ``—`` where nothing was measured)."""
-    lines = [f"| Method | {board_metric(board)} (95% CI) | PR | Speed-up | FPS | Peak KV (MB) | Tasks | Failed |",
-             "|---|---|---|---|---|---|---|---|"]
+def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) -> str:
+    """The leaderboard as a GitHub markdown table (score with CI, PR, speed-ups, FPS, memory, seeds,
+    counts; ``—`` where nothing was measured), notes on what the speed columns are and on records from
+    other code, and the paired comparisons when there are any."""
+    lines = [f"| Method | {board_metric(board)} (95% CI) | PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | "
+             "Seeds | Tasks | Failed |", "|---|---|---|---|---|---|---|---|---|---|"]
+    apart = other = False
     for r in board.itertuples():
         ci = "" if math.isnan(r.score_ci95) else f" ± {r.score_ci95:.4f}"
+        fps_speedup = _cell(r.speedup_vs_fullkv, "{:.2f}x")
+        if fps_speedup != "—" and r.fps_measured_together is False:
+            fps_speedup, apart = fps_speedup + "*", True
+        name = r.method + (" †" if r.other_code_tasks else "")
+        other = other or bool(r.other_code_tasks)
+        seeds = f"{r.seeds}" + ("" if math.isnan(r.score_seed_std) else f" (sd {r.score_seed_std:.4f})")
         lines.append(
-            f"| {r.method} | {_cell(r.score, '{:.4f}')}{ci} | {_cell(100 * r.pr, '{:.2f}%')} | "
-            f"{_cell(r.speedup_vs_fullkv, '{:.2f}x')} | {_cell(r.continuation_fps, '{:.1f}')} | "
-            f"{_cell(r.peak_kv_bytes / 1e6, '{:.2f}')} | {r.n_tasks} | {r.failures} |"
+            f"| {name} | {_cell(r.score, '{:.4f}')}{ci} | {_cell(100 * r.pr, '{:.2f}%')} | "
+            f"{_cell(r.cost_speedup_vs_fullkv, '{:.2f}x')} | {fps_speedup} | {_cell(r.continuation_fps, '{:.1f}')} | "
+            f"{_cell(r.peak_kv_bytes / 1e6, '{:.2f}')} | {seeds} | {r.n_tasks} | {r.failures} |"
         )
+    lines += ["", "Speed-up: FullKV's attention FLOPs over the method's on the tasks both ran (counted at every "
+              "model call: deterministic, but attention only, so the whole model gains less); FPS speed-up: "
+              "measured continuation FPS over FullKV's" + (" (`*`: not measured together, at other times or on "
+                                                           "another machine)" if apart else "")
+              + "; `scripts/bench_speed.py` measures speed in one controlled run. Seeds: runs per method, with the "
+              "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context."]
+    if other:
+        lines.append("† some task records were computed by other code (kept with `keep_other_code=true`): see "
+                     "`other_code_tasks` in leaderboard.csv.")
+    if compared is not None and len(compared):
+        lines += ["", f"Paired comparisons ({board_metric(board)}: method minus versus over the (task, seed) pairs "
+                      "both finished; 95% CI clustered by context; p: cluster-robust paired t-test)", "",
+                  "| Method | vs | Δ (95% CI) | p | W / T / L | Pairs |", "|---|---|---|---|---|---|"]
+        for c in compared.itertuples():
+            ci = "" if math.isnan(c.delta_ci95) else f" ± {c.delta_ci95:.4f}"
+            lines.append(f"| {c.method} | {c.versus} | {_cell(c.delta, '{:+.4f}')}{ci} | {_cell(c.p_value, '{:.3g}')} "
+                         f"| {c.wins} / {c.ties} / {c.losses} | {c.n_pairs} |")
     return "\n".join(lines) + "\n"
 
 
-def pareto_plot(board: pd.DataFrame, path: Path, title: str = "CMBench: memory vs pruning") -> Path:
-    """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars."""
+def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Path:
+    """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars; the
+    title says so (``CMBench: light score vs pruning ratio``) unless given."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -349,7 +319,7 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str = "CMBench: memory v
         ax.annotate(r.method, (100 * r.pr, r.score), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("pruning ratio PR (%)")
     ax.set_ylabel(f"{board_metric(board)} (mean max-similarity)")
-    ax.set_title(title)
+    ax.set_title(title or f"CMBench: {board_metric(board)} score vs pruning ratio")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
@@ -357,46 +327,73 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str = "CMBench: memory v
     return path
 
 
-def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False) -> dict[str, Path]:
-    """Read runs, check they are comparable, and write every report into ``out_dir``.
+# ------------------------------------------------------------------------------------------ writing
+def _remove_previous(out: Path, keep: Iterable[str] = ()) -> list[str]:
+    """Remove the report files of an earlier leaderboard from ``out`` (except ``keep``); their names."""
+    gone = []
+    for name in REPORT_FILES:
+        if name not in keep and (out / name).is_file():
+            (out / name).unlink()
+            gone.append(name)
+    return gone
 
-    ``run_dirs`` may mix ``run`` directories and ``score`` output folders. Records of tasks outside
-    a folder's manifest are left out, saying so on stderr.
+
+def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False,
+                  focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None) -> dict[str, Path]:
+    """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
+
+    All files are written into a temporary folder first and moved into ``out_dir`` only when all of
+    them exist; report files of an earlier leaderboard that this one does not write are removed. When
+    the leaderboard fails, the report files of an earlier one are removed from ``out_dir`` (and that
+    is said on stderr), so no older leaderboard is taken for this one's.
+
+    Parameters
+    ----------
+    run_dirs : paths
+        ``run`` directories and ``score`` output folders.
+    out_dir : path
+    allow_mixed : bool
+        Report runs with different task sets, seeds or scorers together.
+    focus, compare : optional
+        See :func:`comparison_pairs`.
 
     Returns
     -------
-    dict name -> written path: leaderboard.csv, leaderboard_by_source.csv, leaderboard_by_type.csv,
-    paired_deltas.csv, leaderboard.md, pareto.png.
+    dict name -> written path, for the names of :data:`REPORT_FILES` written (``comparisons.csv``
+    only when there are pairs to compare).
     """
-    runs = [read_records(d) for d in run_dirs]
-    if not runs:
-        raise ReportError("no run directories given")
-    for run in runs:
-        if run.manifest is not None and not run.checked:
-            print(f"leaderboard: {run.path}: its manifest {run.manifest} is not there (run from another "
-                  f"folder?): records not checked against it", file=sys.stderr)
-        if run.dropped:
-            print(f"leaderboard: {run.path}: left out the records of {len(run.dropped)} task(s) not in "
-                  f"{run.manifest}: {', '.join(run.dropped[:10])}{' ...' if len(run.dropped) > 10 else ''}",
-                  file=sys.stderr)
-    labels = [r.label for r in runs]
-    if len(set(labels)) != len(labels):
-        raise ReportError(f"several runs share a method label: {labels}; give each a distinct label")
-    check_comparable(runs, allow_mixed)
     out = Path(out_dir)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    try:
+        runs = load_runs(run_dirs, allow_mixed)
+        board = leaderboard(runs).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+        compared = comparisons(runs, comparison_pairs(runs, focus, compare))
+        tables = {
+            "leaderboard.csv": board,
+            "leaderboard_by_source.csv": breakdown(runs, "source"),
+            "leaderboard_by_type.csv": breakdown(runs, "task_type"),
+            "leaderboard_by_seed.csv": seed_breakdown(runs),
+            "paired_deltas.csv": paired_deltas(runs),
+        }
+        if len(compared):
+            tables["comparisons.csv"] = compared
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name, frame in tables.items():
+            frame.to_csv(tmp / name, index=False, float_format="%.6g")
+        (tmp / "leaderboard.md").write_text(markdown_table(board, compared))
+        pareto_plot(board, tmp / "pareto.png")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        gone = _remove_previous(out) if out.is_dir() else []
+        if gone:
+            print(f"leaderboard: failed; removed the previous {', '.join(gone)} from {out} so they are not "
+                  f"taken for this leaderboard", file=sys.stderr)
+        raise
     out.mkdir(parents=True, exist_ok=True)
-    board = leaderboard(runs).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
-    written = {
-        "leaderboard.csv": board,
-        "leaderboard_by_source.csv": breakdown(runs, "source"),
-        "leaderboard_by_type.csv": breakdown(runs, "task_type"),
-        "paired_deltas.csv": paired_deltas(runs),
-    }
-    paths = {}
-    for name, frame in written.items():
-        frame.to_csv(out / name, index=False, float_format="%.6g")
-        paths[name] = out / name
-    (out / "leaderboard.md").write_text(markdown_table(board))
-    paths["leaderboard.md"] = out / "leaderboard.md"
-    paths["pareto.png"] = pareto_plot(board, out / "pareto.png")
-    return paths
+    written = sorted(p.name for p in tmp.iterdir())
+    _remove_previous(out, keep=written)
+    for name in written:
+        os.replace(tmp / name, out / name)
+    tmp.rmdir()
+    return {name: out / name for name in written}

@@ -4,7 +4,9 @@
 ``prepare`` reads a context through the dataset's adapter, encodes and prefills it once; ``evaluate``
 forks the prefilled cache for one task, generates its continuation, saves it (``videos/<task_id>.mp4``
 to look at, and a lossless ``videos/<task_id>.mkv`` when frames are small, which ``score`` reads to
-reproduce the run's scores exactly) and scores it in memory.
+reproduce the run's scores exactly) and scores it in memory. The continuation runs through a
+:class:`cmbench.generation.accounting.CallRecorder`, so every record also carries the attention work
+the method left (FLOPs and keys read per generated token): a cost no machine load can move.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from cmbench.backbones.base import decode_continuation
 from cmbench.backbones.loading import build_backbone
+from cmbench.backbones.memory.run_plan import plan_run
 from cmbench.config_paths import to_dict
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
@@ -28,6 +32,7 @@ from cmbench.generation import (
     continue_task,
     prefill,
 )
+from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
 from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method
@@ -54,6 +59,7 @@ class PreparedContext:
 
     prefilled: PrefilledContext
     context: ContextFrames
+    context_latents: torch.Tensor  # [1, C, q0, h, w]: a continuation is decoded after them
 
 
 class ModelEvaluator:
@@ -77,12 +83,13 @@ class ModelEvaluator:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.method = build_method(to_dict(cfg.method))  # first: its knob checks fail fast
+        self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
         self.settings = generation_settings(cfg)
         scorer_cfg = to_dict(cfg.scorer)
         self.scorer = build_scorer(scorer_cfg)
         self.metric = metric_name(scorer_cfg)
         self.adapter = build_adapter(cfg.data)
-        self.backbone = build_backbone(cfg.backbone)
+        self.backbone = build_backbone(self.memory.backbone_config)
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.save_videos = bool(cfg.save_videos)
         self.lossless_max_pixels = int(cfg.get("lossless_max_pixels") or 0)
@@ -104,7 +111,8 @@ class ModelEvaluator:
         latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context.frames)))
         seed = task_seed(int(self.cfg.seed), task.context_id)
         prefilled = prefill(self.backbone, self.method, latents, self.backbone.condition(task), seed, self.settings)
-        return PreparedContext(prefilled, context)
+        self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)
+        return PreparedContext(prefilled, context, latents)
 
     def save(self, task: Task, frames: np.ndarray) -> str | None:
         """Write the continuation: an mp4 to look at, and a lossless copy when frames have at most
@@ -125,9 +133,13 @@ class ModelEvaluator:
         return f"videos/{task.task_id}.mkv"
 
     def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:
-        cont = continue_task(self.backbone, prepared.prefilled, self.backbone.condition(task),
+        recorder = CallRecorder(self.backbone)
+        cont = continue_task(recorder, prepared.prefilled, self.backbone.condition(task),
                              self.continuation_frames, seed)
-        frames = np.asarray(self.backbone.decode(cont.latents))
+        geometry = self.backbone.geometry
+        generated_tokens = int(cont.latents.shape[2]) * geometry.tokens_per_frame
+        cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding
+        frames = np.asarray(decode_continuation(self.backbone, cont.latents, prepared.context_latents))
         video = self.save(task, frames)
         context = prepared.context
         refs = reference_frames(task, context.reference_source, context.reference_fps, native=True)
@@ -148,4 +160,6 @@ class ModelEvaluator:
             "continuation_seconds": cont.seconds,
             "continuation_frames": int(frames.shape[0]),
             "continuation_fps": frames.shape[0] / cont.seconds if cont.seconds > 0 else None,
+            "attention_flops": attention_flops(recorder.calls, geometry, int(cont.latents.shape[0]), recorder.lengths),
+            "attention_keys_per_token": keys_per_token(recorder.calls, geometry, generated_tokens, recorder.lengths),
         }

@@ -18,7 +18,9 @@ Guarantees (docs/runs.md):
   the schema does not know): an impossible record is an error naming file, line and field.
 
 Schema versions: records without ``schema_version`` (version 0, CMBench before the typed record)
-are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped).
+are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped);
+version 1 records (before the code identity, the run's seed and the attention cost) are read with
+those fields empty.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ import numpy as np
 
 from cmbench.errors import CMBenchError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
 RECORDS_GLOB = "records*.jsonl"
+RUN_FILE = "run.json"  # a run directory's current label and code identity (cmbench.runs.experiment)
 STATUSES = ("ok", "failed")
 KINDS = ("run", "score")
 DINO_METRIC = "DINO"
@@ -108,8 +111,28 @@ class TaskRecord:
     video : str or None
         The scored video: for ``run``, its lossless copy relative to the run directory; for
         ``score``, the file that was read.
-    method, method_config, backbone, data, config_hash, versions, git_commit
+    method, method_config, backbone, data, versions, git_commit
         What produced a ``run`` record (the method's name and every knob, ...).
+    config_hash : str
+        The run's identity: the hash of its result config (the run directory's name ends with it).
+    setup_hash : str
+        The same without the global ``seed``: runs with equal ``setup_hash`` are seeds of one setup,
+        one row on a leaderboard.
+    run_seed : int
+        The run's global ``seed`` (``seed`` is the task's, derived from it and the task id).
+    code, code_hash : dict, str
+        The code and files that computed the record (:mod:`cmbench.runs.identity`): CMBench's
+        result-deciding modules, a plug-in method's sources, the backbone's files, the manifest; a
+        rerun recomputes tasks whose ``code_hash`` differs from the current one.
+    machine : str
+        Where it ran (host, CPU or GPU, torch threads): speeds measured on different machines are not
+        comparable.
+    attention_flops : float
+        Attention FLOPs of the continuation's model calls (``4 B L D (n + L)`` per layer-head and
+        call, ``n`` the history keys the head reads, ``L`` the chunk's tokens): deterministic, unlike
+        seconds.
+    attention_keys_per_token : float
+        Keys read per generated token, summed over layers, heads and model calls.
     pr, target_pr, context_pr : float
         Pruning ratio over the continuation (the paper's Eq. 4), the budget's target, the context's.
     kept_tokens, kept_context_tokens, peak_kv_bytes : int
@@ -153,8 +176,13 @@ class TaskRecord:
     backbone: str | None = None
     data: str | None = None
     config_hash: str | None = None
+    setup_hash: str | None = None
+    run_seed: int | None = None
+    code: dict[str, Any] | None = None
+    code_hash: str | None = None
     versions: dict[str, str] | None = None
     git_commit: str | None = None
+    machine: str | None = None
     pr: float | None = None
     target_pr: float | None = None
     context_pr: float | None = None
@@ -165,6 +193,8 @@ class TaskRecord:
     continuation_seconds: float | None = None
     continuation_frames: int | None = None
     continuation_fps: float | None = None
+    attention_flops: float | None = None
+    attention_keys_per_token: float | None = None
     # bookkeeping
     schema_version: int = SCHEMA_VERSION
     recorded_ns: int | None = None
@@ -180,7 +210,8 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> "TaskRecord":
-        """A record from a JSON object, upgrading version-0 records.
+        """A record from a JSON object, upgrading older versions (0: renamed fields; 1: fields added since
+        are empty).
 
         Raises
         ------
@@ -193,6 +224,7 @@ class TaskRecord:
             raise ValueError(f"schema_version {version!r} is newer than this CMBench reads ({SCHEMA_VERSION})")
         if version == 0:
             row = _upgrade_v0(row)
+        row["schema_version"] = SCHEMA_VERSION
         unknown = sorted(set(row) - FIELD_NAMES)
         if unknown:
             raise ValueError(f"field(s) {', '.join(unknown)} not in the task record schema (version {SCHEMA_VERSION})")
@@ -206,7 +238,8 @@ FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
 REQUIRED = ("task_id", "status")
 _FRACTIONS = ("detection_rate", "pr", "target_pr", "context_pr")
 _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds",
-                 "continuation_frames", "continuation_fps", "n_frames")
+                 "continuation_frames", "continuation_fps", "n_frames", "attention_flops", "attention_keys_per_token",
+                 "run_seed")
 
 
 def _upgrade_v0(row: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,11 @@ killed at any moment (SIGKILL included) and restarted ends with the records of a
 Each shard's records file is written under an exclusive lock (:class:`cmbench.runs.lock.RunLock`), so
 two processes never run the same shard of one run directory at once.
 
+Every record carries the ``code_hash`` of the code that computed it (:mod:`cmbench.runs.identity`): a
+finished task counts as done only when its record's ``code_hash`` is the current one, so after an
+edit of the method, of CMBench or of the weights every task is computed again, unless the caller
+keeps records from other code (``keep_other_code``), which :class:`RunResult` then lists.
+
 A task that raises is recorded as failed and the run goes on, except for a :class:`ConfigError`
 (the configuration is wrong: every task would fail the same way) and a records file that cannot be
 written (disk full): those stop the run at once, keeping every record already written.
@@ -20,17 +25,17 @@ from __future__ import annotations
 import os
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 import numpy as np
-from tqdm import tqdm
 
 from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
 from cmbench.runs.lock import RunLock
+from cmbench.runs.progress import Progress
 from cmbench.runs.records import RecordWriter, TaskRecord, latest_records, read_task_records, records_path
 
 class Evaluator(Protocol):
@@ -108,17 +113,42 @@ def shard_from_env(count: int, index: int) -> tuple[int, int]:
     return count, index
 
 
-def finished_task_ids(run_dir: Path) -> set[str]:
-    """Tasks whose latest record is a success (failed tasks are retried on rerun)."""
-    return {t for t, r in latest_records(read_task_records(run_dir)).items() if r.status == "ok"}
+def finished_task_ids(run_dir: Path, code_hash: str | None = None, keep_other_code: bool = False) -> set[str]:
+    """Tasks whose latest record is a success (failed tasks are retried on rerun) computed by the code
+    ``code_hash`` (any code with ``keep_other_code``)."""
+    return {t for t, r in latest_records(read_task_records(run_dir)).items()
+            if r.status == "ok" and (keep_other_code or r.code_hash == code_hash)}
 
 
 @dataclass
 class RunResult:
+    """What one invocation of :func:`run_tasks` did.
+
+    Attributes
+    ----------
+    run_dir : Path
+    done : int
+        Tasks run in this invocation.
+    cached : int
+        Tasks finished before and kept.
+    failed : int
+        Of ``done``, those that failed.
+    recomputed : list of str
+        Of ``done``, tasks that had a successful record from other code (recomputed).
+    other_code : list of str
+        Of ``cached``, tasks whose kept record came from other code (``keep_other_code``).
+    previous_code : dict
+        For the tasks of ``recomputed`` and ``other_code``: the ``code`` parts of their earlier record
+        (None for records from before code identities).
+    """
+
     run_dir: Path
-    done: int  # finished in this invocation
-    cached: int  # already finished before
+    done: int
+    cached: int
     failed: int
+    recomputed: list[str] = field(default_factory=list)
+    other_code: list[str] = field(default_factory=list)
+    previous_code: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 def run_tasks(
@@ -130,6 +160,9 @@ def run_tasks(
     base_record: dict[str, Any],
     shard: tuple[int, int] = (1, 0),
     show_progress: bool = True,
+    keep_other_code: bool = False,
+    progress_every: int = 10,
+    progress_seconds: float = 60.0,
 ) -> RunResult:
     """Run the unfinished tasks, context by context, appending one record per task.
 
@@ -141,40 +174,45 @@ def run_tasks(
     run_dir : Path
     global_seed : int
     base_record : dict
-        Fields every record carries (method and knobs, backbone, scorer hash, versions, ...).
+        Fields every record carries (method and knobs, backbone, scorer hash, versions, the
+        ``code_hash``, ...).
     shard : (count, index)
     show_progress : bool
-        A tqdm bar (on stderr) with done / cached / remaining and the running mean score.
+        A tqdm bar (on stderr) with done / cached / failed and the running mean score; False: a line
+        every ``progress_every`` tasks or ``progress_seconds`` seconds (:class:`Progress`).
+    keep_other_code : bool
+        Keep successful records computed by other code (another ``code_hash``) instead of computing
+        those tasks again.
     """
     count, index = shard
     mine = shard_tasks(tasks, count, index)
     path = records_path(run_dir, count, index)
+    code_hash = base_record.get("code_hash")
     with RunLock(path):
         writer = RecordWriter(path)  # cuts a torn last line of this shard's file before anything reads it
-        done_before = finished_task_ids(run_dir)
-        todo = [t for t in mine if t.task_id not in done_before]
+        latest = latest_records(read_task_records(run_dir))
+        succeeded = {t.task_id: latest[t.task_id] for t in mine
+                     if t.task_id in latest and latest[t.task_id].status == "ok"}
+        other = [i for i, r in succeeded.items() if r.code_hash != code_hash]
+        kept = {i: r for i, r in succeeded.items() if keep_other_code or r.code_hash == code_hash}
+        todo = [t for t in mine if t.task_id not in kept]
         by_context: dict[str, list[Task]] = defaultdict(list)
         for t in todo:
             by_context[t.context_id].append(t)
-        bar = tqdm(total=len(mine), initial=len(mine) - len(todo), disable=not show_progress, unit="task",
-                   desc=run_dir.name, dynamic_ncols=True)
-        scores: list[float] = []
+        progress = Progress(run_dir.name, len(mine), kept.values(), bar=show_progress, every_tasks=progress_every,
+                            every_seconds=progress_seconds)
         done = failed = 0
         for context_tasks in by_context.values():
             prepared, prep_error = _prepare(evaluator, context_tasks)
             for task in context_tasks:
-                record = _evaluate(evaluator, task, prepared, prep_error, global_seed, base_record)
-                writer.write(record)
+                record = writer.write(_evaluate(evaluator, task, prepared, prep_error, global_seed, base_record))
                 done += 1
-                if record.status != "ok":
-                    failed += 1
-                elif record.score is not None:
-                    scores.append(float(record.score))
-                bar.update(1)
-                bar.set_postfix(cached=len(mine) - len(todo), failed=failed,
-                                mean=f"{np.mean(scores):.4f}" if scores else "-")
-        bar.close()
-    return RunResult(run_dir, done=done, cached=len(mine) - len(todo), failed=failed)
+                failed += record.status != "ok"
+                progress.update(record)
+        progress.close()
+    return RunResult(run_dir, done=done, cached=len(kept), failed=failed,
+                     recomputed=[i for i in other if i not in kept], other_code=[i for i in other if i in kept],
+                     previous_code={i: succeeded[i].code for i in other})
 
 
 def _prepare(evaluator: Evaluator, tasks: list[Task]) -> tuple[Any, Exception | None]:

@@ -14,7 +14,8 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str]) -> dict[str, Any]:
+def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str],
+              code_hash: str | None = None) -> dict[str, Any]:
     """Counts and mean scores over the expected tasks (the last record of a task wins).
 
     Parameters
@@ -23,6 +24,8 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str]) -
         In time order (:func:`cmbench.runs.records.read_task_records`).
     expected_task_ids : iterable of str
         The tasks the summary is about; records of other tasks are left out.
+    code_hash : str, optional
+        The run's current code identity: successful records computed by other code are counted.
 
     Returns
     -------
@@ -31,7 +34,9 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str]) -
         (expected, no record), ``metric``, ``score`` (mean over successful tasks),
         ``score_all_tasks`` (every expected task without a successful record counts 0),
         ``detection_rate``, ``pr`` (mean over successful tasks that report one, else None), and
-        ``by_source`` / ``by_type``: ``{value: {"n": successful tasks, "score": mean}}``.
+        ``by_source`` / ``by_type``: ``{value: {"n": successful tasks, "score": mean}}``; with
+        ``code_hash``, also ``code_hash``, ``tasks_other_code`` and ``other_code_task_ids``
+        (successful records kept from other code: ``keep_other_code=true``).
     """
     latest = latest_records(records)
     expected = list(dict.fromkeys(expected_task_ids))
@@ -45,7 +50,7 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str]) -
                 group[str(getattr(r, key))].append(float(r.score))
     metrics = sorted({r.metric for r in ok if r.metric})
     prs = [float(r.pr) for r in ok if r.pr is not None]
-    return {
+    summary = {
         "schema_version": SCHEMA_VERSION,
         "metric": metrics[0] if len(metrics) == 1 else (", ".join(metrics) or None),
         "tasks_expected": len(expected),
@@ -61,3 +66,7 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str]) -
         "by_source": {k: {"n": len(v), "score": _mean(v)} for k, v in sorted(groups["source"].items())},
         "by_type": {k: {"n": len(v), "score": _mean(v)} for k, v in sorted(groups["task_type"].items())},
     }
+    if code_hash is not None:
+        other = sorted(r.task_id for r in ok if r.code_hash != code_hash)
+        summary.update(code_hash=code_hash, tasks_other_code=len(other), other_code_task_ids=other)
+    return summary

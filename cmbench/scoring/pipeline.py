@@ -2,8 +2,9 @@
 
 Reference: the target's annotated box in its reference frame, segmented by the segmenter; the masked
 crop is embedded. Generated frames: the detector's best candidate above threshold, its mask, the
-masked crop's embedding, and the cosine to the reference embedding (the best over references when a
-task has several). Task score = max over frames; 0 when the target is never detected.
+masked crop's embedding, and its cosine to each reference embedding. Each reference's score is its
+best cosine over frames; the task score is their mean (``reference_aggregation="mean"``, the
+authors' harness) or their max (``"max"``); 0 when the target is never detected.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from typing import Any
 import numpy as np
 
 from cmbench.data import Task
-from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
-from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures
 from cmbench.hashing import array_hash, json_digest
+from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
+from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
+from cmbench.scoring.references import TaskReferences
 from cmbench.scoring.stages import Detector, Embedder, ReferenceView, Segmenter, Target
+
+REFERENCE_AGGREGATIONS = ("mean", "max")
+SEGMENT_CHUNK = 16  # generated frames segmented together; only their full-frame masks are held at once
 
 
 @dataclass(frozen=True)
@@ -30,9 +35,10 @@ class TaskScore:
     ----------
     task_id, source, task_type : str
     score : float
-        Max over frames of the cosine similarity; 0.0 when the target is never detected.
+        The aggregation (``reference_aggregation``) of ``reference_scores``; 0.0 when the target is
+        never detected.
     similarities : list of float or None
-        Per generated frame; None where the target was not detected.
+        Per generated frame, the cosine to the closest reference; None where not detected.
     detection_rate : float
         Fraction of frames with a detection (above threshold, valid box, non-empty mask).
     boxes : list of [x0, y0, x1, y1] or None
@@ -46,6 +52,18 @@ class TaskScore:
     scorer : str
         Scorer config name.
     scorer_config_hash : str
+    reference_scores : list of float
+        Per reference, its best cosine similarity over frames (0.0 when never detected).
+    reference_best_frames : list of int or None
+        Per reference, the frame of that best similarity (None when never detected); its box is
+        ``boxes[frame]``.
+    reference_aggregation : {"mean", "max"}
+    scorer_models_hash : str
+        Identity of the loaded models (weight / processor file contents or hub commits, and the
+        transformers version).
+
+    The scorer fills every field; the last four default to None only so that a TaskScore can be
+    written by hand without them.
     """
 
     task_id: str
@@ -61,6 +79,10 @@ class TaskScore:
     n_frames: int
     scorer: str
     scorer_config_hash: str
+    reference_scores: list[float] | None = None
+    reference_best_frames: list[int | None] | None = None
+    reference_aggregation: str | None = None
+    scorer_models_hash: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict."""
@@ -71,15 +93,23 @@ def _optional(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
 
+def reference_similarities(features: FrameFeatures) -> np.ndarray:
+    """Cosine of each detected frame's embedding to each reference, ``float64 [F, R]`` (NaN rows
+    where not detected)."""
+    sims = np.full((len(features.detected), len(features.reference_embeddings)), np.nan)
+    if features.detected.any():
+        frames = features.embeddings[features.detected].astype(np.float64)  # [F_detected, D]
+        sims[features.detected] = frames @ features.reference_embeddings.astype(np.float64).T
+    return sims
+
+
 def frame_similarities(features: FrameFeatures) -> np.ndarray:
     """Cosine of each detected frame's embedding to the closest reference, ``float64 [F]`` (NaN
     where not detected)."""
-    sims = np.full(len(features.detected), np.nan)
-    if features.detected.any():
-        frames = features.embeddings[features.detected].astype(np.float64)  # [F_detected, D]
-        references = features.reference_embeddings.astype(np.float64)  # [R, D]
-        sims[features.detected] = (frames @ references.T).max(axis=1)
-    return sims
+    sims = reference_similarities(features)
+    out = np.full(len(sims), np.nan)
+    out[features.detected] = sims[features.detected].max(axis=1)
+    return out
 
 
 class Scorer:
@@ -93,15 +123,21 @@ class Scorer:
         Scorer config name, written into records.
     config_hash : str
         Identity of the config (:func:`cmbench.scoring.registry.scorer_hash`).
-    cache : FeatureCache or None
-        Where per-frame features are kept between calls; None disables caching.
+    cache_dir : str or Path, optional
+        Feature cache folder (:class:`FeatureCache`); None disables caching.
     min_box_size : float
         A clipped detector box narrower or lower than this many pixels is no detection.
+    reference_aggregation : {"mean", "max"}
+        How the references' best similarities make the task score.
 
     Attributes
     ----------
+    models_hash : str
+        12 hex digits over the stages' ``identity()`` (model file contents or hub commits, and the
+        transformers version; stages without models contribute nothing).
+    cache : FeatureCache or None
     cache_hits, cache_misses : int
-        Counters over this scorer's lifetime.
+        Task-entry counters over this scorer's lifetime.
     """
 
     def __init__(
@@ -112,20 +148,30 @@ class Scorer:
         *,
         name: str,
         config_hash: str,
-        cache: FeatureCache | None = None,
+        cache_dir: str | None = None,
         min_box_size: float = 1.0,
+        reference_aggregation: str = "mean",
     ):
+        if reference_aggregation not in REFERENCE_AGGREGATIONS:
+            raise ValueError(
+                f"reference_aggregation must be one of {', '.join(REFERENCE_AGGREGATIONS)}, got {reference_aggregation!r}"
+            )
         self.detector = detector
         self.segmenter = segmenter
         self.embedder = embedder
         self.name = name
         self.config_hash = config_hash
-        self.cache = cache
         self.min_box_size = float(min_box_size)
+        self.reference_aggregation = reference_aggregation
+        stages = {"detector": detector, "segmenter": segmenter, "embedder": embedder}
+        self.models_hash = json_digest({k: getattr(s, "identity", dict)() for k, s in stages.items()})[:12]
+        self.cache = FeatureCache(cache_dir, config_hash, self.models_hash) if cache_dir else None
         self.cache_hits = 0
         self.cache_misses = 0
 
-    def score_task(self, task: Task, frames: np.ndarray, reference_frames: Sequence[np.ndarray]) -> TaskScore:
+    def score_task(
+        self, task: Task, frames: np.ndarray, references: Sequence[np.ndarray] | TaskReferences | None = None
+    ) -> TaskScore:
         """Score one task's generated frames.
 
         Parameters
@@ -134,24 +180,38 @@ class Scorer:
             Gives the queries (``task.queries``) and the reference boxes.
         frames : ndarray, ``uint8 [F, H, W, 3]``
             The generated continuation.
-        reference_frames : sequence of ``uint8 [H', W', 3]``
-            One per ``task.references`` (see :func:`cmbench.scoring.references.reference_frames`).
+        references : TaskReferences, or a sequence of ``uint8 [H', W', 3]``, optional
+            One frame per ``task.references``; default :meth:`TaskReferences.from_video` of the
+            task's context video (decoded only if the feature cache misses).
 
         Returns
         -------
         TaskScore
         """
+        if references is None:
+            references = TaskReferences.from_video(task)
         boxes = [r.bbox_xyxy_normalized for r in task.references]
-        features = self.features(frames, task.queries, reference_frames, boxes)
-        sims = frame_similarities(features)
+        features = self.features(frames, task.queries, references, boxes)
+        sims = reference_similarities(features)  # [F, R]
         detected = features.detected
         height, width = (int(v) for v in features.frame_size)
+        n_refs = sims.shape[1]
+        best_frames: list[int | None] = [None] * n_refs
+        reference_scores = np.zeros(n_refs)
+        if detected.any():
+            best = np.argmax(np.where(detected[:, None], sims, -np.inf), axis=0)  # [R]
+            best_frames = [int(f) for f in best]
+            reference_scores = sims[best, np.arange(n_refs)]
+        aggregate = np.mean if self.reference_aggregation == "mean" else np.max
         return TaskScore(
             task_id=task.task_id,
             source=task.source,
             task_type=task.task_type,
-            score=float(np.nanmax(sims)) if detected.any() else 0.0,
-            similarities=[_optional(s) for s in sims],
+            score=float(aggregate(reference_scores)),
+            reference_scores=[float(s) for s in reference_scores],
+            reference_best_frames=best_frames,
+            reference_aggregation=self.reference_aggregation,
+            similarities=[_optional(s) for s in frame_similarities(features)],
             detection_rate=float(detected.mean()),
             boxes=[normalize_box(b, height, width) if d else None for b, d in zip(features.boxes, detected)],
             detection_scores=[_optional(s) for s in features.scores],
@@ -160,13 +220,14 @@ class Scorer:
             n_frames=len(detected),
             scorer=self.name,
             scorer_config_hash=self.config_hash,
+            scorer_models_hash=self.models_hash,
         )
 
     def features(
         self,
         frames: np.ndarray,
         queries: Sequence[str],
-        reference_frames: Sequence[np.ndarray],
+        references: Sequence[np.ndarray] | TaskReferences,
         reference_boxes: Sequence[Sequence[float]],
     ) -> FrameFeatures:
         """Per-frame features, from the cache when present.
@@ -176,37 +237,33 @@ class Scorer:
         frames : ndarray, ``uint8 [F, H, W, 3]``
         queries : sequence of str
             Target label and aliases.
-        reference_frames : sequence of ``uint8 [H', W', 3]``
-        reference_boxes : sequence of normalised ``(x0, y0, x1, y1)``, one per reference frame
+        references : TaskReferences, or a sequence of ``uint8 [H', W', 3]``
+        reference_boxes : sequence of normalised ``(x0, y0, x1, y1)``, one per reference
         """
         frames = np.asarray(frames)
         if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) == 0:
             raise ValueError(f"frames must be non-empty uint8 [F, H, W, 3], got {frames.dtype} {frames.shape}")
         if not queries:
             raise ValueError("the target needs at least one text query")
-        if len(reference_frames) == 0 or len(reference_frames) != len(reference_boxes):
+        if not isinstance(references, TaskReferences):
+            if len(references) == 0:
+                raise ValueError("need one reference frame per reference box, got 0 frames")
+            references = TaskReferences.from_arrays(references)
+        if len(references.keys) != len(reference_boxes):
             raise ValueError(
-                f"need one reference frame per reference box, got {len(reference_frames)} frames "
+                f"need one reference frame per reference box, got {len(references.keys)} frames "
                 f"and {len(reference_boxes)} boxes"
             )
-        for ref in reference_frames:
-            if ref.ndim != 3 or ref.shape[-1] != 3 or ref.dtype != np.uint8:
-                raise ValueError(f"reference frames must be uint8 [H, W, 3], got {ref.dtype} {ref.shape}")
+        boxes = [[float(v) for v in b] for b in reference_boxes]
         video_hash = array_hash([frames])
-        target_hash = json_digest(
-            {
-                "queries": list(queries),
-                "frames": array_hash(reference_frames),
-                "boxes": [[float(v) for v in b] for b in reference_boxes],
-            }
-        )
+        target_hash = json_digest({"queries": list(queries), "references": list(references.keys), "boxes": boxes})
         if self.cache is not None:
             cached = self.cache.load(video_hash, target_hash)
             if cached is not None:
                 self.cache_hits += 1
                 return cached
         self.cache_misses += 1
-        features = self._compute(frames, tuple(queries), reference_frames, reference_boxes)
+        features = self._compute(frames, tuple(queries), references, boxes)
         if self.cache is not None:
             self.cache.store(video_hash, target_hash, features)
         return features
@@ -232,27 +289,45 @@ class Scorer:
         self,
         frames: np.ndarray,
         queries: tuple[str, ...],
-        reference_frames: Sequence[np.ndarray],
-        reference_boxes: Sequence[Sequence[float]],
+        references: TaskReferences,
+        reference_boxes: list[list[float]],
     ) -> FrameFeatures:
         n_frames, height, width = frames.shape[:3]
-        views, fallback = self._reference_views(reference_frames, reference_boxes)
+        keys = [json_digest({"reference": k, "box": b}) for k, b in zip(references.keys, reference_boxes)]
+        cached = [self.cache.load_reference(k) if self.cache is not None else None for k in keys]
+        views: list[ReferenceView] = []
+        fallback = np.zeros(0, dtype=bool)
+        if getattr(self.detector, "needs_reference_views", True) or any(c is None for c in cached):
+            views, fallback = self._reference_views(references.frames(), reference_boxes)
         detections = self.detector.detect(frames, Target(queries=queries, references=tuple(views)))
         boxes = clip_boxes(detections.boxes, height, width)
         boxes[~np.isfinite(detections.boxes).all(axis=1)] = np.nan
         candidates = np.flatnonzero(detections.found & boxes_valid(boxes, self.min_box_size))
-        masks = self.segmenter.segment([frames[i] for i in candidates], boxes[candidates])
-        kept = [(i, m) for i, m in zip(candidates, masks) if m.any()]
-        crops = [masked_crop(v.frame, v.mask) for v in views] + [masked_crop(frames[i], m) for i, m in kept]
+        kept: list[tuple[int, np.ndarray, np.ndarray]] = []  # (frame, crop, crop mask)
+        for start in range(0, len(candidates), SEGMENT_CHUNK):  # a chunk's full-frame masks at a time
+            chunk = candidates[start : start + SEGMENT_CHUNK]
+            for i, mask in zip(chunk, self.segmenter.segment([frames[i] for i in chunk], boxes[chunk])):
+                if mask.any():
+                    crop, crop_mask = masked_crop(frames[i], mask)
+                    kept.append((int(i), crop, crop_mask.copy()))
+        new_refs = [r for r, c in enumerate(cached) if c is None]
+        crops = [masked_crop(views[r].frame, views[r].mask) for r in new_refs]
+        crops += [(crop, mask) for _, crop, mask in kept]
         embeddings = self.embedder.embed([c for c, _ in crops], [m for _, m in crops])
+        for row, r in enumerate(new_refs):
+            entry = ReferenceFeatures(embedding=embeddings[row].astype(np.float32), mask_fallback=np.array(fallback[r]))
+            cached[r] = entry
+            if self.cache is not None:
+                self.cache.store_reference(keys[r], entry)
+        references_embedded = np.stack([c.embedding for c in cached])  # type: ignore[union-attr]
         detected = np.zeros(n_frames, dtype=bool)
-        frame_embeddings = np.zeros((n_frames, embeddings.shape[1]), dtype=np.float32)
-        for row, (i, _) in enumerate(kept):
+        frame_embeddings = np.zeros((n_frames, references_embedded.shape[1]), dtype=np.float32)
+        for row, (i, _, _) in enumerate(kept):
             detected[i] = True
-            frame_embeddings[i] = embeddings[len(views) + row]
+            frame_embeddings[i] = embeddings[len(new_refs) + row]
         return FrameFeatures(
-            reference_embeddings=embeddings[: len(views)].astype(np.float32),
-            reference_mask_fallback=fallback,
+            reference_embeddings=references_embedded.astype(np.float32),
+            reference_mask_fallback=np.array([bool(c.mask_fallback) for c in cached]),  # type: ignore[union-attr]
             boxes=boxes,
             scores=np.asarray(detections.scores, dtype=np.float64),
             detected=detected,

@@ -5,13 +5,14 @@ and that backend's keyword arguments::
 
     name: owl_sam_dino
     device: auto          # auto | cpu | cuda[:N]
-    half: true            # fp16 on CUDA only
+    precision: bf16       # fp32 | fp16 | bf16 autocast, on CUDA only (a CPU runs fp32)
     batch_size: 8
     cache_dir: .cache/score_cache   # null disables the feature cache
     min_box_size: 1.0
+    reference_aggregation: mean     # mean | max of the references' best similarities
     detector:  {backend: owlvit, model: google/owlvit-base-patch32, score_threshold: 0.1}
     segmenter: {backend: sam2, model: facebook/sam2.1-hiera-large}
-    embedder:  {backend: dinov2, model: facebook/dinov2-base, image_size: 224}
+    embedder:  {backend: dinov2, model: facebook/dinov2-base, crop_mode: processor}
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from cmbench.registry import Registry, did_you_mean
 from cmbench.scoring.appearance import AppearanceEmbedder
 from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.errors import ScorerConfigError
-from cmbench.scoring.feature_cache import FeatureCache
 from cmbench.scoring.grabcut_segmenter import GrabCutSegmenter
 from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
 from cmbench.scoring.pipeline import Scorer
@@ -53,7 +53,9 @@ RUNTIME_KEYS = keys_with_role(SCORER_KEYS, "doc", "runtime")
 RESULT_KEYS = keys_with_role(SCORER_KEYS, "identity")
 
 # Bump when a change of the scoring code changes numbers: it invalidates every cached feature.
-SCORER_VERSION = 1
+# 2: preprocessing on the device with the processors' arithmetic (SAM 2 antialiased, DINOv2 crop
+#    modes), per-reference scores and their aggregation.
+SCORER_VERSION = 2
 
 
 def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
@@ -99,6 +101,7 @@ def result_config(cfg: Mapping[str, Any], runtime: Runtime) -> dict[str, Any]:
     """The part of a scorer config that changes numbers (what :func:`scorer_hash` hashes)."""
     out = {key: _plain(cfg[key]) for key in RESULT_KEYS if key in cfg}
     out["precision"] = runtime.precision
+    out["reference_aggregation"] = str(cfg.get("reference_aggregation", "mean"))
     return out
 
 
@@ -124,7 +127,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer:
+def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: Runtime | None = None) -> Scorer:
     """Build a :class:`Scorer` from a scorer config (``cfg.scorer`` of the Hydra root config).
 
     Parameters
@@ -132,6 +135,9 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer
     cfg : mapping (dict or DictConfig)
     cache_dir : str, optional
         Overrides ``cfg.cache_dir``.
+    runtime : Runtime, optional
+        Overrides ``device`` / ``precision`` / ``batch_size`` as given, without the config rule that a
+        CPU runs fp32 (checks use it to run bf16 autocast on a CPU).
     """
     cfg = _plain(cfg)
     unknown = [k for k in cfg if k not in RUNTIME_KEYS + RESULT_KEYS]
@@ -143,14 +149,19 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None) -> Scorer
     missing = [k for k in STAGES if k not in cfg]
     if missing:
         raise ScorerConfigError(f"scorer config {cfg.get('name', '?')!r} lacks the stage(s) {', '.join(missing)}")
-    runtime = resolve_runtime(cfg.get("device", "auto"), bool(cfg.get("half", False)), cfg.get("batch_size", 8))
+    if runtime is None:
+        runtime = resolve_runtime(cfg.get("device", "auto"), str(cfg.get("precision", "fp32")), cfg.get("batch_size", 8))
     stages = {kind: build_stage(kind, cfg[kind], runtime) for kind in STAGES}
     digest = scorer_hash(result_config(cfg, runtime))
     root = cache_dir if cache_dir is not None else cfg.get("cache_dir")
-    return Scorer(
-        **stages,
-        name=str(cfg.get("name", "scorer")),
-        config_hash=digest,
-        cache=FeatureCache(root, digest) if root else None,
-        min_box_size=float(cfg.get("min_box_size", 1.0)),
-    )
+    try:
+        return Scorer(
+            **stages,
+            name=str(cfg.get("name", "scorer")),
+            config_hash=digest,
+            cache_dir=root or None,
+            min_box_size=float(cfg.get("min_box_size", 1.0)),
+            reference_aggregation=str(cfg.get("reference_aggregation", "mean")),
+        )
+    except ValueError as err:
+        raise ScorerConfigError(f"scorer: {err}") from err

@@ -1,22 +1,25 @@
 """SAM 2 box-prompted segmentation through transformers' ``Sam2Model``.
 
-Our own preprocessing replaces ``Sam2Processor`` (which needs torchvision): resize each frame to the
-model's square input (``prompt_encoder_config.image_size``, 1024 for the released models) without
-keeping the aspect ratio, scale to [0, 1], normalise with ImageNet mean/std, scale the box prompt by
-the same per-axis factors, and upsample the low-resolution mask logits bilinearly to the frame size.
+Preprocessing is ``Sam2ImageProcessor``'s (which needs torchvision, so it is reproduced on the
+model's device by :mod:`cmbench.scoring.preprocess`): resize each frame to the model's square input
+(``prompt_encoder_config.image_size``, 1024 for the released models) with antialiased bilinear
+filtering, without keeping the aspect ratio; scale to [0, 1] and normalise with ImageNet mean / std;
+scale the box prompt by the same per-axis factors (``Sam2Processor``). The low-resolution mask logits
+are upsampled bilinearly (``align_corners=False``) to the frame size and thresholded
+(``Sam2Processor.post_process_masks``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cmbench.scoring.imagenet import imagenet_normalize
-from cmbench.scoring.runtime import Runtime, load_pretrained
+from cmbench.scoring.preprocess import ImageSpec, frames_input
+from cmbench.scoring.runtime import Runtime, load_pretrained, model_identity
+
 
 class Sam2Segmenter:
     """SAM 2 (transformers) with one box prompt per frame and a single output mask.
@@ -35,8 +38,27 @@ class Sam2Segmenter:
 
         self.runtime = runtime
         self.mask_threshold = float(mask_threshold)
-        self.model = load_pretrained(Sam2Model, model, "segmenter").to(runtime.device, runtime.dtype).eval()
+        self.model = load_pretrained(Sam2Model, model, "segmenter").to(runtime.device).eval()
         self.input_size = int(self.model.config.prompt_encoder_config.image_size)
+        self.spec = ImageSpec.sam2(self.input_size)
+        self._identity = model_identity(model, self.model)
+
+    def identity(self) -> dict[str, str]:
+        """Content identity of the model (see :func:`model_identity`)."""
+        return self._identity
+
+    def preprocess(self, frames: Sequence[np.ndarray]) -> torch.Tensor:
+        """Model input of frames of any sizes.
+
+        Parameters
+        ----------
+        frames : sequence of ``uint8 [H_i, W_i, 3]``
+
+        Returns
+        -------
+        Tensor, ``float32 [N, 3, S, S]`` on the model's device (S = the model's input size)
+        """
+        return frames_input(self.spec, list(frames), self.runtime.device)
 
     @torch.inference_mode()
     def segment(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
@@ -54,20 +76,15 @@ class Sam2Segmenter:
         size = self.input_size
         masks: list[np.ndarray] = []
         for start in range(0, len(frames), self.runtime.batch_size):
-            batch = frames[start : start + self.runtime.batch_size]
+            batch = list(frames[start : start + self.runtime.batch_size])
             batch_boxes = np.asarray(boxes[start : start + len(batch)], dtype=np.float64)
-            pixels = np.stack(
-                [imagenet_normalize(cv2.resize(f, (size, size), interpolation=cv2.INTER_LINEAR)) for f in batch]
-            )
             scales = np.array([[size / f.shape[1], size / f.shape[0]] * 2 for f in batch])
             prompts = torch.from_numpy(batch_boxes * scales).float()[:, None, :]  # [B, 1, 4]
-            out = self.model(
-                pixel_values=torch.from_numpy(pixels).to(self.runtime.device, self.runtime.dtype),
-                input_boxes=prompts.to(self.runtime.device, self.runtime.dtype),
-                multimask_output=False,
-            )
-            low_res = out.pred_masks[:, 0, 0].float()  # [B, h, w]
+            pixels = self.preprocess(batch)
+            with self.runtime.autocast():
+                out = self.model(pixel_values=pixels, input_boxes=prompts.to(self.runtime.device), multimask_output=False)
+            low_res = out.pred_masks[:, 0, :1].float()  # [B, 1, h, w]
             for logits, frame in zip(low_res, batch):
-                full = F.interpolate(logits[None, None], size=frame.shape[:2], mode="bilinear", align_corners=False)
+                full = F.interpolate(logits[None], size=frame.shape[:2], mode="bilinear", align_corners=False)
                 masks.append((full[0, 0] > self.mask_threshold).cpu().numpy())
         return masks

@@ -61,9 +61,17 @@ class Detections:
 
 
 class Detector(Protocol):
-    """Finds the target in frames. ``score_threshold`` is recorded with every result."""
+    """Finds the target in frames. ``score_threshold`` is recorded with every result.
+
+    ``needs_reference_views`` says whether :meth:`detect` looks at ``target.references`` (False for
+    text-conditioned detectors: then a cached reference embedding spares decoding the context video).
+    Backends with model weights also define ``identity() -> dict`` (see
+    :func:`cmbench.scoring.runtime.model_identity`), which keys the feature cache; a stage without it
+    contributes nothing to the key. The same holds for segmenters and embedders.
+    """
 
     score_threshold: float
+    needs_reference_views: bool
 
     def detect(self, frames: np.ndarray, target: Target) -> Detections:
         """Best candidate per frame of ``frames`` (``uint8 [F, H, W, 3]``)."""

@@ -35,6 +35,8 @@ class TemplateDetector:
         Gaussian blur (pixels) of frames and reference before matching; 0 disables it.
     """
 
+    needs_reference_views = True  # the templates are the references' masked crops
+
     def __init__(self, score_threshold: float = 0.5, scales: Sequence[float] = (1.0,), smooth_sigma: float = 0.0):
         if not -1.0 <= score_threshold <= 1.0:
             raise ValueError(f"score_threshold is a correlation in [-1, 1], got {score_threshold}")

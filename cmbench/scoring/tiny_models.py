@@ -17,9 +17,12 @@ TOKENIZER_VOCAB = 514  # 256 bytes + 256 word-final bytes + BOS + EOS (at the EN
 OWL_IMAGE_SIZE = 64
 SAM_IMAGE_SIZE = 128
 DINO_IMAGE_SIZE = 56
+DINO_SHORTEST_EDGE = 64  # 256 / 224 of the crop, as facebook/dinov2-*'s processors
+# the released models' preprocessing: OWL-ViT B/32 768, OWLv2 960, SAM 2 1024, DINOv2 256 -> 224
+RELEASED_SIZES = {"owlvit": 768, "owlv2": 960, "sam2": 1024, "dinov2": (256, 224)}
 
 
-def _byte_tokenizer():
+def byte_tokenizer():
     """A CLIP tokenizer over single bytes (no merges) with BOS/EOS last in the vocab.
 
     OWL-ViT treats a query whose first id is 0 as padding, so BOS must not be id 0.
@@ -35,8 +38,11 @@ def _byte_tokenizer():
     return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=16)
 
 
-def save_tiny_owl(folder: str | Path, version: str = "owlvit", seed: int = 0) -> Path:
+def save_tiny_owl(folder: str | Path, version: str = "owlvit", seed: int = 0, processor_size: int = OWL_IMAGE_SIZE) -> Path:
     """Write a tiny OWL-ViT (``version="owlvit"``) or OWLv2 (``"owlv2"``) model + processor.
+
+    ``processor_size`` is the processor's square output (another size than the model's 64 only
+    for timing preprocessing at a released model's cost; the model does not run on it).
 
     Returns
     -------
@@ -58,20 +64,21 @@ def save_tiny_owl(folder: str | Path, version: str = "owlvit", seed: int = 0) ->
     )
     torch.manual_seed(seed)
     model = getattr(transformers, f"{prefix}ForObjectDetection")(config)
-    size = {"height": OWL_IMAGE_SIZE, "width": OWL_IMAGE_SIZE}
+    size = {"height": processor_size, "width": processor_size}
     if version == "owlvit":
         image_processor = transformers.OwlViTImageProcessorPil(size=size, crop_size=size)
     else:
         image_processor = transformers.Owlv2ImageProcessorPil(size=size)
-    processor = getattr(transformers, f"{prefix}Processor")(image_processor=image_processor, tokenizer=_byte_tokenizer())
+    processor = getattr(transformers, f"{prefix}Processor")(image_processor=image_processor, tokenizer=byte_tokenizer())
     folder = Path(folder)
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
 
 
-def save_tiny_sam2(folder: str | Path, seed: int = 0) -> Path:
-    """Write a tiny SAM 2 (128 px input). Returns the folder."""
+def save_tiny_sam2(folder: str | Path, seed: int = 0, image_size: int = SAM_IMAGE_SIZE) -> Path:
+    """Write a tiny SAM 2 (128 px input; ``image_size=1024`` keeps the tiny widths at the released
+    input size). Returns the folder."""
     from transformers import (
         Sam2Config,
         Sam2HieraDetConfig,
@@ -82,17 +89,17 @@ def save_tiny_sam2(folder: str | Path, seed: int = 0) -> Path:
     )
 
     backbone = Sam2HieraDetConfig(
-        hidden_size=12, image_size=SAM_IMAGE_SIZE, blocks_per_stage=[1, 1, 2, 1], embed_dim_per_stage=[12, 24, 48, 96],
+        hidden_size=12, image_size=image_size, blocks_per_stage=[1, 1, 2, 1], embed_dim_per_stage=[12, 24, 48, 96],
         num_attention_heads_per_stage=[1, 1, 1, 1], global_attention_blocks=[3], window_size_per_stage=[8, 4, 4, 2],
     )
     vision = Sam2VisionConfig(
         backbone_config=backbone, backbone_channel_list=[96, 48, 24, 12],
-        backbone_feature_sizes=[[32, 32], [16, 16], [8, 8]], fpn_hidden_size=32,
+        backbone_feature_sizes=[[image_size // 4 >> level] * 2 for level in range(3)], fpn_hidden_size=32,
     )
     config = Sam2Config(
         vision_config=vision,
         prompt_encoder_config=Sam2PromptEncoderConfig(
-            hidden_size=32, image_size=SAM_IMAGE_SIZE, patch_size=16, mask_input_channels=8
+            hidden_size=32, image_size=image_size, patch_size=16, mask_input_channels=8
         ),
         mask_decoder_config=Sam2MaskDecoderConfig(hidden_size=32, mlp_dim=64, num_attention_heads=4, iou_head_hidden_dim=32),
     )
@@ -102,9 +109,15 @@ def save_tiny_sam2(folder: str | Path, seed: int = 0) -> Path:
     return folder
 
 
-def save_tiny_dinov2(folder: str | Path, seed: int = 0) -> Path:
-    """Write a tiny DINOv2 (patch 14, hidden 32). Returns the folder."""
-    from transformers import Dinov2Config, Dinov2Model
+def save_tiny_dinov2(
+    folder: str | Path, seed: int = 0, processor_sizes: tuple[int, int] = (DINO_SHORTEST_EDGE, DINO_IMAGE_SIZE)
+) -> Path:
+    """Write a tiny DINOv2 (patch 14, hidden 32) and its image processor, the released models'
+    ``BitImageProcessor`` settings scaled to the tiny input (bicubic resize of the shorter side to 64,
+    centre crop 56, ImageNet mean / std; ``processor_sizes`` = (shorter side, crop)). Returns the folder."""
+    from transformers import BitImageProcessorPil, Dinov2Config, Dinov2Model
+
+    from cmbench.scoring.imagenet import IMAGENET_MEAN, IMAGENET_STD
 
     config = Dinov2Config(
         image_size=DINO_IMAGE_SIZE, patch_size=14, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -113,34 +126,49 @@ def save_tiny_dinov2(folder: str | Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     folder = Path(folder)
     Dinov2Model(config).save_pretrained(folder)
+    BitImageProcessorPil(
+        size={"shortest_edge": processor_sizes[0]}, crop_size={"height": processor_sizes[1], "width": processor_sizes[1]},
+        resample=3, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD),
+    ).save_pretrained(folder)
     return folder
 
 
-def tiny_deep_scorer_config(folder: str | Path, detector: str = "owlvit") -> dict[str, Any]:
+def tiny_deep_scorer_config(
+    folder: str | Path, detector: str = "owlvit", seed: int = 0, released_preprocessing: bool = False
+) -> dict[str, Any]:
     """Save the three tiny models under ``folder`` and return a scorer config using them.
 
     The config mirrors ``configs/scorer/owl_sam_dino.yaml`` with local model folders, CPU, no cache
     (set ``cache_dir`` to enable it) and a detection threshold of 0 (random detectors score low).
+    ``seed`` seeds the random weights (another seed: other weights in the same folders).
+    ``released_preprocessing``: the processors and SAM 2's input take the released models' sizes
+    (:data:`RELEASED_SIZES`), so preprocessing costs what it costs for real models; for timing only.
     """
     folder = Path(folder)
+    real = RELEASED_SIZES if released_preprocessing else {}
+    owl_size = real.get(detector, OWL_IMAGE_SIZE)
+    sam_size = real.get("sam2", SAM_IMAGE_SIZE)
+    dino_sizes = real.get("dinov2", (DINO_SHORTEST_EDGE, DINO_IMAGE_SIZE))
     return {
         "name": f"tiny_{detector}_sam_dino",
         "device": "cpu",
-        "half": False,
+        "precision": "fp32",
         "batch_size": 4,
         "cache_dir": None,
         "min_box_size": 1.0,
+        "reference_aggregation": "mean",
         "detector": {
             "backend": detector,
-            "model": str(save_tiny_owl(folder / detector, version=detector)),
+            "model": str(save_tiny_owl(folder / detector, version=detector, seed=seed, processor_size=owl_size)),
             "query_template": "a {}",
             "score_threshold": 0.0,
         },
-        "segmenter": {"backend": "sam2", "model": str(save_tiny_sam2(folder / "sam2")), "mask_threshold": 0.0},
+        "segmenter": {"backend": "sam2", "model": str(save_tiny_sam2(folder / "sam2", seed=seed, image_size=sam_size)),
+                      "mask_threshold": 0.0},
         "embedder": {
             "backend": "dinov2",
-            "model": str(save_tiny_dinov2(folder / "dinov2")),
-            "image_size": DINO_IMAGE_SIZE,
+            "model": str(save_tiny_dinov2(folder / "dinov2", seed=seed, processor_sizes=dino_sizes)),
+            "crop_mode": "processor",
             "background": 0,
         },
     }

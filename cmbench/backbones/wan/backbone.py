@@ -4,15 +4,19 @@
 the umt5 text encoder and, when the DiT has them, LingBot's I2V channels and camera path:
 
 - ``encode`` / ``decode``: :class:`~cmbench.backbones.wan.vae.WanVAE` (stride 4 in time, 8 in space);
-- ``condition(task)``: a :class:`WanCondition` covering the whole timeline: the 6 context clip
-  prompts spread evenly over the context's latent frames, ``continue_prompt`` after it, the camera
-  plan (the task's ``camera`` extension, else the static identity camera) and the first-frame
-  latents (I2V);
+  ``decode_continuation``: the continuation decoded after the context (the causal decoder warmed up
+  on the context's latents), 4 frames per latent frame, as the authors score it;
+- ``condition(task)``: a :class:`WanCondition` covering the whole timeline: the prompts (by default
+  ``continue_prompt`` for every frame, context included, as the authors' harness; ``context_prompts=
+  "clips"`` spreads the 6 clip prompts over the context instead), the camera plan (the task's
+  ``camera`` extension, else the static identity camera with LingBot's example intrinsics) and the
+  first-frame latents (I2V);
 - ``denoise``: one DiT call on a chunk. Wan-family checkpoints predict the flow velocity
   ``v = eps - x0``; the backbone returns ``x0 = x_t - t * v``. A chunk's text is the prompt of its
   first latent frame.
 
-Precision: the DiT runs in ``dtype`` (bf16 on GPUs) with Wan's float32 islands; latents stay float32.
+Precision: the DiT runs in ``dtype`` (bf16 on GPUs) with Wan's float32 islands (LingBot: a float32
+residual stream and head too); latents stay float32.
 With ``offload_kv`` the KV cache lives in host memory and is staged per layer
 (:class:`~cmbench.backbones.wan.offload.HostOffloadAttention`).
 """
@@ -20,14 +24,14 @@ With ``offload_kv`` the KV cache lives in host memory and is staged per layer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from cmbench.backbones.base import Geometry
 from cmbench.backbones.dit import CausalWanDiT, grid_positions
 from cmbench.backbones.wan.camera import EXTENSION as CAMERA_EXTENSION
-from cmbench.backbones.wan.camera import CameraPlan, plan_from_extension
+from cmbench.backbones.wan.camera import CameraPlan, default_intrinsics, plan_from_extension
 from cmbench.backbones.wan.i2v import FirstFrameLatents
 from cmbench.backbones.wan.offload import HostOffloadAttention
 from cmbench.backbones.wan.precision import param_dtype
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from cmbench.cache.kv_cache import KVCache
 
 EXPECTED_CONTINUATION = 16  # latent frames the I2V latents are first encoded for beyond the context
+CONTEXT_PROMPTS = ("continue", "clips")
 
 
 @dataclass
@@ -50,15 +55,19 @@ class WanCondition:
     ----------
     task_id : str
     clip_prompts : tuple of str
-        Context clip prompts, spread evenly over the context's latent frames.
+        Context clip prompts (used over the context only with ``context_prompts="clips"``).
     continue_prompt : str
-        The prompt of every frame from ``context_frames`` on.
+        The prompt of every continuation frame, and of every context frame by default.
     context_frames : int
         ``q0``, latent frames of the prepared context.
     camera : CameraPlan or None
         None for a backbone without a camera path.
     first_frame : FirstFrameLatents or None
         None for a backbone without I2V input channels.
+    context_prompts : {"continue", "clips"}
+        ``"continue"`` (the authors' harness): ``continue_prompt`` conditions the whole prefill too.
+        ``"clips"``: the clip prompts are spread evenly over the context's latent frames (frame ``f``
+        of ``q0`` takes clip ``floor(n f / q0)``).
     """
 
     task_id: str
@@ -67,10 +76,15 @@ class WanCondition:
     context_frames: int
     camera: CameraPlan | None = None
     first_frame: FirstFrameLatents | None = None
+    context_prompts: str = "continue"
+
+    def __post_init__(self) -> None:
+        if self.context_prompts not in CONTEXT_PROMPTS:
+            raise ConfigError(f"context_prompts must be one of {CONTEXT_PROMPTS}, got {self.context_prompts!r}")
 
     def prompt_at(self, frame: int) -> str:
         """The prompt of absolute latent frame ``frame``."""
-        if frame >= self.context_frames or not self.clip_prompts:
+        if frame >= self.context_frames or not self.clip_prompts or self.context_prompts == "continue":
             return self.continue_prompt
         n = len(self.clip_prompts)
         return self.clip_prompts[min(n - 1, frame * n // self.context_frames)]
@@ -91,24 +105,39 @@ class WanBackbone:
         Latent frames per AR chunk (LingBot 4, Self-Forcing family 3).
     fps : float
         Frame rate of the prepared context (the evaluator's ``backbone.context.fps``).
-    camera_intrinsics : sequence of 4 floats
-        ``(fx, fy, cx, cy)`` of the default static camera, pixels of the ``height x width`` frame.
+    camera_intrinsics : sequence of 4 floats, optional
+        ``(fx, fy, cx, cy)`` of the default static camera, pixels of the ``height x width`` frame;
+        default LingBot's example intrinsics (502.91, 503.11, 415.78, 239.78) at 832x480, scaled to the
+        frame size (:func:`~cmbench.backbones.wan.camera.default_intrinsics`).
     device : str
     offload_kv : bool
         Keep the KV cache in host memory and stage it per layer.
     name : str
         Named in errors.
+    context_prompts : {"continue", "clips"}
+        What conditions the prefill (see :class:`WanCondition`).
+    decode_warmup : int, optional
+        Latent frames of the context the VAE decoder runs over before a continuation; ``None``
+        (default) the whole context, which gives exactly the frames of a whole-timeline decode.
     """
 
     def __init__(self, dit: CausalWanDiT, vae: WanVAE, text_encoder: TextEncoder, height: int, width: int,
-                 chunk_frames: int, fps: float = 16.0, camera_intrinsics=(480.0, 480.0, 416.0, 240.0),
-                 device: str = "cpu", offload_kv: bool = False, name: str = "wan") -> None:
+                 chunk_frames: int, fps: float = 16.0, camera_intrinsics: Sequence[float] | None = None,
+                 device: str = "cpu", offload_kv: bool = False, name: str = "wan", context_prompts: str = "continue",
+                 decode_warmup: int | None = None) -> None:
         cfg = dit.cfg
         self.dit, self.vae, self.text = dit, vae, text_encoder
         self.name = name
         self.device = torch.device(device)
         self.height, self.width, self.fps = int(height), int(width), float(fps)
         self.offload_kv = bool(offload_kv)
+        if context_prompts not in CONTEXT_PROMPTS:
+            raise ConfigError(f"{name}: context_prompts must be one of {CONTEXT_PROMPTS}, got {context_prompts!r}")
+        self.context_prompts = context_prompts
+        if decode_warmup is not None and int(decode_warmup) < 1:
+            raise ConfigError(f"{name}: decode_warmup must be at least 1 latent frame, or null for the whole "
+                              f"context; got {decode_warmup}")
+        self.decode_warmup = None if decode_warmup is None else int(decode_warmup)
         stride = vae.spatial_stride
         if self.height % stride or self.width % stride:
             raise ConfigError(f"{name}: frame {height}x{width} is not a multiple of the VAE stride {stride}")
@@ -126,6 +155,8 @@ class WanBackbone:
         if cfg.camera_dim is not None and cfg.camera_dim != 6 * stride * stride:
             raise ConfigError(f"{name}: camera_dim {cfg.camera_dim} is not 6 Plucker channels "
                               f"x {stride}x{stride} pixels")
+        if camera_intrinsics is None:
+            camera_intrinsics = default_intrinsics(self.height, self.width)
         self.camera_intrinsics = tuple(float(v) for v in camera_intrinsics)
         self.geometry = Geometry(
             num_layers=cfg.num_layers, num_heads=cfg.num_heads, head_dim=cfg.head_dim,
@@ -145,8 +176,20 @@ class WanBackbone:
         return self.vae.encode(video)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[1, 16, F', h, w]`` -> pixels ``uint8 [1 + 4 (F' - 1), H, W, 3]``."""
+        """Latents ``[1, 16, F', h, w]`` -> pixels ``uint8 [1 + 4 (F' - 1), H, W, 3]`` (a timeline of its own)."""
         return self.vae.decode(latents)
+
+    def decode_continuation(self, latents: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """A continuation decoded after its context: ``[1, 16, F', h, w]`` -> ``uint8 [4 F', H, W, 3]``.
+
+        Parameters
+        ----------
+        latents : Tensor ``[1, 16, F', h, w]``
+        context : Tensor ``[1, 16, q0, h, w]``
+            The context latents the continuation follows (the decoder runs over them first, or over
+            the last ``decode_warmup`` of them).
+        """
+        return self.vae.decode_continuation(latents, context, self.decode_warmup)
 
     # ------------------------------------------------------------------ conditioning
     def timeline(self, task: Any) -> ContextTimeline:
@@ -179,7 +222,7 @@ class WanBackbone:
             first = self._first_frames[key]
         camera = self.camera_plan(task) if self.dit.cfg.camera_dim is not None else None
         return WanCondition(task.task_id, tuple(task.context_clip_prompts), task.continue_prompt,
-                            tl.latent_frames, camera, first)
+                            tl.latent_frames, camera, first, self.context_prompts)
 
     # ------------------------------------------------------------------ the model call
     def dit_inputs(self, x_t: torch.Tensor, frame_start: int, cond: WanCondition) -> dict[str, torch.Tensor]:

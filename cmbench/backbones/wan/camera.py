@@ -9,7 +9,9 @@ row in patch, column in patch).
 Poses are made relative as LingBot does: latent frame ``j`` takes the camera of pixel frame ``4 j``;
 frame 0 is the identity and frame ``j >= 1`` carries the motion from frame ``j - 1``
 (``inv(P[j-1]) @ P[j]``); translations are divided by their largest norm over the plan when the camera
-moves. The default plan is the static identity camera (every frame at the origin, looking down +z).
+moves. The default plan is the static identity camera (every frame at the origin, looking down +z)
+with LingBot's example intrinsics (:func:`default_intrinsics`), as the authors' harness conditions
+every task.
 
 A task may bring its own plan in the row extension ``camera``::
 
@@ -31,7 +33,17 @@ from cmbench.errors import ConfigError
 
 PLUCKER_CHANNELS = 6
 EXTENSION = "camera"
+# (fx, fy, cx, cy) of LingBot World's example camera at 832x480: the authors' harness uses them for every
+# task's camera (static identity by default), scaled to other frame sizes
+LINGBOT_INTRINSICS_832X480 = (502.9116, 503.10812, 415.77786, 239.77779)
 CACHED_MAPS = 8  # latent maps kept per plan (every denoising call of a chunk asks for the same one)
+
+
+def default_intrinsics(height: int, width: int) -> tuple[float, float, float, float]:
+    """LingBot's example intrinsics (:data:`LINGBOT_INTRINSICS_832X480`) for a ``height x width`` frame."""
+    fx, fy, cx, cy = LINGBOT_INTRINSICS_832X480
+    sx, sy = width / 832.0, height / 480.0
+    return fx * sx, fy * sy, cx * sx, cy * sy
 
 
 def relative_framewise(c2w: torch.Tensor, normalize: bool = True) -> torch.Tensor:

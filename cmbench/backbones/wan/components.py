@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from cmbench.backbones.dit import CausalWanDiT
-from cmbench.backbones.wan.checkpoint import load_into, to_wan_layout
+from cmbench.backbones.wan.checkpoint import WeightLike, load_into, to_wan_layout
 from cmbench.backbones.wan.precision import cast_for_inference, parse_dtype
 from cmbench.backbones.wan.spec import check_against_checkpoint_config, dit_config, read_checkpoint_config
 from cmbench.backbones.wan.text import TextEncoder
@@ -32,32 +32,49 @@ def check_device(device: str, name: str) -> None:
         raise ConfigError(f"{name}: device {device!r} does not exist ({torch.cuda.device_count()} GPU(s) visible)")
 
 
-def build_dit(fields: Mapping[str, Any], state: Mapping[str, torch.Tensor], source: str,
-              dtype: str | torch.dtype = "bfloat16", device: str = "cpu", rope_theta: float = 10000.0) -> CausalWanDiT:
+def meta_dit(fields: Mapping[str, Any], dtype: str | torch.dtype = "bfloat16", fp32_residual: bool = False,
+             rope_theta: float = 10000.0) -> CausalWanDiT:
+    """The DiT of the given shape on the meta device, cast as it will run (no memory, no weights).
+
+    Every parameter has its inference dtype (:func:`cast_for_inference`), so its bytes are what the
+    loaded model will hold: the loader fills it, the memory planner counts it.
+    """
+    cfg = dit_config(fields)
+    rope = RopeSpec.wan(cfg.head_dim, rope_theta)  # its frequency table is a real (CPU) tensor
+    with torch.device("meta"):
+        dit = CausalWanDiT(cfg, rope)
+    return cast_for_inference(dit, parse_dtype(dtype), fp32_residual=fp32_residual)
+
+
+def build_dit(fields: Mapping[str, Any], state: Mapping[str, WeightLike], source: str,
+              dtype: str | torch.dtype = "bfloat16", device: str = "cpu", fp32_residual: bool = False,
+              rope_theta: float = 10000.0) -> CausalWanDiT:
     """A causal DiT of the given shape holding ``state`` (any supported key layout).
 
-    The model is built on the meta device and takes the checkpoint tensors by assignment, so a 14B
-    model never exists twice in memory; then it is cast (:func:`cast_for_inference`) and moved.
+    The model is built on the meta device and cast there (:func:`meta_dit`); then each checkpoint
+    tensor is read from its memory-mapped file, cast to its parameter's dtype and moved to ``device``
+    one at a time (:func:`~cmbench.backbones.wan.checkpoint.load_into`). Peak memory is the model in
+    its final dtype plus one tensor: a 14B model never exists twice, in any dtype.
 
     Parameters
     ----------
     fields : mapping
         :class:`~cmbench.backbones.dit.DiTConfig` fields (the backbone config's ``dit`` block).
     state : mapping
-        Weights in Wan, wrapped (``model.``) or diffusers names.
+        Weights in Wan, wrapped (``model.``) or diffusers names; tensors or lazy handles
+        (:func:`~cmbench.backbones.wan.checkpoint.open_state_dict`).
     source : str
         Named in errors.
     dtype, device : compute dtype and device.
+    fp32_residual : bool
+        Carry the residual stream and the head in float32 (LingBot World; see ``precision``).
     rope_theta : float
         Base of Wan's 3D RoPE.
     """
-    cfg = dit_config(fields)
     wan_state, _ = to_wan_layout(state)
-    rope = RopeSpec.wan(cfg.head_dim, rope_theta)
-    with torch.device("meta"):
-        dit = CausalWanDiT(cfg, rope)
-    load_into(dit, wan_state, source)
-    return cast_for_inference(dit, parse_dtype(dtype), device)
+    dit = meta_dit(fields, dtype, fp32_residual, rope_theta)
+    load_into(dit, wan_state, source, device)
+    return dit.eval().requires_grad_(False)
 
 
 def check_folder_config(folder: str | Path, fields: Mapping[str, Any]) -> None:

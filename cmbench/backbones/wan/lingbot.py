@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from cmbench.backbones.wan.backbone import WanBackbone
-from cmbench.backbones.wan.checkpoint import read_state_dict
+from cmbench.backbones.wan.checkpoint import open_state_dict
 from cmbench.backbones.wan.components import (build_dit, check_device, check_folder_config, find_dit_folder,
                                               load_components)
 from cmbench.errors import ConfigError
@@ -28,10 +28,11 @@ def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None
                        dit_subfolder: str | None = None,
                        vae: str | None = None, text_encoder: str | None = None, tokenizer: str | None = None,
                        height: int = 480, width: int = 832, fps: float = 16.0, chunk_frames: int = 4,
-                       text_len: int = 512, camera_intrinsics: Sequence[float] = (480.0, 480.0, 416.0, 240.0),
+                       text_len: int = 512, camera_intrinsics: Sequence[float] | None = None,
                        dtype: str = "bfloat16", vae_dtype: str = "float32", text_dtype: str = "bfloat16",
                        device: str = "cuda", text_device: str | None = None, offload_kv: bool = False,
-                       model_name: str = "lingbot_world_v2") -> WanBackbone:
+                       fp32_residual: bool = True, context_prompts: str = "continue",
+                       decode_warmup: int | None = None, model_name: str = "lingbot_world_v2") -> WanBackbone:
     """Build LingBot World v2 from a local download.
 
     Parameters
@@ -52,12 +53,20 @@ def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None
         Latent frames per AR chunk (4, the paper's operating point).
     text_len : int
         umt5 context length (512).
-    camera_intrinsics : 4 floats
-        ``(fx, fy, cx, cy)`` of the default static camera.
+    camera_intrinsics : 4 floats, optional
+        ``(fx, fy, cx, cy)`` of the default static camera; default LingBot's example intrinsics
+        (502.91, 503.11, 415.78, 239.78) at 832x480, scaled to the frame size.
     dtype, vae_dtype, text_dtype : compute dtypes of DiT, VAE and text encoder.
     device, text_device : where the models run (the text encoder may stay on ``"cpu"``).
     offload_kv : bool
         Keep the KV cache in host memory, staged per layer.
+    fp32_residual : bool
+        Carry the residual stream and the head in float32 (LingBot's runtime does; default true).
+    context_prompts : {"continue", "clips"}
+        What conditions the prefill: the task's ``continue_prompt`` (the authors' harness) or the clip
+        prompts spread over the context.
+    decode_warmup : int, optional
+        Context latent frames the VAE decoder runs over before a continuation (``None``: all of them).
     model_name : str
         Named in errors (the configs pass their ``name``).
     """
@@ -68,8 +77,8 @@ def load_lingbot_world(path: str, dit: Mapping[str, Any], components: str | None
     check_device(device, name)
     folder = find_dit_folder(path, dit_subfolder)
     check_folder_config(folder, dit)
-    model = build_dit(dit, read_state_dict(folder, device=device), f"{name} checkpoint {folder}", dtype, device)
+    model = build_dit(dit, open_state_dict(folder), f"{name} checkpoint {folder}", dtype, device, fp32_residual)
     vae_model, text = load_components(components, vae, text_encoder, tokenizer, text_len, device, text_device,
                                       vae_dtype, text_dtype)
     return WanBackbone(model, vae_model, text, height, width, chunk_frames, fps, camera_intrinsics, device,
-                       offload_kv, name)
+                       offload_kv, name, context_prompts, decode_warmup)

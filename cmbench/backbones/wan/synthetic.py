@@ -121,9 +121,10 @@ def save_lingbot_dit(folder: str | Path, state: Mapping[str, torch.Tensor], cfg:
 
 
 def random_dit(cfg: DiTConfig, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0,
-               std: float = 0.02) -> CausalWanDiT:
+               std: float = 0.02, fp32_residual: bool = False) -> CausalWanDiT:
     """A DiT of shape ``cfg`` built directly on ``device`` with random weights (training init plus noise,
-    so no path is zero), cast for inference. For smoke tests at real shapes without any download."""
+    so no path is zero), cast for inference (``fp32_residual``: LingBot's float32 residual stream and
+    head). For checks at real shapes without any download."""
     from cmbench.backbones.wan.precision import cast_for_inference
 
     rope = RopeSpec.wan(cfg.head_dim)
@@ -133,4 +134,4 @@ def random_dit(cfg: DiTConfig, device: str = "cpu", dtype: torch.dtype = torch.f
         with torch.no_grad():
             for p in dit.parameters():
                 p.add_(std * torch.randn_like(p))
-    return cast_for_inference(dit, dtype, device)
+    return cast_for_inference(dit, dtype, device, fp32_residual)

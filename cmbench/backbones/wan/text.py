@@ -101,6 +101,10 @@ class TextEncoder:
         states = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         return states * mask[..., None].to(states.dtype)
 
+    def clear_cache(self) -> None:
+        """Forget the encoded prompts (their next use encodes them again)."""
+        self._cache.clear()
+
     def encode(self, prompt: str) -> torch.Tensor:
         """One prompt, cached: ``[1, text_len, d_model]``."""
         if prompt in self._cache:

@@ -37,6 +37,18 @@ class ContextTimeline:
     first_frame: np.ndarray
 
 
+def prepared_length(source_frames: int, source_fps: float, fps: float, chunk_latent_frames: int,
+                    temporal_stride: int) -> tuple[int, int]:
+    """Pixel frames and latent frames of a context of ``source_frames`` frames once prepared.
+
+    Resampled to ``fps`` by nearest index and padded to whole chunks, as
+    :func:`cmbench.data.prepare_context` does.
+    """
+    n = len(resample_indices(source_frames, source_fps, fps))  # its first index is always source frame 0
+    padded = len(pad_to_chunks(np.zeros((n, 1, 1, 1), np.uint8), chunk_latent_frames, temporal_stride))
+    return padded, latent_frame_count(padded, temporal_stride)
+
+
 def read_timeline(path: str | Path, fps: float, height: int, width: int, chunk_latent_frames: int,
                   temporal_stride: int) -> ContextTimeline:
     """Length and first frame of a context video as :func:`cmbench.data.prepare_context` prepares it."""
@@ -46,7 +58,6 @@ def read_timeline(path: str | Path, fps: float, height: int, width: int, chunk_l
         if first is None:
             first = rgb
         count += 1
-    n = len(resample_indices(count, src_fps, fps))  # its first index is always source frame 0
-    padded = len(pad_to_chunks(np.zeros((n, 1, 1, 1), np.uint8), chunk_latent_frames, temporal_stride))
+    padded, latent = prepared_length(count, src_fps, fps, chunk_latent_frames, temporal_stride)
     frame = resize_frames(first[None], height, width)[0]
-    return ContextTimeline(latent_frame_count(padded, temporal_stride), padded, frame)
+    return ContextTimeline(latent, padded, frame)

@@ -8,10 +8,18 @@ frame alone), and ``F'`` latent frames decode to ``1 + 4 (F' - 1)`` pixel frames
 :meth:`WanVAE.encode` first repeats the last frame up to the next ``4 k + 1`` frames, so ``F`` pixel
 frames give ``(F + 2 * 4 - 2) // 4`` latent frames: the count of the authors' runtime
 (:func:`cmbench.data.video.latent_frame_count`) that context preparation pads to whole chunks.
+
+A continuation is decoded as the authors do (they decode the context and the continuation as one
+causal timeline and keep the continuation's 4 frames per latent frame):
+:meth:`WanVAE.decode_continuation` runs the causal decoder over the context's latent frames first,
+discarding their pixels but keeping its per-layer caches, then decodes the continuation from that
+state, so 16 latent frames give 64 frames, the same frames a decode of the whole timeline gives for
+them. The decoder state after a context is computed once and reused by every task of that context.
 """
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import torch
@@ -45,6 +53,7 @@ class WanVAE:
             raise ConfigError("the Wan VAE config needs latents_mean and latents_std (Wan's latent normalisation)")
         self.mean = torch.tensor(cfg.latents_mean, dtype=torch.float32).view(1, -1, 1, 1, 1)
         self.std = torch.tensor(cfg.latents_std, dtype=torch.float32).view(1, -1, 1, 1, 1)
+        self._context_state: tuple | None = None  # (weakref to context latents, version, warmup, decoder caches)
         if self.mean.shape[1] != self.z_dim or self.std.shape[1] != self.z_dim:
             raise ConfigError(f"latents_mean/std have {self.mean.shape[1]}/{self.std.shape[1]} entries, "
                               f"z_dim is {self.z_dim}")
@@ -97,12 +106,103 @@ class WanVAE:
         pad = 1 + self.temporal_stride * (self.latent_frames(len(video)) - 1) - len(video)
         if pad:
             video = torch.cat([video, video[-1:].expand(pad, -1, -1, -1)])
-        pixels = video.to(self.device).permute(3, 0, 1, 2)[None].float().div(127.5).sub(1.0)  # copy uint8 first
-        return self.encode_pixels(pixels)
+        pixels = video.to(self.device).permute(3, 0, 1, 2)[None].float()  # copy uint8 first, then one float copy
+        return self.encode_pixels(pixels.div_(127.5).sub_(1.0))
+
+    def _denormalise(self, latents: torch.Tensor) -> torch.Tensor:
+        z = latents.to(self.device, torch.float32) * self.std.to(self.device) + self.mean.to(self.device)
+        return z.to(self.dtype)
+
+    @staticmethod
+    def _to_uint8(video: torch.Tensor) -> torch.Tensor:
+        """``[1, 3, F, H, W]`` in [-1, 1] -> ``uint8 [F, H, W, 3]`` on the CPU (in place: no extra copies)."""
+        video = video.float().clamp_(-1.0, 1.0).add_(1.0).mul_(127.5).round_()
+        return video[0].permute(1, 2, 3, 0).to(torch.uint8).cpu()
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """Latents ``[1, z_dim, F', h, w]`` -> pixels ``uint8 [1 + 4 (F' - 1), 8 h, 8 w, 3]`` (CPU)."""
-        z = latents.to(self.device, torch.float32) * self.std.to(self.device) + self.mean.to(self.device)
-        video = self.model.decode(z.to(self.dtype)).sample.float().clamp(-1.0, 1.0)
-        return video[0].permute(1, 2, 3, 0).add(1.0).mul(127.5).round().to(torch.uint8).cpu()
+        """Latents ``[1, z_dim, F', h, w]`` -> pixels ``uint8 [1 + 4 (F' - 1), 8 h, 8 w, 3]`` (CPU).
+
+        The first latent frame is decoded as an image (one frame), as the start of a timeline.
+        """
+        return self._to_uint8(self.model.decode(self._denormalise(latents)).sample)
+
+    def _run_decoder(self, latents: torch.Tensor, caches: list, first: bool, keep: bool) -> torch.Tensor | None:
+        """Run the causal decoder frame by frame, updating ``caches`` in place.
+
+        Parameters
+        ----------
+        latents : Tensor ``[1, z_dim, F', h, w]``, normalised
+        caches : list
+            The decoder's per-layer caches (one entry per causal convolution).
+        first : bool
+            Whether ``latents`` start the timeline (their first frame is decoded as an image).
+        keep : bool
+            Return the frames (``[1, 3, F, H, W]``); otherwise they are dropped as they come.
+        """
+        x = self.model.post_quant_conv(self._denormalise(latents))  # kernel 1: no temporal state
+        frames = []
+        for i in range(x.shape[2]):
+            out = self.model.decoder(x[:, :, i : i + 1], feat_cache=caches, feat_idx=[0], first_chunk=first and i == 0)
+            if keep:
+                frames.append(out)
+        return torch.cat(frames, dim=2) if keep else None
+
+    def _fresh_caches(self) -> list:
+        self.model.clear_cache()
+        return list(self.model._feat_map)  # diffusers' per-convolution decoder caches, all empty
+
+    @torch.no_grad()
+    def decoder_state(self, context: torch.Tensor, warmup: int | None = None) -> list:
+        """The causal decoder's caches after decoding a context's latent frames (pixels dropped).
+
+        Parameters
+        ----------
+        context : Tensor ``[1, z_dim, q0, h, w]``
+            The context's latents (normalised), the timeline's start.
+        warmup : int, optional
+            Decode only the last ``warmup`` context latent frames (the first of them as the timeline's
+            start), an approximation that saves time; ``None`` decodes the whole context (exact).
+
+        Returns
+        -------
+        list: a fresh copy of the caches for each call; the state of the latest context is kept and
+        reused while that tensor is alive and unchanged.
+        """
+        key = (context._version, warmup, tuple(context.shape))
+        cached = self._context_state
+        if cached is None or cached[0]() is not context or cached[1] != key:
+            frames = context if warmup is None else context[:, :, -int(warmup):]
+            caches = self._fresh_caches()
+            if frames.shape[2]:
+                self._run_decoder(frames, caches, first=True, keep=False)
+            self._context_state = (weakref.ref(context), key, caches)
+            cached = self._context_state
+        return list(cached[2])  # the decoder replaces cache entries, never writes into them
+
+    @torch.no_grad()
+    def decode_continuation(self, latents: torch.Tensor, context: torch.Tensor,
+                            warmup: int | None = None) -> torch.Tensor:
+        """Latents that follow ``context`` on the timeline -> pixels ``uint8 [4 F', 8 h, 8 w, 3]`` (CPU).
+
+        Parameters
+        ----------
+        latents : Tensor ``[1, z_dim, F', h, w]``
+            The continuation (normalised).
+        context : Tensor ``[1, z_dim, q0, h, w]``
+            The latents before it; an empty context decodes ``latents`` as a timeline of their own.
+        warmup : int, optional
+            See :meth:`decoder_state`.
+
+        Returns
+        -------
+        Tensor ``uint8 [4 F', H, W, 3]``: the frames a decode of ``context + latents`` gives for ``latents``
+        (``1 + 4 (F' - 1)`` when the context is empty).
+        """
+        if warmup is not None and warmup < 1:
+            raise ConfigError(f"decode warm-up must be at least one latent frame (or null: the whole context), "
+                              f"got {warmup}")
+        caches = self.decoder_state(context, warmup)
+        frames = self._run_decoder(latents, caches, first=context.shape[2] == 0, keep=True)
+        assert frames is not None
+        return self._to_uint8(frames)

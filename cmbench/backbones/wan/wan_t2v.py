@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cmbench.backbones.wan.backbone import WanBackbone
-from cmbench.backbones.wan.checkpoint import merge_lora, read_state_dict, to_wan_layout
+from cmbench.backbones.wan.checkpoint import merge_lora, open_state_dict, to_wan_layout
 from cmbench.backbones.wan.components import build_dit, check_device, check_folder_config, load_components
 from cmbench.errors import ConfigError
 
@@ -33,7 +33,8 @@ def load_wan_t2v(checkpoint: str, dit: Mapping[str, Any], components: str | None
                  tokenizer: str | None = None, height: int = 480, width: int = 832, fps: float = 16.0,
                  chunk_frames: int = 3, text_len: int = 512, dtype: str = "bfloat16", vae_dtype: str = "float32",
                  text_dtype: str = "bfloat16", device: str = "cuda", text_device: str | None = None,
-                 offload_kv: bool = False, model_name: str = "wan_t2v") -> WanBackbone:
+                 offload_kv: bool = False, fp32_residual: bool = False, context_prompts: str = "continue",
+                 decode_warmup: int | None = None, model_name: str = "wan_t2v") -> WanBackbone:
     """Build a Wan2.1-T2V-1.3B-based causal backbone from a local checkpoint.
 
     Parameters
@@ -46,6 +47,8 @@ def load_wan_t2v(checkpoint: str, dit: Mapping[str, Any], components: str | None
         Which state dict of a ``.pt`` file to use (``generator`` / ``generator_ema``).
     lora, lora_key, lora_alpha : optional
         A PEFT LoRA file, the state dict inside it, and its alpha (merged as ``alpha / rank``).
+    fp32_residual : bool
+        Default false: these runtimes cast the whole generator to bf16 (residual stream included).
     Other parameters as :func:`cmbench.backbones.wan.lingbot.load_lingbot_world`.
     """
     name = model_name
@@ -55,13 +58,14 @@ def load_wan_t2v(checkpoint: str, dit: Mapping[str, Any], components: str | None
     source = f"{name} checkpoint {checkpoint}"
     if Path(checkpoint).is_dir():
         check_folder_config(checkpoint, dit)
-    state, _ = to_wan_layout(read_state_dict(checkpoint, state_key, device="cpu"))
+    state, _ = to_wan_layout(open_state_dict(checkpoint, state_key))
     if lora is not None:
         if lora_alpha is None:
             raise ConfigError(f"{name}: a LoRA needs lora_alpha (LongLive: 256)")
-        merge_lora(state, read_state_dict(lora, lora_key), float(lora_alpha), f"{name} LoRA {lora}")
-    model = build_dit(dit, state, source, dtype, device)
+        merge_lora(state, open_state_dict(lora, lora_key), float(lora_alpha), f"{name} LoRA {lora}")
+    model = build_dit(dit, state, source, dtype, device, fp32_residual)
     vae_model, text = load_components(components, vae, text_encoder, tokenizer, text_len, device, text_device,
                                       vae_dtype, text_dtype)
     return WanBackbone(model, vae_model, text, height, width, chunk_frames, fps, device=device,
-                       offload_kv=offload_kv, name=name)
+                       offload_kv=offload_kv, name=name, context_prompts=context_prompts,
+                       decode_warmup=decode_warmup)

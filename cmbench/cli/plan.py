@@ -1,0 +1,36 @@
+"""``python -m cmbench plan``: the memory plan of a run, before anything is loaded.
+
+    python -m cmbench plan backbone=lingbot_world_v2_14b method=decoprune method.target_pr=0.85 data=cmbench
+
+Prints the predicted device memory per phase (weights, text encoder, VAE, prefill cache, fork,
+activations, scorer), the offloads ``run`` would use on this machine's device (or
+``backbone.memory.device_gib``) and whether it fits the reference machines. Exit 1 when it does not fit.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from cmbench.backbones.memory.plan import refusal
+from cmbench.backbones.memory.run_plan import plan_for, plans_memory
+from cmbench.backbones.memory.targets import TARGETS, cell, fit
+from cmbench.config_paths import to_dict
+from cmbench.methods.registry import build_method
+
+
+def execute(cfg: DictConfig) -> int:
+    """Print the plan; exit 0 when it fits (with the chosen offloads), 1 otherwise."""
+    if not plans_memory(cfg.backbone):
+        print(f"{cfg.backbone.name}: no memory plan (a CPU model without `dit:` and `memory:` blocks); "
+              f"it runs as configured")
+        return 0
+    method = build_method(to_dict(cfg.method))
+    plan = plan_for(cfg, method)
+    print(plan.describe())
+    print("reference machines:")
+    for target in TARGETS:
+        print(f"  {target.name}: {cell(fit(plan.shape, target), target)}")
+    if not plan.fits:
+        print(f"cmbench plan: {refusal(plan)}")
+        return 1
+    return 0

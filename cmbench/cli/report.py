@@ -1,0 +1,36 @@
+"""The ``report`` command: ``python -m cmbench report [runs=[dir,...]] [report.out=DIR]``.
+
+Writes a self-contained HTML report (``index.html`` plus ``img/``, nothing fetched from anywhere)
+over the same runs as ``leaderboard``: every run directory under ``<out_dir>/<data>/`` unless
+``runs`` names them. ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
+it (``report.screenshot_method=X``: method X's view of the gallery). See docs/report.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+from omegaconf import DictConfig
+
+from cmbench.cli.leaderboard import find_run_dirs
+
+
+def execute(cfg: DictConfig) -> int:
+    """Build the report (and its screenshot) and print where it is, its size and how long it took."""
+    from cmbench.report.html import build_report
+
+    out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
+    result = build_report(find_run_dirs(cfg), out, allow_mixed=bool(cfg.leaderboard.allow_mixed),
+                          data_root=cfg.report.data_root, title=str(cfg.report.title))
+    methods = f"{len(result.methods)} method{'s' if len(result.methods) != 1 else ''}"
+    print(f"report: {methods} x {result.tasks} tasks -> {result.index} "
+          f"({result.files} files, {result.bytes / 1e6:.1f} MB, {result.seconds:.1f} s)")
+    if cfg.report.screenshot:
+        from cmbench.report.browser import screenshot
+
+        method = cfg.report.screenshot_method
+        view = f"method={quote(str(method))}" if method else ""
+        shot = screenshot(result.index, Path(str(cfg.report.screenshot)), view=view)
+        print(f"report: screenshot {shot}")
+    return 0

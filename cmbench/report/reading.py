@@ -1,0 +1,356 @@
+"""Which runs make a leaderboard: read folders, merge the seeds of one setup, name and check them.
+
+A leaderboard entry (:class:`RunRecords`) is one method setup: a ``run`` directory, a ``score`` output
+folder, or several run directories that differ only in their global ``seed`` (``-m seed=2,3,4``: their
+records carry one ``setup_hash``), merged into one entry whose frame holds every (task, seed) record.
+
+- Labels: a folder shows its current label (``run.json``, written by every ``run``; else its newest
+  record's), so relabelling a run never needs a rerun. Entries that still share a label but are
+  different setups are told apart by what differs in their configs (``decoprune[generation.rope_reindex=false]``).
+- Checks: the seeds of one setup must cover the same tasks, and a setup cannot hold one seed twice;
+  entries must share task set, seeds and scorer config (:func:`check_comparable`), unless
+  ``allow_mixed``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, TextIO
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from cmbench.config_paths import to_dict
+from cmbench.data.manifest import validate_manifest
+from cmbench.errors import CMBenchError
+from cmbench.runs.labels import knob_text
+from cmbench.runs.paths import videos_label
+from cmbench.runs.records import FIELD_NAMES, RUN_FILE, read_task_records
+
+UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
+NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "context_pr", "kept_tokens",
+           "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds", "continuation_frames",
+           "continuation_fps", "best_frame", "n_frames", "attention_flops", "attention_keys_per_token", "recorded_ns")
+
+
+class ReportError(CMBenchError):
+    """Runs cannot be compared (different task sets, seeds or scorers) or are unreadable."""
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """The records of one leaderboard entry: a folder (a ``run`` directory or a ``score`` output), or
+    the run directories of one setup's seeds.
+
+    Attributes
+    ----------
+    path : Path
+        The (first) folder.
+    label : str
+        The leaderboard name.
+    frame : DataFrame
+        One row per task and seed (the latest record), a column per task-record field; ``run_seed`` is
+        the global seed of the run each row came from.
+    metric : str
+        What ``score`` measures (``DINO``, a scorer's name, or ``Score`` when unnamed).
+    manifest : Path or None
+        The manifest the folder names (None: it names none).
+    checked : bool
+        Whether the records were checked against it (False when it is missing).
+    dropped : tuple of str
+        Task ids of records left out because the manifest has no such task.
+    paths : tuple of Path
+        Every folder of the entry (one per seed); empty means ``(path,)``.
+    setup_hash : str or None
+        The setup the entry's runs share (None: a ``score`` output or a run from before setup hashes).
+    code_hash : str or None
+        The run's current code identity (``run.json``), else its newest record's; for the seeds of a
+        setup, that of the run written last (records of the others' code count as other code).
+    plugin : bool
+        Whether the method's code is not CMBench's (its records carry a ``code["method"]`` hash).
+    """
+
+    path: Path
+    label: str
+    frame: pd.DataFrame
+    metric: str = UNNAMED_METRIC
+    manifest: Path | None = None
+    checked: bool = False
+    dropped: tuple[str, ...] = field(default=())
+    paths: tuple[Path, ...] = field(default=())
+    setup_hash: str | None = None
+    code_hash: str | None = None
+    plugin: bool = False
+
+    @property
+    def folders(self) -> tuple[Path, ...]:
+        """Every folder of the entry."""
+        return self.paths or (self.path,)
+
+    @property
+    def seeds(self) -> list[int]:
+        """The global seeds of the entry's runs (empty when unknown)."""
+        return sorted(int(s) for s in self.frame["run_seed"].dropna().unique())
+
+    @property
+    def other_code_tasks(self) -> list[str]:
+        """Successful (task, seed) records computed by other code than the entry's current one."""
+        ok = self.frame[self.frame["status"] == "ok"]
+        if self.code_hash is None:
+            return []
+        other = ok[ok["code_hash"] != self.code_hash]
+        return sorted(f"{t}" for t in other["task_id"])
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``config.yaml`` and ``summary.json`` of a folder (empty when absent)."""
+    config = to_dict(OmegaConf.load(folder / "config.yaml")) if (folder / "config.yaml").is_file() else {}
+    return config, _read_json(folder / "summary.json")
+
+
+def folder_manifest(folder: str | Path) -> Path | None:
+    """The manifest a ``run`` or ``score`` folder was made from (``data.root`` / ``data.manifest`` of
+    its ``config.yaml``, else of its ``summary.json``; relative to the working directory), or None."""
+    config, summary = _folder_files(Path(folder))
+    data = config.get("data") or summary.get("data") or {}
+    if not isinstance(data, dict) or not data.get("root"):
+        return None
+    return Path(str(data["root"])) / str(data.get("manifest") or "metadata.jsonl")
+
+
+def _default_label(folder: Path) -> str:
+    """The name of records that carry none (``score`` before the typed record): the scored videos
+    folder's (from ``summary.json``), else the folder's own."""
+    videos = _folder_files(folder)[1].get("videos")
+    return videos_label(videos) if videos else folder.name
+
+
+def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> RunRecords:
+    """Read every records file of a folder; the last record (in time) of a (task_id, seed) wins.
+
+    Parameters
+    ----------
+    run_dir : path
+        A ``run`` directory or a ``score`` output folder.
+    task_ids : iterable of str or None
+        The tasks that may appear; by default those of the folder's manifest
+        (:func:`folder_manifest`), or all when it names none or it is missing.
+
+    Raises
+    ------
+    ReportError
+        No records, records of several methods or metrics.
+    cmbench.runs.records.RecordsError
+        An unreadable line or an impossible value, naming file, line and field.
+    """
+    run_dir = Path(run_dir)
+    rows = [r.to_json() for r in read_task_records(run_dir)]
+    if not rows:
+        raise ReportError(f"{run_dir}: no records (not a run directory, or nothing finished yet)")
+    frame = pd.DataFrame(rows, columns=sorted(FIELD_NAMES))
+    for name in NUMERIC:
+        frame[name] = pd.to_numeric(frame[name], errors="coerce")
+    run = _read_json(run_dir / RUN_FILE)
+    named = frame["label"].dropna()
+    label = str(run.get("label") or (named.iloc[-1] if len(named) else _default_label(run_dir)))
+    frame["label"] = label
+    seed = run.get("run_seed", _folder_files(run_dir)[0].get("seed"))
+    if seed is not None:
+        frame["run_seed"] = frame["run_seed"].fillna(int(seed))
+    frame["seed"] = frame["seed"].astype("Int64")  # None: unknown (another generator's videos)
+    frame["run_seed"] = frame["run_seed"].astype("Int64")
+    manifest = folder_manifest(run_dir) if task_ids is None else None
+    checked = task_ids is not None or (manifest is not None and manifest.is_file())
+    if manifest is not None and checked:
+        tasks, _ = validate_manifest(manifest.parent, manifest.name, check_videos=False)
+        task_ids = [t.task_id for t in tasks]
+        for name, value in (("context_id", lambda t: t.context_id), ("source", lambda t: t.source),
+                            ("task_type", lambda t: t.task_type)):
+            known = {t.task_id: value(t) for t in tasks}
+            frame[name] = frame[name].fillna(frame["task_id"].map(known))
+    dropped: tuple[str, ...] = ()
+    if task_ids is not None:
+        known = frame["task_id"].isin(set(task_ids))
+        dropped = tuple(sorted(set(frame.loc[~known, "task_id"])))
+        frame = frame[known]
+    if frame.empty:
+        raise ReportError(f"{run_dir}: no records of tasks in its manifest {manifest} (left out: {', '.join(dropped)})")
+    frame = frame.drop_duplicates(subset=["task_id", "seed"], keep="last")
+    methods = sorted({str(m) for m in frame["method"].dropna()})
+    if len(methods) > 1:
+        raise ReportError(f"{run_dir}: records of several methods ({', '.join(methods)}) in one run")
+    metrics = sorted({str(m) for m in frame["metric"].dropna()})
+    if len(metrics) > 1:
+        raise ReportError(f"{run_dir}: records of several metrics ({', '.join(metrics)}) in one folder")
+    setups = frame["setup_hash"].dropna().unique()
+    codes = frame.loc[frame["status"] == "ok", "code_hash"].dropna()
+    plugin = any(isinstance(c, dict) and c.get("method") for c in frame["code"])
+    return RunRecords(run_dir, label, frame.reset_index(drop=True),
+                      metric=metrics[0] if metrics else UNNAMED_METRIC, manifest=manifest, checked=checked,
+                      dropped=dropped, setup_hash=str(setups[-1]) if len(setups) else None,
+                      code_hash=run.get("code_hash") or (str(codes.iloc[-1]) if len(codes) else None), plugin=plugin)
+
+
+def merge_seeds(runs: list[RunRecords], allow_mixed: bool = False) -> list[RunRecords]:
+    """One entry per (label, setup): runs of one setup that differ only in ``seed`` become one entry
+    with every (task, seed) record, in the order their first run came.
+
+    Raises
+    ------
+    ReportError
+        Two runs of one setup with the same seed, or (unless ``allow_mixed``) seeds of one setup that
+        cover different tasks.
+    """
+    groups: dict[tuple[str, str], list[RunRecords]] = defaultdict(list)
+    order: list[tuple[str, str] | RunRecords] = []
+    for run in runs:
+        if run.setup_hash is None:
+            order.append(run)
+            continue
+        key = (run.label, run.setup_hash)
+        if key not in groups:
+            order.append(key)
+        groups[key].append(run)
+    merged = []
+    for item in order:
+        if isinstance(item, RunRecords):
+            merged.append(item)
+            continue
+        members = groups[item]
+        if len(members) == 1:
+            merged.append(members[0])
+            continue
+        by_seed: dict[tuple[int, ...], Path] = {}
+        for run in members:
+            seeds = tuple(run.seeds)
+            if seeds in by_seed:
+                raise ReportError(f"{by_seed[seeds]} and {run.path} are the same setup ({run.label}) with the same "
+                                  f"seed {list(seeds)}: leave one out of runs=[...]")
+            by_seed[seeds] = run.path
+        task_sets = {frozenset(run.frame["task_id"]) for run in members}
+        if len(task_sets) > 1 and not allow_mixed:
+            sizes = ", ".join(f"{r.path} ({r.frame['task_id'].nunique()} tasks)" for r in members)
+            raise ReportError(f"the seeds of {members[0].label} cover different tasks: {sizes}; rerun the missing "
+                              f"tasks, or pass allow_mixed=true to report them anyway")
+        first = members[0]
+        newest = max(members, key=lambda r: r.frame["recorded_ns"].fillna(0).max())
+        merged.append(replace(
+            first, frame=pd.concat([r.frame for r in members], ignore_index=True), code_hash=newest.code_hash,
+            dropped=tuple(sorted({t for r in members for t in r.dropped})), paths=tuple(r.path for r in members),
+            checked=all(r.checked for r in members), plugin=any(r.plugin for r in members)))
+    return merged
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def distinct_labels(runs: list[RunRecords], stream: TextIO | None = None) -> list[RunRecords]:
+    """Entries that share a label get what tells them apart appended: the config keys whose values
+    differ among them (``decoprune[generation.rope_reindex=false]``), else their folder names; said on
+    ``stream`` (stderr).
+
+    Raises
+    ------
+    ReportError
+        Entries that nothing tells apart (one folder given twice).
+    """
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for i, run in enumerate(runs):
+        by_label[run.label].append(i)
+    out = list(runs)
+    for label, indices in by_label.items():
+        if len(indices) < 2:
+            continue
+        configs = [{k: v for k, v in _flat(_folder_files(runs[i].path)[0]).items() if k != "seed"} for i in indices]
+        keys = sorted({k for c in configs for k in c if len({json.dumps(d.get(k), sort_keys=True, default=str)
+                                                               for d in configs}) > 1})
+        names = [",".join(f"{k}={knob_text(c.get(k))}" for k in keys) for c in configs]
+        if not all(names) or len(set(names)) < len(names):
+            names = [runs[i].path.name for i in indices]
+        if len(set(names)) < len(names):
+            raise ReportError(f"several runs share a method label ({label}) and nothing tells them apart: "
+                              f"{', '.join(str(runs[i].path) for i in indices)}; give each a distinct label, or "
+                              f"leave a run given twice out")
+        for i, name in zip(indices, names):
+            out[i] = replace(runs[i], label=f"{label}[{name}]")
+        print(f"leaderboard: {len(indices)} different setups are labelled {label!r}; shown as "
+              f"{', '.join(out[i].label for i in indices)} (give each its own label=... to choose the names)",
+              file=stream or sys.stderr)
+    return out
+
+
+def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
+    """Refuse runs that differ in task set, seeds or scorer config, saying how they differ."""
+    if allow_mixed or len(runs) < 2:
+        return
+    first = runs[0]
+
+    def signature(run: RunRecords) -> dict[str, Any]:
+        f = run.frame
+        return {
+            "task set": frozenset(f["task_id"]),
+            # the runs' global seeds when known (their task seeds derive from them), else the task seeds
+            "seeds": frozenset(int(s) for s in (f["run_seed"] if f["run_seed"].notna().all() else f["seed"]).dropna()),
+            "scorer config": frozenset(f["scorer_hash"].astype(str)),
+        }
+
+    base = signature(first)
+    for run in runs[1:]:
+        other = signature(run)
+        for key, value in base.items():
+            if key == "seeds" and not (value and other[key]):
+                continue  # a folder of unknown seeds (scored videos of another generator) pairs with any
+            if other[key] != value:
+                only_a = sorted(map(str, value - other[key]))[:5]
+                only_b = sorted(map(str, other[key] - value))[:5]
+                raise ReportError(
+                    f"runs differ in {key}: {first.path} ({first.label}) has {only_a} that {run.path} "
+                    f"({run.label}) lacks, which has {only_b}; compare like with like, or pass "
+                    f"allow_mixed=true to report them anyway"
+                )
+
+
+def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None
+              ) -> list[RunRecords]:
+    """Read folders into leaderboard entries: warn about records left out, merge the seeds of each
+    setup (:func:`merge_seeds`), give every entry a distinct label (:func:`distinct_labels`) and check
+    they are comparable (:func:`check_comparable`).
+
+    Raises
+    ------
+    ReportError
+        No folders, a setup's seeds that do not fit together, or runs that are not comparable.
+    """
+    stream = stream or sys.stderr
+    runs = [read_records(d) for d in run_dirs]
+    if not runs:
+        raise ReportError("no run directories given")
+    for run in runs:
+        if run.manifest is not None and not run.checked:
+            print(f"leaderboard: {run.path}: its manifest {run.manifest} is not there (run from another "
+                  f"folder?): records not checked against it", file=stream)
+        if run.dropped:
+            print(f"leaderboard: {run.path}: left out the records of {len(run.dropped)} task(s) not in "
+                  f"{run.manifest}: {', '.join(run.dropped[:10])}{' ...' if len(run.dropped) > 10 else ''}",
+                  file=stream)
+    entries = distinct_labels(merge_seeds(runs, allow_mixed), stream)
+    check_comparable(entries, allow_mixed)
+    return entries

@@ -1,0 +1,49 @@
+"""scripts/gpu_check_scorer.py at tiny shapes on a CPU: the GPU check's code path stays alive and
+its assertions fire."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_at_tiny_shapes(tmp_path):
+    out = tmp_path / "check.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/gpu_check_scorer.py"), "--tiny", "--device", "cpu", "--threads", "1",
+         "--frames", "4", "--rounds", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "all asserted checks passed" in run.stdout
+    report = json.loads(out.read_text())
+    checks = {c["name"]: c for c in report["checks"]}
+    for name in ("preprocess_detector_max_grey_levels", "preprocess_segmenter_max_grey_levels",
+                 "preprocess_embedder_max_grey_levels", "embedding_cosine_fp32_vs_bf16", "positive_fp32_finite"):
+        assert checks[name]["asserted"] and checks[name]["passed"], name
+    for name in ("positive_score", "positive_minus_negative", "mask_iou_fp32_vs_bf16", "positive_score_fp32_vs_bf16"):
+        assert not checks[name]["asserted"], name  # random weights: reported only
+    assert set(report["scores"]) == {"positive_fp32", "negative_fp32", "positive_bf16", "negative_bf16"}
+    assert {r["stage"] for r in report["timings"]["preprocess_ms_per_frame"]} == {"owl", "sam2", "dinov2", "total"}
+    assert set(report["timings"]["positive_fp32_ms_per_frame"]) == {"total", "detect", "segment", "embed"}
+
+
+@pytest.mark.slow
+def test_gpu_check_asserts(monkeypatch):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_check_scorer
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from cmbench.benchmarks import scorer_check
+
+    monkeypatch.setattr(scorer_check, "PREPROCESS_MAX_GREY_LEVELS", -1.0)  # no preprocessing can pass this
+    with pytest.raises(AssertionError, match="preprocess_detector_max_grey_levels"):
+        gpu_check_scorer.main(["--tiny", "--device", "cpu", "--frames", "2", "--rounds", "1"])
