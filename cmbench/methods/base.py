@@ -151,8 +151,9 @@ class Method:
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
         """Write keep flags / priorities of the new chunk into the cache (default: keep all)."""
 
-    def window(self, bank: Bank) -> int:
-        """Chunks that stay dense in ``bank`` counting back from the newest (default ``recent_chunks``)."""
+    def window(self, bank: Bank | None = None) -> int:
+        """Chunks that stay dense in ``bank`` counting back from the newest (default ``recent_chunks``);
+        ``bank=None``: in the banks the method scores (what memory planning assumes)."""
         return self.recent_chunks
 
     def protected(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:

@@ -122,9 +122,9 @@ class DeCoPrune(ScoredMethod):
                    banks=self.scored_banks(cache))
 
     # ------------------------------------------------------------------ window timing
-    def window(self, bank: Bank) -> int:
+    def window(self, bank: Bank | None = None) -> int:
         """``2 * recent_chunks`` on scored banks (the delayed compaction), ``recent_chunks`` elsewhere."""
-        return 2 * self.recent_chunks if self.budgeted(bank) else self.recent_chunks
+        return 2 * self.recent_chunks if bank is None or self.budgeted(bank) else self.recent_chunks
 
     def delayed_select(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         """What the compaction before the open chunk ``newest``'s ``t = 0`` pass keeps, ``bool [n]``:

@@ -49,8 +49,7 @@ SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
 
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config minus task selection, display and where components run: what changes a record
-    (the method with every knob its class fills in, since a method yaml lists only what differs from it).
+    """The resolved config minus task selection, display and where components run: what changes a record.
 
     Root keys of role ``selection`` go, and so do the ``runtime`` keys of the backbone and the scorer
     (memory offloads, scorer device, batch size, cache folder; the scorer's effective precision is in
@@ -61,8 +60,6 @@ def result_config(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(out.get(group), dict):
             runtime = set(keys_with_role(schema, "runtime"))
             out[group] = {k: v for k, v in out[group].items() if k not in runtime}
-    if isinstance(out.get("method"), dict):
-        out["method"] = full_method_config(out["method"])
     return out
 
 
