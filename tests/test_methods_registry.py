@@ -15,7 +15,7 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_class, method_names
 from cmbench.methods.catalog import MARKERS, markdown_table
-from cmbench.methods.registry import full_method_config
+from cmbench.methods.registry import canonical_method_config, full_method_config
 from fakes import AttentionBackbone, fake_geometry
 
 CONFIGS = CONFIG_DIR / "method"
@@ -70,6 +70,16 @@ def test_streaming_one_source_of_truth():
     _, typo = composed_method("streaming", "method.recent_chunk=0")
     with pytest.raises(ConfigError, match="has no knob.*recent_chunk.*its knobs are"):
         build_method(typo)
+
+
+def test_canonical_config_keeps_only_what_differs_from_the_class():
+    """A run's identity: spelling a default out changes nothing, a changed knob or head map shows."""
+    spelled = {"name": "decoprune", **build_method({"name": "decoprune"}).knobs()}
+    assert canonical_method_config(spelled) == canonical_method_config({"name": "decoprune"}) == {"name": "decoprune"}
+    assert canonical_method_config({"name": "decoprune", "gamma": 0.2, "probe_step": 2}) == {"name": "decoprune",
+                                                                                           "gamma": 0.2}
+    _, composed = composed_method("forcingkv")
+    assert canonical_method_config(composed) == {"name": "forcingkv", "head_map": composed["head_map"]}
 
 
 def test_decoprune_defaults_are_the_papers():

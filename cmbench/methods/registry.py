@@ -102,6 +102,24 @@ def full_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {**head, "name": method.name or str(cfg.get("name", "")), **method.knobs()}
 
 
+def canonical_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """One config per method setting, however it was spelled (a yaml, overrides, a built instance):
+    the ``name`` (and ``_target_``) plus only the knobs whose value differs from the class default.
+
+    What a run's identity hashes: spelling a default out does not make another run, and a changed
+    class default is caught by the code identity instead (the method's source).
+    """
+    method = build_method(cfg)
+    defaults = {}
+    for f in dataclasses.fields(method):
+        if f.init and f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.init and f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    head = {k: cfg[k] for k in ("_target_", "name") if cfg.get(k)}
+    return {**head, **{k: v for k, v in method.knobs().items() if k not in defaults or v != defaults[k]}}
+
+
 def config_doc(cfg: Mapping[str, Any]) -> dict[str, str]:
     """``{"description", "paper"}`` of the class a method yaml names; the yaml's own text when it names
     none (no ``name`` / ``_target_``); the reason when its class cannot be found."""
