@@ -26,7 +26,7 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cmbench.config_paths import CONFIG_DIR, complete_method_name, user_config_dirs
+from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, user_config_dirs
 from cmbench.errors import ConfigError
 from cmbench.methods.base import Method
 from cmbench.methods.registry import METHODS
@@ -78,7 +78,7 @@ def compose_config(method: str | Mapping[str, Any] | Method = "decoprune", overr
     search = [f"hydra.searchpath=[{','.join(f'file://{p}' for p in user_config_dirs())}]"] if user_config_dirs() else []
     group = [f"method={base_choice}"] if base_choice else []
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="config", overrides=[*search, *group, *overrides])
+        cfg = compose(config_name="config", overrides=[*search, *group, *knob_overrides(list(overrides))])
     complete_method_name(cfg, base_choice)
     if explicit is not None:
         with open_dict(cfg):

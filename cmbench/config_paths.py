@@ -56,7 +56,11 @@ def group_entries(group: str) -> dict[str, dict[str, str]]:
                 continue
             # experiment configs are global packages: their documentation sits under `experiment:`
             inner = cfg.get(group)
-            doc = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
+            doc: Any = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
+            if group == "method":  # a method documents itself in its class
+                from cmbench.methods.registry import config_doc
+
+                doc = config_doc(cfg)
             found[path.stem] = {
                 "description": str(doc.get("description", "") or ""),
                 "paper": str(doc.get("paper", "") or ""),
@@ -74,3 +78,13 @@ def complete_method_name(cfg: DictConfig, choice: str | None) -> None:
     if isinstance(method, DictConfig) and not method.get("name") and choice:
         with open_dict(method):
             method.name = str(choice)
+
+
+def knob_overrides(overrides: list[str]) -> list[str]:
+    """Hydra overrides with ``method.<knob>=v`` turned into ``++method.<knob>=v``.
+
+    A method yaml lists only what differs from its class (the class holds the defaults), so a knob
+    the yaml leaves out must still be settable on the command line; a misspelt knob then reaches
+    ``build_method``, which names the method's real knobs.
+    """
+    return [f"++{o}" if o.startswith("method.") else o for o in overrides]

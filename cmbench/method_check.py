@@ -151,8 +151,10 @@ class _Bench:
         hook = _both(_provenance_hook(self.backbone.geometry, seen), kept)
         budgeted = getattr(method, "budgeted", lambda bank: True)
         proxy = _FirstCallRecorder(self.backbone, seen, self.context_frames, budgeted)
-        pre = prefill(proxy, method, self.latents, self.plan, self.seed, self.settings, on_chunk_end=hook)
-        cont = continue_task(proxy, pre, self.plan, self.continuation_frames, self.seed + 1, on_chunk_end=hook)
+        pre = prefill(proxy, method, self.latents, self.plan, self.seed, self.settings, on_chunk_end=hook,
+                      on_before_clean=kept.before_clean)
+        cont = continue_task(proxy, pre, self.plan, self.continuation_frames, self.seed + 1, on_chunk_end=hook,
+                             on_before_clean=kept.before_clean)
         return _Run(pre, cont, kept, seen)
 
 
@@ -220,7 +222,8 @@ def check_method(method_cfg: Mapping[str, Any] | Method, *, seed: int = 0, conte
     results.append(CheckResult("deterministic", same, "same seeds, same frames and kept tokens" if same
                                else "a second run with the same seeds differs"))
 
-    oracle = OracleMask(survivors=run.kept.survivors, initial_layout=method.layout(bench.backbone.geometry))
+    oracle = OracleMask(survivors=run.kept.survivors, initial_layout=method.layout(bench.backbone.geometry),
+                        before=run.kept.before)
     replay = bench.run(oracle)
     identical = torch.equal(replay.continuation.latents, latents)
     pr, replay_pr = run.continuation.ledger.pruning_ratio(), replay.continuation.ledger.pruning_ratio()

@@ -53,7 +53,8 @@ def test_oracle_replays_decoprunes_keep_pattern_exactly():
 @pytest.mark.slow
 def test_end_to_end_on_a_random_tiny_model(tmp_path):
     csv_path, png = tmp_path / "b.csv", tmp_path / "b.png"
-    argv = ["--frames", "8", "--continuation", "8", "--repeats", "1", "--methods", "fullkv,streaming,decoprune@0.85",
+    # 16 context frames (4 chunks): DeCoPrune keeps the sink and two chunks dense, so 8 frames would prune nothing
+    argv = ["--frames", "16", "--continuation", "8", "--repeats", "1", "--methods", "fullkv,streaming,decoprune@0.85",
             "--oracle-pairs", "2", "--weights", str(tmp_path / "missing.safetensors"), "--out-csv", str(csv_path),
             "--plot", str(png)]
     out = _script(argv)
@@ -67,7 +68,7 @@ def test_end_to_end_on_a_random_tiny_model(tmp_path):
     assert rows["fullkv"]["oracle_overhead_paired"] == ""
     assert all(r["threads"] == 1 and r["weights"].startswith("random init") for r in rows.values())
     assert png.stat().st_size > 0
-    assert "| 8 | 1 | decoprune@0.85 |" in _script(["--from-csv", str(csv_path), "--plot", str(tmp_path / "again.png")])
+    assert "| 16 | 1 | decoprune@0.85 |" in _script(["--from-csv", str(csv_path), "--plot", str(tmp_path / "again.png")])
 
 
 def _script(argv: list[str]) -> str:

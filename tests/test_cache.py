@@ -246,6 +246,92 @@ def test_attention_stats_mass_per_frame():
     assert 1 not in stats.mass
 
 
+def test_attention_stats_over_chosen_key_frames():
+    """``record_attention(key_frames=...)``: the softmax runs over those frames' keys only (renormalised per
+    query) while the attention output is the full one."""
+    cache = KVCache.from_geometry(G, [[HeadGroup((0, 3)), HeadGroup((1, 2))]] * 2)
+    written = fill(cache, 2)
+    cache.begin_chunk(2, 4, 2)
+    q, k, v = qkv(12)
+    full = cache.attend(0, q, k, v)
+    with cache.record_attention(key_frames=(0, 2, 4, 5)) as stats:
+        out = cache.attend(0, q, k, v)
+    torch.testing.assert_close(out, full)
+    keys = torch.cat([written[0][0][:, [i for i in range(2 * L) if i // T in (0, 2)]], k], 1)
+    w = torch.einsum("blhd,bnhd->bhln", q, keys).div(math.sqrt(12)).softmax(-1).mean((0, 2))
+    frames = torch.tensor([0] * T + [2] * T + [4] * T + [5] * T)
+    torch.testing.assert_close(stats.mass[0], torch.zeros(4, 6).index_add_(1, frames, w), rtol=1e-5, atol=1e-6)
+
+
+def test_compaction_with_an_open_chunk_moves_its_slot():
+    """A compaction between a chunk's denoising calls and its t = 0 pass: the history shrinks, the chunk's
+    K/V written so far move along (attention unchanged but for the dropped keys), and the commit stores
+    the chunk after the kept history."""
+    cache = KVCache.from_geometry(G)
+    written = fill(cache, 2)
+    cache.begin_chunk(2, 4, 2)
+    q, k, v = qkv(13)
+    for layer in range(2):
+        cache.attend(layer, q, k, v)
+    cache.compact(lambda b: b.field("chunk") != 0)
+    out = cache.attend(0, q, k, v)  # layer 0 written again (the t = 0 pass); layer 1 keeps the moved slot
+    visible = torch.cat([torch.zeros(4, L, dtype=torch.bool), torch.ones(4, L, dtype=torch.bool)], 1)
+    torch.testing.assert_close(out, reference(q, *written[0], k, v, visible))
+    cache.commit_chunk()
+    for layer in range(2):
+        bank = cache.banks[layer][0]
+        assert bank.field("gid").tolist() == list(range(L, 3 * L))
+        torch.testing.assert_close(bank.history()[0], torch.cat([written[layer][0][:, L:], k], 1))
+    cache.begin_chunk(3, 6, 2)
+    with cache.probe(), pytest.raises(RuntimeError, match="inside a probe"):
+        cache.compact(lambda b: torch.ones(b.n, dtype=torch.bool))
+
+
+def test_mark_tokens_and_frame_keys():
+    """Marks by global id reach any chunk's tokens in every bank; ``frame_keys`` returns whole stored
+    frames with the heads of the chosen banks in head order, or None when a frame is incomplete."""
+    cache = KVCache.from_geometry(G, [[HeadGroup((0, 3), "dynamic"), HeadGroup((1, 2), "static")]] * 2)
+    written = fill(cache, 2)
+    gids = torch.tensor([3, 9, 10, 50])  # 50 is not stored
+    cache.mark_tokens(gids, keep=torch.tensor([False, True, False, True]), priority=torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    for bank in cache.all_banks():
+        assert (~bank.field("keep")).nonzero().flatten().tolist() == [3, 10]
+        assert bank.field("priority")[[3, 9, 10]].tolist() == [1.0, 2.0, 3.0]
+    keys = cache.frame_keys(1, [1, 3])
+    assert keys.shape == (1, 2, T, 4, 12)
+    torch.testing.assert_close(keys[:, 0], written[1][0][:, T : 2 * T])
+    torch.testing.assert_close(keys[:, 1], written[1][0][:, 3 * T : 4 * T])
+    dynamic = cache.frame_keys(1, [1], role="dynamic")
+    torch.testing.assert_close(dynamic[:, 0], written[1][0][:, T : 2 * T][:, :, [0, 3]])
+    cache.compact(lambda b: b.field("gid") != 5)
+    assert cache.frame_keys(1, [1]) is None and cache.frame_keys(1, [2]) is not None
+    assert cache.frame_keys(1, [2], role="missing") is None
+
+
+def test_accounting_cache_stores_what_the_attention_cache_stores():
+    """``compute_attention=False``: the same rows, provenance, bytes and visible counts; outputs are zeros;
+    recorded attention statistics are still computed."""
+    caches = [KVCache.from_geometry(G, compute_attention=flag) for flag in (True, False)]
+    for cache in caches:
+        fill(cache, 2)
+        cache.compact(lambda b: b.field("pos") != 2)
+        cache.begin_chunk(2, 4, 2)
+    q, k, v = qkv(14)
+    outs, masses = [], []
+    for cache in caches:
+        with cache.record_attention() as stats:
+            outs.append(cache.attend(0, q, k, v))
+        cache.attend(1, q, k, v)
+        cache.commit_chunk()
+        masses.append(stats.mass[0])
+    assert torch.all(outs[1] == 0) and not torch.all(outs[0] == 0)
+    torch.testing.assert_close(masses[0], masses[1])
+    for a, b in zip(*(c.all_banks() for c in caches)):
+        assert torch.equal(a.history()[0], b.history()[0]) and torch.equal(a.field("gid"), b.field("gid"))
+    assert torch.equal(caches[0].visible_counts(), caches[1].visible_counts())
+    assert caches[0].stored_bytes() == caches[1].stored_bytes()
+
+
 def test_regroup_splits_banks_without_changing_attention():
     cache = KVCache.from_geometry(G)
     fill(cache, 2)

@@ -1,5 +1,7 @@
 """The AR loop: probes leave no trace, forks are independent, seeds reproduce, the cache is causal."""
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +10,7 @@ from cmbench.cache.rope import reindex_frames
 from cmbench.errors import ConfigError
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods import build_method
+from cmbench.methods.decoprune import DeCoPrune
 from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -44,6 +47,44 @@ def test_probes_leave_no_trace(variant):
     assert torch.equal(out_full.latents, out_probe.latents)
     assert_same_state(bank_state(out_full.cache), bank_state(out_probe.cache))
     assert out_probe.ledger.pruning_ratio() == 0.0
+
+
+@dataclass
+class HidingProbe(DeCoPrune):
+    """Keeps every token (gamma -inf) but its post-prune probe hides chunk 1: the probe's prediction
+    differs from the trajectory's, so any trace it left would show in the continuation."""
+
+    gamma: float = float("-inf")
+    post_prune: bool = True
+
+    def probe_hide(self, cache):
+        return lambda bank: bank.field("chunk") == 1
+
+
+class ProbeCounting(AttentionBackbone):
+    """Counts, per probe call, the history tokens layer 0 saw."""
+
+    def denoise(self, x_t, t, cache, frame_start, cond=None):
+        if cache.probing:
+            self.probe_views.append(len(cache.visible_history(cache.banks[0][0])))
+        return super().denoise(x_t, t, cache, frame_start, cond)
+
+
+def test_a_probe_that_hides_chunks_leaves_no_trace():
+    """The post-prune probe's x0 feeds the score only: with chunk 1 hidden from every probe, the stored
+    cache and the continuation equal FullKV's exactly (the trajectory's own x0 drives the sampler)."""
+    backbone = ProbeCounting(G, seed=1)
+    backbone.load_state_dict(BACKBONE.state_dict())
+    backbone.probe_views = []
+    full = build_method({"name": "fullkv"})
+    pre_full, pre_probe = prefill(BACKBONE, full, CONTEXT, None, 5), prefill(backbone, HidingProbe(), CONTEXT, None, 5)
+    assert_same_state(bank_state(pre_full.cache), bank_state(pre_probe.cache))
+    out_full = continue_task(BACKBONE, pre_full, None, 6, 7)
+    out_probe = continue_task(backbone, pre_probe, None, 6, 7)
+    assert torch.equal(out_full.latents, out_probe.latents)
+    assert_same_state(bank_state(out_full.cache), bank_state(out_probe.cache))
+    # context chunks 0-3 then generated chunks 4-6: chunk 1's 8 tokens are hidden once it is history
+    assert backbone.probe_views == [0, 8, 8, 16, 24, 32, 40]
 
 
 def test_fork_per_task_equals_fresh_runs_and_leaves_the_prefill_alone():
@@ -103,7 +144,7 @@ def test_reindex_switch():
 
 
 def test_seeds_reproduce_and_differ():
-    method = build_method({"name": "random", "keep_ratio": 0.5})
+    method = build_method({"name": "random", "gamma": 3.0})  # context scores here are 1.3-5.4: some pruned
     runs = [continue_task(BACKBONE, prefill(BACKBONE, method, CONTEXT, None, s), None, 4, t)
             for s, t in ((0, 0), (0, 0), (1, 0), (0, 1))]
     assert torch.equal(runs[0].latents, runs[1].latents)

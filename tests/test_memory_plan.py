@@ -25,7 +25,7 @@ from cmbench.backbones.memory.weights import dit_bytes, text_encoder_bytes, vae_
 from cmbench.backbones.wan.synthetic import random_dit, random_dit_state, save_components, save_lingbot_dit
 from cmbench.cache.attention_stats import frame_mass
 from cmbench.cache.kv_cache import KVCache
-from cmbench.config_paths import CONFIG_DIR
+from cmbench.config_paths import CONFIG_DIR, knob_overrides
 from cmbench.errors import ConfigError
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods.registry import build_method
@@ -38,7 +38,7 @@ DIT = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2
 
 def config(*overrides: str):
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=knob_overrides(list(overrides)))  # as the command line
 
 
 @pytest.fixture(scope="module")

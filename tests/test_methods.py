@@ -1,10 +1,13 @@
-"""Methods on a scripted sequence of chunks: exactly which tokens survive, and the ledger, by hand.
+"""Methods on a scripted sequence of chunks: exactly which tokens survive, when, and the ledger, by hand.
 
 Geometry (tests/fakes.py): 4 tokens per latent frame, chunks of 2 frames (8 tokens), 2 layers x 2 heads.
 Timeline: a 6-frame context (chunks 0-2) and a 6-frame continuation (chunks 3-5); token ``gid`` =
 ``frame * 4 + pos``. The scripted backbone predicts ``x0 = world + t * D`` so DeCoPrune's score of a
 token with discrepancy ``d`` is ``(0.899 d)^2 = 0.808 d^2`` on context chunks (re-noise probe against
 the observed ``world``) and ``((0.899 - 0.702) d)^2 = 0.0388 d^2`` on generated chunks.
+
+DeCoPrune's window (w = 1 chunk): chunk ``i`` is compacted right before chunk ``i + 2``'s ``t = 0``
+pass, so chunk ``i + 2``'s denoising and probe see chunks ``i`` and ``i + 1`` dense.
 """
 
 import math
@@ -12,12 +15,14 @@ import math
 import pytest
 import torch
 
-from cmbench.cache import KVCache
+from cmbench.cache import ChunkInfo, KVCache
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import build_method
 from cmbench.methods.base import ChunkSignals
+from cmbench.methods.forcingkv import patch_bounds
 from cmbench.methods.head_map import HeadMap
+from cmbench.methods.tempdiff import block_index
 from fakes import single_thread, AttentionBackbone, ScriptedBackbone, fake_geometry, survivors, timeline  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -58,36 +63,102 @@ def per_head_visible(cont):
     return out
 
 
+CHUNK1 = [9, 10, 12, 13, 14, 15]  # DeCoPrune keeps gid % 3 in {0, 1} in the context, plus the NaN token 14
+CHUNK2 = [16, 18, 19, 21, 22]
+CHUNK3 = [24, 27, 30]  # generated: only d = 2 (gid % 3 == 0) scores above 0.10
+
+
 def test_decoprune_survivors_and_ledger_by_hand():
     pre, cont = run(build_method({"name": "decoprune"}))
-    chunk1 = [9, 10, 12, 13, 14, 15]  # %3 in {0, 1}, plus the NaN token 14
-    chunk2 = [16, 18, 19, 21, 22]
-    # after prefill chunk 1 is compacted, chunk 2 (recent window) is still dense
-    assert survivors(pre.cache) == chunk_gids(0) + chunk1 + chunk_gids(2)
-    expect = chunk_gids(0) + chunk1 + chunk2 + [24, 27, 30] + [33, 36, 39] + chunk_gids(5)
+    # after prefill nothing is compacted yet: chunk 1 goes right before chunk 3's t = 0 pass
+    assert survivors(pre.cache) == list(range(24))
+    expect = chunk_gids(0) + CHUNK1 + CHUNK2 + CHUNK3 + chunk_gids(4) + chunk_gids(5)
     for layer in range(2):
         assert survivors(cont.cache, layer) == expect
-    assert per_head_visible(cont) == [(22, 24), (27, 32), (30, 40)]
-    assert cont.ledger.pruning_ratio() == pytest.approx(1 - 79 / 96)
+    # chunk 3 sees chunks 1-2 dense; chunk 4 sees chunk 1 compacted, 2-3 dense; chunk 5: 1-2 compacted
+    assert per_head_visible(cont) == [(24, 24), (30, 32), (35, 40)]
+    assert cont.ledger.pruning_ratio() == pytest.approx(1 - 89 / 96)
     assert [(int(e.visible[0, 0]), e.full) for e in pre.ledger.entries] == [(0, 0), (8, 8), (16, 16)]
     assert pre.ledger.pruning_ratio() == 0.0
-    assert cont.kept_tokens == {0: 8, 1: 6, 2: 5, 3: 3, 4: 3, 5: 8}
-    assert pre.cache.banks[0][0].n == 22  # the prefilled cache is untouched by the task
+    assert cont.kept_tokens == {0: 8, 1: 6, 2: 5, 3: 3, 4: 8, 5: 8}
+    assert pre.cache.banks[0][0].n == 24  # the prefilled cache is untouched by the task
+
+
+class Viewing(ScriptedBackbone):
+    """Records, for every model call, the history gids it saw: ``(frame_start, t, probing) -> gids``."""
+
+    def denoise(self, x_t, t, cache, frame_start, cond=None):
+        self.views[(frame_start, round(float(t), 3), cache.probing)] = cache.visible_history(cache.banks[0][0]).tolist()
+        return super().denoise(x_t, t, cache, frame_start, cond)
+
+
+def viewing(frames: int) -> Viewing:
+    backbone = Viewing(G, timeline(G, frames, lambda gid: 0.0), timeline(G, frames, d_pattern))
+    backbone.views = {}
+    return backbone
+
+
+def test_decoprune_compacts_chunk_i_right_before_chunk_i_plus_2_clean_pass():
+    """Context 8 frames (chunks 0-3), continuation 4 (chunks 4-5). Each chunk's probe and denoising calls
+    see the two chunks before it dense; its t = 0 pass sees the older one compacted."""
+    backbone = viewing(12)
+    method = build_method({"name": "decoprune"})
+    pre = prefill(backbone, method, backbone.world[:, :, :8], None, 0)
+    continue_task(backbone, pre, None, 4, 1)
+    v = backbone.views
+    c = chunk_gids
+    # context chunk 3 (frames 6-7): the re-noise probe at tau* sees chunks 1-2 dense, the t = 0 pass chunk 1 pruned
+    assert v[(6, 0.899, True)] == c(0) + c(1) + c(2)
+    assert v[(6, 0.0, False)] == c(0) + CHUNK1 + c(2)
+    # generated chunk 4 (frames 8-9): every denoising step (the probe step 899 included) sees chunks 2-3 dense
+    for t in (0.999, 0.957, 0.899, 0.702):
+        assert v[(8, t, False)] == c(0) + CHUNK1 + c(2) + c(3)
+    assert v[(8, 0.0, False)] == c(0) + CHUNK1 + CHUNK2 + c(3)
+    # generated chunk 5 (frames 10-11): chunk 3 (context, d % 3 == 0 and 1 kept) goes before its t = 0 pass
+    assert v[(10, 0.999, False)] == c(0) + CHUNK1 + CHUNK2 + c(3) + c(4)
+    assert v[(10, 0.0, False)] == c(0) + CHUNK1 + CHUNK2 + [24, 25, 27, 28, 30, 31] + c(4)
+
+
+def test_context_probe_runs_at_the_probe_steps_level():
+    """The re-noise probe of every context chunk is one call at ``levels[probe_step]``, then the t = 0 pass."""
+    for probe_step, level in ((2, 0.899), (1, 0.957)):
+        backbone = scripted()
+        prefill(backbone, build_method({"name": "decoprune", "probe_step": probe_step}), backbone.world[:, :, :CTX], None, 0)
+        assert backbone.calls == [(0, level), (0, 0.0), (2, level), (2, 0.0), (4, level), (4, 0.0)]
+
+
+def test_score_exactly_at_gamma_is_dropped():
+    """The keep rule is ``score > gamma``: a token scoring exactly gamma is pruned, one just above is kept."""
+    method = build_method({"name": "decoprune"})
+    score = torch.tensor([0.1, 0.100001, 0.099999], dtype=torch.float32)
+    assert build_method({"name": "decoprune", "gamma": float(score[0])}).keep_rule(score).tolist() == [False, True, False]
+    seen = {}
+    backbone = scripted()
+    prefill(backbone, method, backbone.world[:, :, :CTX], None, 0,
+            on_chunk_end=lambda cache, sig: seen.setdefault(sig.chunk.index, method.token_scores(sig)))
+    at = float(seen[1][1])  # gid 9 (d = 2): an exact float32 score of the run
+    for gamma, kept in ((at, False), (float(torch.nextafter(torch.tensor(at), torch.tensor(0.0))), True)):
+        backbone = scripted()
+        _, cont = run(build_method({"name": "decoprune", "gamma": gamma}), backbone)
+        assert (9 in survivors(cont.cache)) is kept
 
 
 def test_decoprune_reverse_keeps_low_scores():
     _, cont = run(build_method({"name": "decoprune_reverse"}))
-    expect = chunk_gids(0) + [8, 11, 14] + [17, 20, 23] + [25, 26, 28, 29, 31] + [32, 34, 35, 37, 38] + chunk_gids(5)
+    expect = chunk_gids(0) + [8, 11, 14] + [17, 20, 23] + [25, 26, 28, 29, 31] + chunk_gids(4) + chunk_gids(5)
     assert survivors(cont.cache) == expect
 
 
 def test_gamma_moves_the_threshold():
     # gamma 0.03: generated d=1 tokens score 0.0388 > 0.03 and are kept too
     _, cont = run(build_method({"name": "decoprune", "gamma": 0.03}))
-    assert [g for g in survivors(cont.cache) if 24 <= g < 40] == [24, 25, 27, 28, 30, 31, 33, 34, 36, 37, 39]
+    assert [g for g in survivors(cont.cache) if 24 <= g < 40] == [24, 25, 27, 28, 30, 31, *range(32, 40)]
 
 
 def test_streaming_and_fullkv():
+    _, cont = run(build_method({"name": "streaming"}))  # the paper's sink 4 + recent 8: 1 + 2 chunks
+    assert survivors(cont.cache) == chunk_gids(0) + chunk_gids(4) + chunk_gids(5)
+    assert per_head_visible(cont) == [(24, 24), (24, 32), (24, 40)]
     _, cont = run(build_method({"name": "streaming", "recent_chunks": 1}))
     assert survivors(cont.cache) == chunk_gids(0) + chunk_gids(5)
     assert per_head_visible(cont) == [(16, 24), (16, 32), (16, 40)]
@@ -99,15 +170,20 @@ def test_streaming_and_fullkv():
     assert cont.ledger.pruning_ratio() == 0.0
 
 
-def test_random_is_seeded_and_counts_are_exact():
-    a = run(build_method({"name": "random", "keep_ratio": 0.25}))[1]
-    b = run(build_method({"name": "random", "keep_ratio": 0.25}))[1]
-    c = run(build_method({"name": "random", "keep_ratio": 0.25, "seed": 1}))[1]
+def test_random_keeps_decoprunes_count_per_chunk_at_random_seeded():
+    """Per chunk, as many tokens as DeCoPrune's threshold keeps on this run's own scores (here the
+    scripted scores: 6, 5, 3 for chunks 1-3), chosen by a seeded draw; same window timing."""
+    a = run(build_method({"name": "random"}))[1]
+    b = run(build_method({"name": "random"}))[1]
+    c = run(build_method({"name": "random", "seed": 1}))[1]
     assert survivors(a.cache) == survivors(b.cache) != survivors(c.cache)
-    assert a.kept_tokens == {0: 8, 1: 2, 2: 2, 3: 2, 4: 2, 5: 8}
+    assert a.kept_tokens == c.kept_tokens == run(build_method({"name": "decoprune"}))[1].kept_tokens
+    assert a.kept_tokens == {0: 8, 1: 6, 2: 5, 3: 3, 4: 8, 5: 8}
+    assert [g for g in survivors(a.cache) if 8 <= g < 16] != CHUNK1  # random, not DeCoPrune's tokens
+    assert per_head_visible(a) == [(24, 24), (30, 32), (35, 40)]
     counts = {1: 5, 2: 0, 3: 7, 4: 1, 5: 3}
     _, d = run(build_method({"name": "random", "keep_counts": counts}))
-    assert d.kept_tokens == {0: 8, 1: 5, 2: 0, 3: 7, 4: 1, 5: 8}
+    assert d.kept_tokens == {0: 8, 1: 5, 2: 0, 3: 7, 4: 8, 5: 8}
     with pytest.raises(ConfigError, match="no entry for chunk 3"):
         run(build_method({"name": "random", "keep_counts": {1: 1, 2: 1}}))
 
@@ -123,76 +199,143 @@ def one_hot_world(gid: int) -> torch.Tensor:
     return v
 
 
-def test_tempdiff_keeps_the_changed_patch_of_every_frame():
+def test_tempdiff_keeps_the_k_least_similar_context_blocks_once():
+    """Layer-1 keys (the scripted keys + 1): position 0 turns every frame (cosine 14/15 with the next
+    frame), positions 1-3 never change (cosine 1). Candidates: frames 2-3 (between the sink, chunk 0, and
+    the recent chunk 2); the earlier frame of each pair is kept; the continuation is never pruned."""
     backbone = scripted(d=lambda gid: 0.0, world=one_hot_world)
-    _, cont = run(build_method({"name": "tempdiff", "keep_ratio": 0.25}), backbone)  # K = 1 per frame
-    assert survivors(cont.cache) == chunk_gids(0) + list(range(8, 40, 4)) + chunk_gids(5)
+    pre, cont = run(build_method({"name": "tempdiff", "k": 2}), backbone)
+    assert survivors(pre.cache) == chunk_gids(0) + [8, 12] + chunk_gids(2)  # position 0 of frames 2 and 3
+    assert survivors(cont.cache) == chunk_gids(0) + [8, 12] + list(range(16, 48))
+    assert per_head_visible(cont) == [(18, 24), (26, 32), (34, 40)]
+    backbone = scripted(d=lambda gid: 0.0, world=one_hot_world)
+    pre, _ = run(build_method({"name": "tempdiff", "k": 1}), backbone)  # a tie: the earlier block wins
+    assert survivors(pre.cache) == chunk_gids(0) + [8] + chunk_gids(2)
+    backbone = scripted(d=lambda gid: 0.0, world=one_hot_world)
+    pre, _ = run(build_method({"name": "tempdiff", "k": 3}), backbone)  # then the lowest index among the rest
+    assert survivors(pre.cache) == chunk_gids(0) + [8, 9, 12] + chunk_gids(2)
 
 
-def test_forcingkv_top_k_within_history_and_static_heads(tmp_path):
+def test_block_and_patch_geometry_from_the_token_grid():
+    """TempDiff's 6x13 grid on LingBot's 30x52 tokens: 78 blocks of 5x4 = 20 tokens; on the tiny model's
+    8x8: 6x8 blocks of 2 or 1 rows. ForcingKV's 6 patches: 260 tokens (5 rows) on LingBot, 11/11/11/11/10/10
+    on 64 tokens."""
+    blocks = block_index(30, 52, 6, 13)
+    assert blocks.shape == (1560,) and torch.bincount(blocks).tolist() == [20] * 78
+    grid = blocks.reshape(30, 52)
+    assert grid[:5, :4].unique().tolist() == [0] and grid[5, 0] == 13 and grid[29, 51] == 77
+    tiny = block_index(8, 8, 6, 13).reshape(8, 8)
+    assert tiny[:, 0].tolist() == [0, 0, 8, 8, 16, 24, 32, 40] and tiny[0].tolist() == list(range(8))
+    assert patch_bounds(1560, 6).tolist() == [0, 260, 520, 780, 1040, 1300, 1560]
+    assert patch_bounds(64, 6).diff().tolist() == [11, 11, 11, 11, 10, 10]
+    assert patch_bounds(4, 6).tolist() == [0, 1, 2, 3, 4]  # at most one patch per token
+
+
+class KeyedBackbone(ScriptedBackbone):
+    """Layer 1's keys are the clean tokens + 1 (position 0 turns every frame); layer 0's keys put the
+    turning position at 3 instead, so scoring on layer 0 would choose other patches."""
+
+    def denoise(self, x_t, t, cache, frame_start, cond=None):
+        g = self.geometry
+        tok = g.tokenize(x_t)
+        b, L, p = tok.shape
+        width = g.num_heads * g.head_dim
+        feat = tok.repeat(1, 1, width // p + 1)[..., :width].reshape(b, L, g.num_heads, g.head_dim)
+        swapped = feat.reshape(b, L // 4, 4, g.num_heads, g.head_dim).flip(2).reshape(feat.shape)
+        for layer in range(g.num_layers):
+            cache.attend(layer, feat, (feat if layer else swapped) + 1, feat)
+        sl = slice(frame_start, frame_start + x_t.shape[2])
+        return self.world[:, :, sl] + t * self.discrepancy[:, :, sl]
+
+
+def test_forcingkv_layer1_patches_of_the_earlier_frame_shared_by_all_layers(tmp_path):
+    """k = 2 patches (one token each here), candidates within 2 chunks before the recent chunk.
+    Position 0 of every frame is the least similar to the next frame (14/15). The selection runs
+    (patch ids = frame * 4 + position): after chunk 1 {frame 1, frame 2}; chunk 2 adds frames 3, 4 but
+    keeps the earlier {1, 2} (ties: the earlier patch); chunk 3 drops frame 1 (out of the window) for
+    frame 5; chunk 4: {5, 7}; chunk 5: {7, 9}. A left-out patch is never reconsidered (frames 3, 4)."""
     path = tmp_path / "map.json"
     HeadMap(2, 2, ((), (0,))).save(path)
-    backbone = scripted(d=lambda gid: 0.0, world=one_hot_world)
+    backbone = KeyedBackbone(G, timeline(G, CTX + GEN, one_hot_world), timeline(G, CTX + GEN, lambda gid: 0.0))
     method = build_method({"name": "forcingkv", "k": 2, "history_chunks": 2, "head_map": str(path)})
-    _, cont = run(method, backbone)
-    # dynamic banks: sink, the two changed patches of chunk 3 (chunks 1-2 fell out of the 2-chunk range)
-    assert survivors(cont.cache, 0) == chunk_gids(0) + [24, 28] + chunk_gids(5)
+    pre, cont = run(method, backbone)
+    assert survivors(pre.cache, 0) == chunk_gids(0) + [8] + chunk_gids(2)  # frame 1 (gid 4) is in the sink
+    # every dynamic bank (layer 0's too, whose own keys would pick position 3) holds layer 1's choice
+    assert survivors(cont.cache, 0) == chunk_gids(0) + [28, 36] + chunk_gids(5)
     assert [b.group.heads for b in cont.cache.banks[1]] == [(1,), (0,)]
-    assert survivors(cont.cache, 1, 0) == chunk_gids(0) + [24, 28] + chunk_gids(5)
+    assert survivors(cont.cache, 1, 0) == chunk_gids(0) + [28, 36] + chunk_gids(5)
     assert survivors(cont.cache, 1, 1) == chunk_gids(0) + chunk_gids(5)  # static head: sink + recent
-    last = cont.ledger.entries[-1].visible
-    assert last.tolist() == [[18, 18], [16, 18]]
+    assert [e.visible.tolist() for e in cont.ledger.entries] == [  # static head (layer 1, head 0): sink + chunk
+        [[17, 17], [16, 17]],  # chunk 3: sink, gid 8 (frame 2; frame 1's gid 4 is in the sink), chunk 2
+        [[18, 18], [16, 18]],  # chunk 4: sink, gids 8 and 20 (frame 5), chunk 3
+        [[18, 18], [16, 18]],  # chunk 5: sink, gids 20 and 28 (frame 7), chunk 4
+    ]
 
 
 def test_decoprune_hs_static_heads_stream_and_layer0_is_dynamic(tmp_path):
     path = tmp_path / "map.json"
     HeadMap(2, 2, ((1,), (0,))).save(path)
     _, cont = run(build_method({"name": "decoprune_hs", "head_map": str(path)}))
-    decoprune = chunk_gids(0) + [9, 10, 12, 13, 14, 15] + [16, 18, 19, 21, 22] + [24, 27, 30] + [33, 36, 39] + chunk_gids(5)
+    decoprune = chunk_gids(0) + CHUNK1 + CHUNK2 + CHUNK3 + chunk_gids(4) + chunk_gids(5)
     assert len(cont.cache.banks[0]) == 1 and survivors(cont.cache, 0) == decoprune
     roles = {b.role: b for b in cont.cache.banks[1]}
     assert roles["dynamic"].group.heads == (1,) and roles["static"].group.heads == (0,)
     assert roles["dynamic"].field("gid").tolist() == decoprune
     assert roles["static"].field("gid").tolist() == chunk_gids(0) + chunk_gids(5)
-    # the ledger counts every head: layer 1 head 0 sees sink + recent only
+    # the ledger counts every head: static head 0 of layer 1 sees sink + the previous chunk only (no delay),
+    # the dynamic heads DeCoPrune's delayed window
     assert [e.visible[1, 0].item() for e in cont.ledger.entries] == [16, 16, 16]
-    assert [e.visible[1, 1].item() for e in cont.ledger.entries] == [22, 27, 30]
+    assert [e.visible[1, 1].item() for e in cont.ledger.entries] == [24, 30, 35]
     with pytest.raises(ConfigError, match="needs head_map"):
         run(build_method({"name": "decoprune_hs"}))
 
 
-class _Stats:
-    def __init__(self, mass):
-        self.mass = mass
-
-    def stacked(self):
-        return self.mass
+DUMMY = {"name": "dummyforcing", "first_frames": 2, "middle_frames": 2, "recent_frames": 2, "last_frames": 2}
 
 
 def test_dummyforcing_classification_by_hand():
-    method = build_method({"name": "dummyforcing", "first_frames": 2, "middle_frames": 2, "last_frames": 2})
-    # history frames 0..7, chunk at frames 8-9: first = [0, 2), middle = [2, 6), last = [6, 10)
-    mass = torch.zeros(2, 2, 10)
-    mass[0, 0, 8] = 1.0                                  # all on the chunk itself -> dummy
-    mass[0, 1, 0], mass[0, 1, 3], mass[0, 1, 7] = 0.5, 0.2, 0.3  # last 0.3, first > middle -> first
-    mass[1, 0, 1], mass[1, 0, 4], mass[1, 0, 6] = 0.1, 0.6, 0.3  # last 0.3, middle > first -> middle
-    mass[1, 1, 7], mass[1, 1, 9], mass[1, 1, 2] = 0.4, 0.4, 0.2  # last 0.8 -> dummy
-    assert method.classify(_Stats(mass), frame_start=8).tolist() == [[0, 1], [2, 0]]
+    """Regions of the packed layout at chunk 2 (frames 4-5): first = frames (0, 2), middle = (3,), last =
+    (4, 5). First and middle masses are normalised over all four layer-heads (sums 1.0 and 1.0); the half
+    with the lowest max(first, middle) become dummy; the rest middle where middle > first, else first."""
+    method = build_method(DUMMY)
+    regions = method.regions(G, ChunkInfo(2, 4, 2, 16, 8))
+    assert regions == {"first": (0, 2), "middle": (3,), "last": (4, 5)}
+    mass = torch.zeros(2, 2, 6)
+    mass[0, 0, [0, 3, 4]] = torch.tensor([0.10, 0.05, 0.85])  # max(0.1, 0.05) = 0.10 -> dummy
+    mass[0, 1, [0, 2, 3]] = torch.tensor([0.30, 0.20, 0.10])  # first 0.5 > middle 0.1 -> first
+    mass[1, 0, [2, 3, 5]] = torch.tensor([0.10, 0.80, 0.10])  # middle 0.8 > first 0.1 -> middle
+    mass[1, 1, [0, 3, 4]] = torch.tensor([0.30, 0.05, 0.65])  # max(0.3, 0.05) = 0.30 -> dummy
+    assert method.classify(mass, regions).tolist() == [[2, 0], [1, 2]]
+    mass[0, 1, 1] = 5.0  # frame 1 is outside the packed layout: it counts nowhere
+    assert method.classify(mass, regions).tolist() == [[2, 0], [1, 2]]
 
 
-def test_dummyforcing_banks_follow_their_roles():
+def test_dummyforcing_classifies_during_the_context_replay_and_keeps_each_roles_frames():
+    """Timeline chunk 2 (context frames 4-5) is classified at its t = 0 pass over the packed keys
+    (frame 1 left out); every continuation chunk runs with the roles; after each chunk: first = frames
+    0-1, middle = the centre bank (frames 2-3, placed when 6 frames existed) + the newest 2, dummy = the
+    newest 2."""
     backbone = AttentionBackbone(G)
-    method = build_method({"name": "dummyforcing", "first_frames": 2, "middle_frames": 2, "last_frames": 2,
-                           "classify_chunk": 1})
-    pre = prefill(backbone, method, torch.randn(1, 3, 8, 4, 4), None, 0)
-    assert {tuple(sorted(set(b.field("frame").tolist()))) for b in pre.cache.all_banks()} == {(0, 1, 4, 5, 6, 7)}
+    method = build_method(DUMMY)
+    recorded = {}
+    pre = prefill(backbone, method, torch.randn(1, 3, 8, 4, 4), None, 0,
+                  on_chunk_end=lambda cache, sig: recorded.setdefault(sig.chunk.index, sig.attention))
+    assert recorded[0] is recorded[1] is recorded[3] is None
+    mass = recorded[2].stacked()
+    assert mass.shape == (2, 2, 6) and torch.all(mass[..., 1] == 0)
+    torch.testing.assert_close(mass.sum(-1), torch.ones(2, 2))
+    assert "unclassified" not in [b.role for b in pre.cache.all_banks()]
+    assert sum(b.num_heads for b in pre.cache.all_banks() if b.role == "dummy") == 2  # half of 4 layer-heads
     cont = continue_task(backbone, pre, None, 6, 1)
-    frames = {"first": [0, 1, 12, 13], "middle": [10, 11, 12, 13], "dummy": [12, 13]}
-    roles = [b.role for b in cont.cache.all_banks()]
-    assert roles.count("dummy") and "unclassified" not in roles
-    assert sum(b.num_heads for b in cont.cache.all_banks() if b.role == "dummy") == 2  # half of 4 layer-heads
+    frames = {"first": [0, 1], "middle": [2, 3, 12, 13], "dummy": [12, 13]}
     for bank in cont.cache.all_banks():
         assert sorted(set(bank.field("frame").tolist())) == frames[bank.role]
+    visible = {"first": 8, "middle": 16, "dummy": 8}
+    for entry in cont.ledger.entries:  # what each head saw: its role's frames, never the unclassified cache
+        for bank in cont.cache.all_banks():
+            assert entry.visible[bank.layer, list(bank.group.heads)].tolist() == [visible[bank.role]] * bank.num_heads
+    with pytest.raises(ConfigError, match="classify_chunk must be >= 2"):
+        build_method({"name": "dummyforcing", "classify_chunk": 1})
 
 
 def test_budget_mode_hits_target_pr(tmp_path):
@@ -200,7 +343,7 @@ def test_budget_mode_hits_target_pr(tmp_path):
     backbone = AttentionBackbone(g)
     path = tmp_path / "map.json"
     HeadMap(2, 4, ((), (0, 3))).save(path)
-    context = torch.randn(1, 3, 24, 4, 4)
+    context = torch.randn(1, 3, 48, 4, 4)  # long enough for DeCoPrune's sink + two dense chunks at PR 0.8
     for cfg in ({"name": "decoprune"}, {"name": "decoprune_reverse"}, {"name": "random"}, {"name": "tempdiff"},
                 {"name": "forcingkv", "head_map": str(path)}, {"name": "decoprune_hs", "head_map": str(path)}):
         for target in (0.5, 0.8):
@@ -236,9 +379,9 @@ def test_token_budget_and_bounded_memory_never_exceed_their_cap():
 def test_bounded_memory_evicts_lowest_scores_first():
     # context chunks' d: chunk c token i -> distinct scores; cap leaves room for 4 non-protected tokens
     backbone = scripted(d=lambda gid: 0.01 * gid * (1 if gid % 2 else -1) + 3.0 * (gid in (10, 20, 21)))
-    method = build_method({"name": "decoprune", "gamma": -1.0, "max_history_tokens": 20})
-    pre = prefill(backbone, method, backbone.world[:, :, :CTX], None, 0)
-    # after chunk 2: sink (8) + window chunk 2 (8) protected; 4 of chunk 1 stay: the highest scores
+    method = build_method({"name": "decoprune", "gamma": -1.0, "max_history_tokens": 28})
+    pre = prefill(backbone, method, backbone.world[:, :, :8], None, 0)
+    # after chunk 3: sink (8) + the dense chunks 2-3 (16) protected; 4 of chunk 1 stay: the highest scores
     kept_chunk1 = [g for g in survivors(pre.cache) if 8 <= g < 16]
     scores = {g: (0.899 * (0.01 * g * (1 if g % 2 else -1) + 3.0 * (g in (10, 20, 21)))) ** 2 for g in range(8, 16)}
     assert kept_chunk1 == sorted(sorted(scores, key=scores.get)[-4:])
@@ -274,25 +417,18 @@ def test_score_variants():
 
 
 def test_post_prune_probe_hides_what_the_next_compaction_drops():
-    """The probe of chunk c sees chunk c-1 as the next compaction will leave it (post-prune), or dense
-    (the paper's default). Context chunk 2 = frames 4-5; generated chunk 5 = frames 10-11."""
-
-    class Recording(ScriptedBackbone):
-        def denoise(self, x_t, t, cache, frame_start, cond=None):
-            if cache.probing:
-                self.probe_views[frame_start] = cache.visible_history(cache.banks[0][0]).tolist()
-            return super().denoise(x_t, t, cache, frame_start, cond)
-
+    """The probe of chunk c sees chunk c-2 as the compaction before c's t = 0 pass will leave it
+    (post-prune), or dense (the paper's default). Context chunk 2 = frames 4-5 (nothing to drop yet);
+    generated chunks 4 and 5 = frames 8-9 and 10-11."""
     views = {}
     for post_prune in (True, False):
-        backbone = Recording(G, timeline(G, 12, lambda gid: 0.0), timeline(G, 12, d_pattern))
-        backbone.probe_views = {}
+        backbone = viewing(12)
         run(build_method({"name": "decoprune", "post_prune": post_prune}), backbone)
-        views[post_prune] = backbone.probe_views
-    chunk1 = [9, 10, 12, 13, 14, 15]
-    assert views[True][4] == chunk_gids(0) + chunk1
-    assert views[False][4] == chunk_gids(0) + chunk_gids(1)
-    assert views[True][10] == chunk_gids(0) + chunk1 + [16, 18, 19, 21, 22] + [24, 27, 30] + [33, 36, 39]
+        views[post_prune] = {start: seen for (start, t, probing), seen in backbone.views.items() if probing}
+    c = chunk_gids
+    assert views[True][4] == views[False][4] == c(0) + c(1)
+    assert views[True][8] == c(0) + CHUNK1 + CHUNK2 + c(3)
+    assert views[True][10] == c(0) + CHUNK1 + CHUNK2 + CHUNK3 + c(4)
     assert 10 not in views[False]  # generated chunks reuse their own trajectory: no extra call
 
 
@@ -304,7 +440,7 @@ def test_invariants_for_every_method(name, tmp_path):
     path = tmp_path / "map.json"
     HeadMap(2, 2, ((), (1,))).save(path)
     cfg = {"name": name, **({"head_map": str(path)} if name in ("decoprune_hs", "forcingkv") else {}),
-           **({"k": 6} if name == "forcingkv" else {}), **({"classify_chunk": 1} if name == "dummyforcing" else {})}
+           **({"k": 6} if name in ("forcingkv", "tempdiff") else {})}
     method = build_method(cfg)
     checks = []
 

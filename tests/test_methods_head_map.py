@@ -59,15 +59,22 @@ def test_static_scores_by_hand():
         static_scores(mass, 4)
 
 
-def test_calibration_matches_fullkv_attention():
+def test_calibration_pools_fullkv_attention_over_contexts():
+    """Appendix B: s = (sum over contexts of the recent mass) / (sum over contexts of the older mass),
+    not the mean of per-context ratios (contexts of 12 and 20 frames: different denominators)."""
     g = fake_geometry(num_heads=3)
     backbone = AttentionBackbone(g, seed=4)
-    contexts = [(torch.randn(1, 3, 12, 4, 4, generator=torch.Generator().manual_seed(i)), None, i) for i in range(2)]
+    contexts = [(torch.randn(1, 3, frames, 4, 4, generator=torch.Generator().manual_seed(i)), None, i)
+                for i, frames in enumerate((12, 20))]
     got = calibrate_head_scores(backbone, contexts)
-    expect = []
+    numerators, denominators = [], []
     for latents, cond, seed in contexts:
         pre = prefill(backbone, FullKV(), latents, cond, seed)
         mass = continue_task(backbone, pre, cond, 2, seed, record_attention_at=(0,)).attention[0].stacked()
-        expect.append(mass[..., 8:12].sum(-1) / mass[..., 4:12].sum(-1))
-    torch.testing.assert_close(got, torch.stack(expect).mean(0))
+        q0 = latents.shape[2]
+        numerators.append(mass[..., q0 - 4 : q0].sum(-1))
+        denominators.append(mass[..., 4:q0].sum(-1))
+    torch.testing.assert_close(got, sum(numerators) / sum(denominators))
+    mean_of_ratios = sum(n / d for n, d in zip(numerators, denominators)) / 2
+    assert (got - mean_of_ratios).abs().max() > 1e-3  # the two poolings differ here
     assert got.shape == (2, 3) and torch.all((got > 0) & (got <= 1))

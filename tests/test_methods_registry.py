@@ -1,36 +1,99 @@
-"""Method registry: configs build every method, errors suggest names, external methods plug in."""
+"""Method registry: configs build every method, errors suggest names, external methods plug in; the
+class is the only source of a method's defaults and documentation."""
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cmbench.config_paths import CONFIG_DIR, group_entries
+from cmbench.config_paths import CONFIG_DIR, group_entries, knob_overrides
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
-from cmbench.methods import Method, build_method, describe_methods, method_names
+from cmbench.methods import Method, build_method, describe_methods, method_class, method_names
+from cmbench.methods.catalog import MARKERS, markdown_table
+from cmbench.methods.registry import canonical_method_config, full_method_config
 from fakes import AttentionBackbone, fake_geometry
 
 CONFIGS = CONFIG_DIR / "method"
+ROOT = Path(__file__).resolve().parent.parent
+# the only knobs a shipped yaml may set, and why: the chosen backbone's calibrated head map
+DOCUMENTED_DIFFERENCES = {"decoprune_hs": {"head_map"}, "forcingkv": {"head_map"}}
 
 
-def test_every_registered_method_has_a_config_with_description_and_paper_field():
+def composed_method(name: str, *overrides: str):
+    """``cfg.method`` exactly as ``python -m cmbench run method=<name>`` resolves it (tiny backbone)."""
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=knob_overrides([f"method={name}", *overrides]))
+    return cfg, OmegaConf.to_container(cfg.method, resolve=True)
+
+
+def test_every_registered_method_has_a_config_and_documents_itself_in_its_class():
     names = method_names()
     assert set(names) == {p.stem for p in CONFIGS.glob("*.yaml")}
     listed = group_entries("method")
     for name in names:
         cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
-        assert cfg.name == name and "paper" in cfg
-        assert cfg.description == describe_methods()[name]["description"] == listed[name]["description"]
-        method = build_method(cfg)
-        assert method.name == name
-        assert set(method.knobs()) == set(cfg) - {"name", "description", "paper"}  # every knob is in the yaml
+        assert cfg.name == name
+        assert set(cfg) - {"name"} == DOCUMENTED_DIFFERENCES.get(name, set())  # no docs, no copied defaults
+        cls = method_class(name)
+        assert cls.description and describe_methods()[name]["description"] == cls.description
+        assert listed[name] == {"description": cls.description, "paper": cls.paper, "origin": str(CONFIG_DIR)}
+        assert build_method(cfg).name == name
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_composed_config_builds_the_class_defaults(name):
+    """VALUES, not names: Hydra's ``method=<name>`` builds exactly the dataclass defaults, apart from the
+    documented differences (the backbone's head map), and equals ``build_method({"name": name})``."""
+    cfg, method_cfg = composed_method(name)
+    built = build_method(method_cfg)
+    defaults = method_class(name)()
+    differences = {f.name for f in dataclasses.fields(defaults) if getattr(built, f.name) != getattr(defaults, f.name)}
+    assert differences <= DOCUMENTED_DIFFERENCES.get(name, set())
+    if "head_map" in differences:
+        assert built.head_map == cfg.backbone.head_map and defaults.head_map is None
+        assert built == dataclasses.replace(defaults, head_map=cfg.backbone.head_map)
+    else:
+        assert built == defaults == build_method({"name": name})
+    assert full_method_config(method_cfg) == {"name": name, **built.knobs()}
+
+
+def test_streaming_one_source_of_truth():
+    _, method_cfg = composed_method("streaming")
+    assert build_method({"name": "streaming"}).recent_chunks == build_method(method_cfg).recent_chunks == 2
+    _, overridden = composed_method("streaming", "method.recent_chunks=0", "method.max_history_tokens=64")
+    assert (build_method(overridden).recent_chunks, build_method(overridden).max_history_tokens) == (0, 64)
+    _, typo = composed_method("streaming", "method.recent_chunk=0")
+    with pytest.raises(ConfigError, match="has no knob.*recent_chunk.*its knobs are"):
+        build_method(typo)
+
+
+def test_canonical_config_keeps_only_what_differs_from_the_class():
+    """A run's identity: spelling a default out changes nothing, a changed knob or head map shows."""
+    spelled = {"name": "decoprune", **build_method({"name": "decoprune"}).knobs()}
+    assert canonical_method_config(spelled) == canonical_method_config({"name": "decoprune"}) == {"name": "decoprune"}
+    assert canonical_method_config({"name": "decoprune", "gamma": 0.2, "probe_step": 2}) == {"name": "decoprune",
+                                                                                           "gamma": 0.2}
+    _, composed = composed_method("forcingkv")
+    assert canonical_method_config(composed) == {"name": "forcingkv", "head_map": composed["head_map"]}
 
 
 def test_decoprune_defaults_are_the_papers():
     m = build_method(OmegaConf.load(CONFIGS / "decoprune.yaml"))
     assert (m.gamma, m.probe_step, m.sink_chunks, m.recent_chunks, m.score, m.post_prune) == (0.10, 2, 1, 1, "mse", False)
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/methods.md"])
+def test_method_tables_are_generated_from_the_classes(path):
+    text = (ROOT / path).read_text()
+    start, end = MARKERS
+    assert f"{start}\n{markdown_table()}\n{end}" in text, f"{path} is stale: run scripts/update_method_tables.py"
+    for name, doc in describe_methods().items():
+        assert f"| `{name}` | {doc['description']} |" in markdown_table()
 
 
 def test_unknown_names_and_knobs():
@@ -62,11 +125,10 @@ def test_external_method_plugs_in_by_target(tmp_path, monkeypatch):
     folder = tmp_path / "method"
     folder.mkdir()
     (folder / "every_other.yaml").write_text(
-        "_target_: test_methods_registry.KeepEveryOther\nname: keep_every_other\n"
-        "description: keeps even positions\npaper: https://example.org\nstride: 2\n"
+        "_target_: test_methods_registry.KeepEveryOther\nname: keep_every_other\nstride: 2\n"
     )
     monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(tmp_path))
-    assert group_entries("method")["every_other"]["description"] == "keeps even positions"
+    assert group_entries("method")["every_other"]["description"] == "test plug-in"  # from the class
     method = build_method(OmegaConf.load(folder / "every_other.yaml"))
     assert isinstance(method, KeepEveryOther)
     backbone = AttentionBackbone(fake_geometry())

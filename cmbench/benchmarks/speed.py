@@ -223,6 +223,7 @@ class Entry:
     peak_kv_bytes: int = 0
     allocated_kv_bytes: int = 0
     survivors: dict[int, BankIds] | None = None
+    before: dict[int, BankIds] | None = None
     runs: dict[int, Runs] = field(default_factory=dict)
 
 
@@ -231,8 +232,10 @@ def account(backbone, entry: Entry, plan: CameraPlan, n_frames: int, seed: int, 
     ``record``, the ids kept after every generated chunk."""
     recorder = CallRecorder(backbone)
     kept = KeptIds() if record else None
-    cont = continue_task(recorder, entry.prefilled, plan, n_frames, seed, on_chunk_end=kept)
+    cont = continue_task(recorder, entry.prefilled, plan, n_frames, seed, on_chunk_end=kept,
+                         on_before_clean=kept.before_clean if kept is not None else None)
     entry.survivors = kept.survivors if kept is not None else None
+    entry.before = kept.before if kept is not None else None
     entry.calls = recorder.calls
     entry.pr = cont.ledger.pruning_ratio()
     entry.target_pr = getattr(entry.prefilled.method, "target_pr", None)
@@ -290,8 +293,9 @@ def bench_length(backbone, frames: int, *, methods: list[str], continuation: int
         account(backbone, entry, plan, continuation, seed, record=label == DECOPRUNE)
     if DECOPRUNE in entries and oracle:
         deco = entries[DECOPRUNE]
-        assert deco.survivors is not None  # recorded by its accounting run
-        replay = OracleMask(survivors=deco.survivors, initial_layout=deco.prefilled.method.layout(g))
+        assert deco.survivors is not None and deco.before is not None  # recorded by its accounting run
+        replay = OracleMask(survivors=deco.survivors, initial_layout=deco.prefilled.method.layout(g),
+                            before=deco.before)
         entries[ORACLE] = Entry(dataclasses.replace(deco.prefilled, method=replay), 0.0)
         account(backbone, entries[ORACLE], plan, continuation, seed, record=False)
         if entries[ORACLE].calls != deco.calls:

@@ -28,10 +28,27 @@ class AttentionStats:
         latest ``attend`` call of that layer while recording. Rows sum to 1.
     num_frames : int
         ``F``: frames ``0 .. F-1`` (the end of the chunk being denoised).
+    key_frames : tuple of int or None
+        Only keys of these source frames enter the softmax (renormalised over them); ``None``: all.
     """
 
     num_frames: int
+    key_frames: tuple[int, ...] | None = None
     mass: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def of(self, q: torch.Tensor, keys: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """Mass per frame ``[Hg, F]`` of one bank's call (:func:`frame_mass` over the chosen key frames).
+
+        Parameters
+        ----------
+        q : Tensor, shape ``[B, L, Hg, D]``
+        keys : Tensor, shape ``[B, N, Hg, D]``
+        frames : Tensor, shape ``[N]``, long: source frame of each key.
+        """
+        if self.key_frames is not None:
+            chosen = torch.isin(frames, torch.tensor(self.key_frames, dtype=frames.dtype))
+            keys, frames = keys[:, chosen.to(keys.device)], frames[chosen]
+        return frame_mass(q, keys, frames, self.num_frames)
 
     def stacked(self) -> torch.Tensor:
         """All recorded layers, ``[num_layers_recorded, H, F]`` in layer order."""

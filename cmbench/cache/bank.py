@@ -157,12 +157,23 @@ class Bank:
         """View of one provenance field over the history, shape ``[n]``."""
         return getattr(self, name)[: self.n]
 
-    def keep_only(self, keep: torch.Tensor) -> None:
+    def rows_of_gids(self, gids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """History rows holding any of ``gids`` (sorted, long): ``(rows [m], index into gids [m])``."""
+        stored = self.field("gid")
+        if not len(gids) or not self.n:
+            empty = torch.zeros(0, dtype=torch.long)
+            return empty, empty
+        where = torch.searchsorted(gids, stored).clamp_max(len(gids) - 1)
+        rows = (gids[where] == stored).nonzero().squeeze(1)
+        return rows, where[rows]
+
+    def keep_only(self, keep: torch.Tensor, slot: int = 0) -> None:
         """Physically gather the history rows where ``keep [n]`` is true (order preserved).
 
         Rows before the first dropped one stay where they are; only the kept rows after it are
-        gathered (one ``index_select`` per tensor). Shrinks storage when it falls under a quarter of
-        its capacity.
+        gathered (one ``index_select`` per tensor). The ``slot`` rows after the history (an open
+        chunk's K/V) move along with it. Shrinks storage when it falls under a quarter of its
+        capacity (never with an open slot).
         """
         if keep.shape != (self.n,):
             raise ValueError(f"keep mask must have shape ({self.n},), got {tuple(keep.shape)}")
@@ -171,16 +182,18 @@ class Bank:
             return
         first = int(dropped[0, 0])
         idx = keep[first:].nonzero().squeeze(1) + first
+        if slot:
+            idx = torch.cat([idx, torch.arange(self.n, self.n + slot)])
         m = first + len(idx)
         if len(idx):
             dev_idx = idx.to(self.k.device)
-            self.k[:, first:m] = self.k[:, : self.n].index_select(1, dev_idx)
-            self.v[:, first:m] = self.v[:, : self.n].index_select(1, dev_idx)
+            self.k[:, first:m] = self.k[:, : self.n + slot].index_select(1, dev_idx)
+            self.v[:, first:m] = self.v[:, : self.n + slot].index_select(1, dev_idx)
             for name in self.PROVENANCE:
                 t = getattr(self, name)
-                t[first:m] = t[: self.n][idx]
-        self.n = m
-        if self.k is not None and shrunk_capacity(self.capacity, m) != self.capacity:
+                t[first:m] = t[: self.n + slot][idx]
+        self.n = m - slot
+        if not slot and self.k is not None and shrunk_capacity(self.capacity, m) != self.capacity:
             self._resize(shrunk_capacity(self.capacity, m), self.k[:, :0])
 
     def select_heads(self, group: HeadGroup) -> "Bank":

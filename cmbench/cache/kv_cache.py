@@ -9,7 +9,13 @@ Life of a chunk (driven by :mod:`cmbench.generation`)::
     cache.commit_chunk()         # the slot becomes history
     cache.compact(select)        # a method drops history rows (physically)
 
-Attention reads only what is physically stored: a compacted bank is shorter, never masked.
+A compaction may also run while a chunk is open (outside a probe), e.g. right before its ``t = 0``
+pass: the chunk's slot moves along with the shortened history.
+
+Attention reads only what is physically stored: a compacted bank is shorter, never masked. A cache
+built with ``compute_attention=False`` stores and compacts exactly the same rows but skips the
+attention arithmetic (``attend`` returns zeros): PR and memory accounting at a real model's scale
+on a CPU (the numbers count positions, not values).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from cmbench.cache.attention_stats import AttentionStats, frame_mass
+from cmbench.cache.attention_stats import AttentionStats
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
 from cmbench.cache.rope import RopeSpec, reindex_frames, shift_positions
@@ -74,6 +80,9 @@ class KVCache:
         Head groups per layer (default: one bank per layer with every head).
     capacity_limit : int or None
         Most rows any bank may allocate (history + one chunk); ``None`` for unbounded.
+    compute_attention : bool
+        ``False``: ``attend`` writes and returns zeros without computing attention (accounting runs);
+        recorded attention statistics are still computed.
     """
 
     def __init__(
@@ -85,11 +94,13 @@ class KVCache:
         rope: RopeSpec,
         layout: Layout | None = None,
         capacity_limit: int | None = None,
+        compute_attention: bool = True,
     ) -> None:
         self.num_layers, self.num_heads, self.head_dim = num_layers, num_heads, head_dim
         self.tokens_per_frame = tokens_per_frame
         self.rope = rope
         self.capacity_limit = capacity_limit
+        self.compute_attention = compute_attention
         layout = uniform_layout(num_layers, num_heads) if layout is None else layout
         if len(layout) != num_layers:
             raise ValueError(f"layout has {len(layout)} layers, the cache {num_layers}")
@@ -107,10 +118,11 @@ class KVCache:
         self._stats: AttentionStats | None = None
 
     @classmethod
-    def from_geometry(cls, geometry, layout: Layout | None = None, capacity_limit: int | None = None) -> "KVCache":
+    def from_geometry(cls, geometry, layout: Layout | None = None, capacity_limit: int | None = None,
+                      compute_attention: bool = True) -> "KVCache":
         """Build from a :class:`cmbench.backbones.base.Geometry` (any object with its attributes)."""
         return cls(geometry.num_layers, geometry.num_heads, geometry.head_dim, geometry.tokens_per_frame,
-                   geometry.rope, layout, capacity_limit)
+                   geometry.rope, layout, capacity_limit, compute_attention)
 
     # ------------------------------------------------------------------ timeline
     @property
@@ -213,7 +225,10 @@ class KVCache:
         self._written[layer] = True
         banks = self.banks[layer]
         whole = len(banks) == 1
-        out = None if whole else torch.empty_like(q)
+        if not self.compute_attention:
+            out = torch.zeros_like(q)
+        elif not whole:
+            out = torch.empty_like(q)
         mass = None if self._stats is None else torch.zeros(H, self._stats.num_frames)
         for bank in banks:
             if whole:
@@ -222,12 +237,15 @@ class KVCache:
                 idx = bank.heads.to(q.device)
                 qg, kg, vg = q.index_select(2, idx), k.index_select(2, idx), v.index_select(2, idx)
             bank.write_slot(kg, vg)
+            if not self.compute_attention and mass is None:
+                continue
             keys, values, rows = self._visible(bank, L)
-            o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
             if mass is not None:
                 history = bank.field("frame") if rows is None else bank.field("frame")[rows]
-                key_frames = torch.cat([history, self._pending[0]])
-                mass[bank.heads] = frame_mass(qg, keys, key_frames, self._stats.num_frames)
+                mass[bank.heads] = self._stats.of(qg, keys, torch.cat([history, self._pending[0]]))
+            if not self.compute_attention:
+                continue
+            o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
             if whole:
                 out = o.transpose(1, 2)
             else:
@@ -305,14 +323,21 @@ class KVCache:
                     bank.v[:, bank.n : bank.n + info.length] = v
 
     @contextmanager
-    def record_attention(self) -> Iterator[AttentionStats]:
+    def record_attention(self, key_frames: Sequence[int] | None = None) -> Iterator[AttentionStats]:
         """Record attention mass per source frame for the ``attend`` calls made inside.
 
         Yields an :class:`AttentionStats` whose ``mass[layer]`` is ``[H, F]`` with ``F`` = the end frame
         of the open chunk (the latest call of each layer wins).
+
+        Parameters
+        ----------
+        key_frames : sequence of int, optional
+            Measure the softmax over the keys of these source frames only (renormalised over them,
+            per query), e.g. a method's own packed key layout; the attention the model computes is
+            unchanged. ``None``: every visible key.
         """
         info = self._require_open()
-        self._stats = AttentionStats(info.frame_end)
+        self._stats = AttentionStats(info.frame_end, None if key_frames is None else tuple(int(f) for f in key_frames))
         try:
             yield self._stats
         finally:
@@ -335,27 +360,79 @@ class KVCache:
             Banks to mark (default: every bank; a shared decision).
         """
         info = self.chunk(chunk)
+        gids = torch.arange(info.gid_start, info.gid_start + info.length)
+        self.mark_tokens(gids, keep=keep, priority=priority, banks=banks)
+
+    def mark_tokens(self, gids: torch.Tensor, keep: torch.Tensor | None = None, priority: torch.Tensor | None = None,
+                    banks: Sequence[Bank] | None = None) -> None:
+        """Store per-token decisions for the stored tokens with these global ids (any chunks).
+
+        Parameters
+        ----------
+        gids : Tensor, shape ``[m]``, long
+            Global token ids, strictly increasing; ids not stored in a bank are skipped there.
+        keep : Tensor, shape ``[m]``, bool, optional
+        priority : Tensor, shape ``[m]``, optional
+        banks : sequence of Bank, optional
+            Banks to mark (default: every bank).
+        """
+        gids = gids.to(torch.long).cpu()
         for bank in self.all_banks() if banks is None else banks:
-            rows = (bank.field("chunk") == chunk).nonzero().squeeze(1)
-            offsets = bank.field("gid")[rows] - info.gid_start
+            rows, index = bank.rows_of_gids(gids)
             if keep is not None:
-                bank.keep[rows] = keep.to(torch.bool).cpu()[offsets]
+                bank.keep[rows] = keep.to(torch.bool).cpu()[index]
             if priority is not None:
-                bank.priority[rows] = priority.float().cpu()[offsets]
+                bank.priority[rows] = priority.float().cpu()[index]
 
     def compact(self, select: BankSelector) -> int:
         """Physically keep, in every bank, the history rows where ``select(bank)`` is true.
 
         Selection is by the bank's own provenance at call time (source identity, never stored offsets).
-        Returns the number of (token, head) entries dropped.
+        With a chunk open (not inside a probe) its slot moves along with the history. Returns the
+        number of (token, head) entries dropped.
         """
-        self._require_closed("compact")
+        if self._probe is not None:
+            raise RuntimeError("cannot compact inside a probe")
+        length = 0 if self.current is None else self.current.length
         dropped = 0
         for bank in self.all_banks():
             keep = select(bank)
             dropped += (bank.n - int(keep.sum())) * bank.num_heads
-            bank.keep_only(keep)
+            bank.keep_only(keep, slot=length if self._written[bank.layer] else 0)
         return dropped
+
+    def frame_keys(self, layer: int, frames: Sequence[int], role: str | None = None) -> torch.Tensor | None:
+        """Stored keys of whole latent frames of one layer, the heads of its banks side by side.
+
+        Parameters
+        ----------
+        layer : int
+        frames : sequence of int
+            Source latent frames, each of which must be stored completely.
+        role : str, optional
+            Only the banks with this role (e.g. ``"dynamic"``); default every bank of the layer.
+
+        Returns
+        -------
+        Tensor, shape ``[B, len(frames), tokens_per_frame, H', D]`` (``H'`` = heads of the chosen banks in
+        head order), or ``None`` when a frame is not stored completely in one of them or no bank has
+        the role.
+        """
+        T = self.tokens_per_frame
+        frame_list = [int(f) for f in frames]
+        gids = (torch.tensor(frame_list, dtype=torch.long)[:, None] * T + torch.arange(T)).flatten()
+        banks = [b for b in self.banks[layer] if role is None or b.role == role]
+        if not banks:
+            return None
+        parts, heads = [], []
+        for bank in banks:
+            rows, _ = bank.rows_of_gids(gids)
+            if len(rows) != len(gids):
+                return None
+            parts.append(bank.k[:, : bank.n].index_select(1, rows.to(bank.k.device)))
+            heads.extend(bank.group.heads)
+        keys = torch.cat(parts, dim=2)[:, :, torch.tensor(heads).argsort().to(parts[0].device)]
+        return keys.reshape(keys.shape[0], len(frame_list), T, *keys.shape[2:])
 
     def regroup(self, layer: int, groups: Sequence[HeadGroup]) -> None:
         """Split a layer's banks into new head groups (each new group inside one existing bank)."""

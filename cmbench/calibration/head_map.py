@@ -13,16 +13,18 @@ import torch
 from cmbench.errors import ConfigError
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods.fullkv import FullKV
-from cmbench.methods.head_map import static_scores
+from cmbench.methods.head_map import ratio, static_masses
 
 
 def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | None = None, first: int = 4,
                           last: int = 4) -> torch.Tensor:
     """DeCoPrune-HS / ForcingKV head scores from FullKV attention at the first continuation call.
 
-    For each calibration context: prefill with FullKV, record the attention of the first denoising call
-    of the first generated chunk, and compute ``s(l, h)`` = mass on the last ``last`` context frames /
-    mass on all context frames but the first ``first`` (:func:`cmbench.methods.head_map.static_scores`).
+    For each calibration context: prefill with FullKV and record the attention of the first denoising
+    call of the first generated chunk. ``s(l, h)`` = mass on the last ``last`` context frames / mass on
+    all context frames but the first ``first``, pooled over the contexts as the paper's Appendix B
+    defines it: the sum of the numerators over the sum of the denominators
+    (:func:`cmbench.methods.head_map.static_masses`).
 
     Parameters
     ----------
@@ -33,13 +35,15 @@ def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | Non
 
     Returns
     -------
-    Tensor, shape ``[num_layers, num_heads]``: the mean of ``s`` over contexts (``nan`` ignored).
+    Tensor, shape ``[num_layers, num_heads]``: pooled ``s`` (``nan`` where every denominator is zero).
     """
-    scores = []
+    numerators, denominators = [], []
     for latents, cond, seed in contexts:
         pre = prefill(backbone, FullKV(), latents, cond, seed, settings)
         cont = continue_task(backbone, pre, cond, backbone.geometry.chunk_frames, seed, record_attention_at=(0,))
-        scores.append(static_scores(cont.attention[0].stacked(), pre.context_frames, first, last))
-    if not scores:
+        numerator, denominator = static_masses(cont.attention[0].stacked(), pre.context_frames, first, last)
+        numerators.append(numerator)
+        denominators.append(denominator)
+    if not numerators:
         raise ConfigError("head-map calibration needs at least one context")
-    return torch.stack(scores).nanmean(dim=0)
+    return ratio(torch.stack(numerators).sum(0), torch.stack(denominators).sum(0))

@@ -7,7 +7,12 @@ Two calls per context and task (two tasks share one context)::
 
 ``prefill`` writes the context chunk by chunk (the clean K/V of each chunk by a ``t = 0`` call; the
 method's re-noise probe first, where it wants one), lets the method compact after every chunk, and
-re-indexes the temporal RoPE of the cached keys at the end. ``continue_task`` forks the prefilled
+re-indexes the temporal RoPE of the cached keys at the end.
+
+Two method hooks per chunk, in timeline order: ``before_clean(cache, chunk)`` once the chunk's
+denoising calls and probes are done, right before its ``t = 0`` pass (the chunk is open: e.g.
+DeCoPrune compacts the chunk two back here, so this chunk's denoising and probe still saw it dense);
+then ``after_chunk(cache, signals)`` once the chunk is committed. ``continue_task`` forks the prefilled
 cache and generates the continuation chunk by chunk with the sampler; the PR ledger records what each
 chunk saw. Prefill and continuation are timed separately (the paper's FPS counts the continuation).
 
@@ -16,8 +21,9 @@ starting noise from ``(seed, "noise", chunk)`` and stochastic-sampler noise from
 
 Hooks: both calls take ``on_chunk_end(cache, signals)``, called after the method has decided and the
 cache has been compacted for every committed chunk (as diffusers pipelines call
-``callback_on_step_end``), so instruments (a keep-pattern recorder, invariant checks) observe the loop
-without patching the method. The loop also times the method's decisions (``decide_seconds``).
+``callback_on_step_end``), and ``on_before_clean(cache, chunk)``, called right before every chunk's
+``t = 0`` pass (after the method's own ``before_clean``), so instruments (a keep-pattern recorder,
+invariant checks) observe the loop without patching the method. The loop also times the method's decisions (``decide_seconds``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any, Callable
 
 import torch
 
-from cmbench.cache import AttentionStats, KVCache, PRLedger
+from cmbench.cache import AttentionStats, ChunkInfo, KVCache, PRLedger
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Method, Needs
 from cmbench.generation.sampler import FlowMatchSampler, renoise
@@ -38,6 +44,10 @@ from cmbench.hashing import seeded_generator
 
 ChunkHook = Callable[[KVCache, ChunkSignals], None]
 """``on_chunk_end(cache, signals)``: called after each committed chunk's decision and compaction."""
+
+CleanHook = Callable[[KVCache, ChunkInfo], None]
+"""``on_before_clean(cache, chunk)``: called with the chunk open, after the method's ``before_clean``,
+right before the chunk's ``t = 0`` pass."""
 
 
 @dataclass(frozen=True)
@@ -55,12 +65,17 @@ class GenerationSettings:
         ``N_r``: context frames nearest the boundary that keep their true positions.
     reindex_virtual_length : float
         ``L_virt``: the whole context is squeezed into this many frames.
+    compute_attention : bool
+        ``False``: the cache stores, compacts and accounts exactly as usual but skips the attention
+        arithmetic (its outputs are zeros): PR and memory at a real model's scale on a CPU
+        (:mod:`cmbench.benchmarks.pr_at_scale`), never for generating video.
     """
 
     sampler: FlowMatchSampler = field(default_factory=FlowMatchSampler)
     reindex: bool = True
     reindex_recent: int = 8
     reindex_virtual_length: float = 17.0
+    compute_attention: bool = True
 
 
 @dataclass(kw_only=True)
@@ -125,7 +140,7 @@ class Continuation:
     cache : KVCache
         The task's cache after the last chunk (drop it to free its memory).
     attention : dict[int, AttentionStats]
-        Attention recorded at the first call of the listed generated chunks.
+        Attention recorded at the first call of the generated chunks listed in ``record_attention_at``.
     decide_seconds : float
         Of ``seconds``, the time the method spent deciding and compacting.
     """
@@ -153,7 +168,7 @@ class _Loop:
 
     def __init__(self, backbone, method: Method, cache: KVCache, ledger: PRLedger, settings: GenerationSettings,
                  cond: Any, seed: int, context_frames: int, previous: torch.Tensor | None,
-                 on_chunk_end: ChunkHook | None) -> None:
+                 on_chunk_end: ChunkHook | None, on_before_clean: CleanHook | None = None) -> None:
         self.backbone, self.method, self.cache, self.ledger = backbone, method, cache, ledger
         self.settings, self.cond, self.seed = settings, cond, seed
         self.geometry = backbone.geometry
@@ -161,10 +176,33 @@ class _Loop:
         self.context_frames = context_frames
         self.previous = previous
         self.on_chunk_end = on_chunk_end
+        self.on_before_clean = on_before_clean
         self.decide_seconds = 0.0
 
     def denoise(self, x: torch.Tensor, t: float, frame_start: int) -> torch.Tensor:
         return self.backbone.denoise(x, t, self.cache, frame_start, self.cond)
+
+    def recorder(self, info, wanted: bool):
+        """Attention recorder for a call of chunk ``info``: the method's (with its key frames) when it
+        asked for this chunk, a plain one when ``wanted``, else none."""
+        if self.needs.attention_chunk == info.index:
+            return self.cache.record_attention(self.method.attention_key_frames(self.geometry, info))
+        return self.cache.record_attention() if wanted else nullcontext()
+
+    def clean_pass(self, x0: torch.Tensor, info, record: bool) -> AttentionStats | None:
+        """The method's ``before_clean`` hook, then the ``t = 0`` pass writing the chunk's clean K/V.
+
+        With ``record`` (context chunks: their only model call) returns the attention the method asked
+        for at this chunk, if it did.
+        """
+        start = time.perf_counter()
+        self.method.before_clean(self.cache, info)
+        self.decide_seconds += time.perf_counter() - start
+        if self.on_before_clean is not None:
+            self.on_before_clean(self.cache, info)
+        with self.recorder(info, False) if record else nullcontext() as recorded:
+            self.denoise(x0, 0.0, info.frame_start)
+        return recorded
 
     def probe_calls(self, x_t: torch.Tensor, t: float, frame_start: int, x0: torch.Tensor | None) -> dict:
         """The probe-step predictions the method needs (``x0`` = the trajectory's own, if any)."""
@@ -188,10 +226,10 @@ class _Loop:
             t = self.settings.sampler.levels[self.needs.probe_step]
             noise = torch.randn(x0.shape, generator=seeded_generator(self.seed, "context-probe", chunk)).to(x0)
             extra = self.probe_calls(renoise(x0, noise, t), t, frame_start, None)
-        self.denoise(x0, 0.0, frame_start)
+        attention = self.clean_pass(x0, info, record=True)
         self.finish(ChunkSignals(geometry=self.geometry, chunk=info, phase="context", generated_index=None,
                                  context_frames=self.context_frames, seed=self.seed, x0_final=x0,
-                                 previous_final=self.previous, **extra))
+                                 previous_final=self.previous, attention=attention, **extra))
 
     def generated_chunk(self, gen_index: int, chunk: int, frame_start: int, shape: tuple[int, ...],
                         like: torch.Tensor, record_attention: bool) -> tuple[torch.Tensor, AttentionStats | None]:
@@ -203,8 +241,7 @@ class _Loop:
         stats: list[AttentionStats] = []
 
         def call(x: torch.Tensor, t: float, step: int) -> torch.Tensor:
-            recorder = self.cache.record_attention() if step == 0 and record_attention else nullcontext()
-            with recorder as recorded:
+            with self.recorder(info, record_attention) if step == 0 else nullcontext() as recorded:
                 x0 = self.denoise(x, t, frame_start)
             if recorded is not None:
                 stats.append(recorded)
@@ -214,7 +251,7 @@ class _Loop:
 
         trace = self.settings.sampler.sample(call, noise, seeded_generator(self.seed, "step", chunk))
         final = trace.final
-        self.denoise(final, 0.0, frame_start)
+        self.clean_pass(final, info, record=False)
         attention = stats[0] if stats else None
         self.finish(ChunkSignals(geometry=self.geometry, chunk=info, phase="generation", generated_index=gen_index,
                                  context_frames=self.context_frames, seed=self.seed, x0_final=final,
@@ -267,7 +304,8 @@ def _now(device: torch.device) -> float:
 
 
 def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, seed: int,
-            settings: GenerationSettings | None = None, on_chunk_end: ChunkHook | None = None) -> PrefilledContext:
+            settings: GenerationSettings | None = None, on_chunk_end: ChunkHook | None = None,
+            on_before_clean: CleanHook | None = None) -> PrefilledContext:
     """Write a context into a fresh cache, chunk by chunk, under ``method``.
 
     Parameters
@@ -283,6 +321,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     settings : GenerationSettings, optional
     on_chunk_end : callable ``(cache, signals)``, optional
         Called after every context chunk's decision and compaction.
+    on_before_clean : callable ``(cache, chunk)``, optional
+        Called right before every context chunk's ``t = 0`` pass (after the method's ``before_clean``).
 
     Returns
     -------
@@ -293,10 +333,11 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     _check(method, settings)
     _check_latents(context_latents, g, "context latents")
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
-    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity)
+    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity,
+                                  compute_attention=settings.compute_attention)
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
-    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end)
+    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean)
     start = _now(context_latents.device)
     with torch.no_grad():
         for chunk in range(q0 // f):
@@ -312,7 +353,7 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
 
 def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
                   method: Method | None = None, record_attention_at: tuple[int, ...] = (),
-                  on_chunk_end: ChunkHook | None = None) -> Continuation:
+                  on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None) -> Continuation:
     """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
 
     Parameters
@@ -330,9 +371,12 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
         Task-specific knobs (e.g. :class:`RandomTokens` counts); must be the prefill method's class with
         the same bank layout. Default: the prefill method.
     record_attention_at : tuple of int
-        Generated chunks (0-based) whose first denoising call's attention is returned.
+        Generated chunks (0-based) whose first denoising call's attention is returned (over every
+        visible key; the method's own request, ``Needs.attention_chunk``, is served separately).
     on_chunk_end : callable ``(cache, signals)``, optional
         Called after every generated chunk's decision and compaction.
+    on_before_clean : callable ``(cache, chunk)``, optional
+        Called right before every generated chunk's ``t = 0`` pass (after the method's ``before_clean``).
 
     Returns
     -------
@@ -350,8 +394,8 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
-                 prefilled.last_chunk, on_chunk_end)
-    wanted = set(record_attention_at) | ({method.needs().attention_chunk} - {None})
+                 prefilled.last_chunk, on_chunk_end, on_before_clean)
+    wanted = set(record_attention_at)
     like = prefilled.like
     shape = (prefilled.batch, g.latent_channels, f, g.latent_height, g.latent_width)
     finals, attention = [], {}

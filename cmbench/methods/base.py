@@ -4,12 +4,14 @@ A method never touches keys or values itself. After every chunk, :mod:`cmbench.g
 :meth:`Method.after_chunk`; the method writes its per-token decisions into the cache
 (:meth:`KVCache.mark`: keep flags and priorities), then the cache physically compacts every bank by
 the method's :meth:`Method.select` and, where a size limit applies, evicts the lowest priorities.
+A method may also act in :meth:`Method.before_clean`, while a chunk is open, right before its
+``t = 0`` pass (DeCoPrune's delayed compaction).
 
 Shared mechanics (every method):
 
 - the *sink*: chunks ``0 .. sink_chunks - 1`` are never pruned;
-- the *recent window*: the newest ``recent_chunks`` committed chunks stay dense; a chunk is compacted
-  with its keep flags when it leaves the window;
+- the *recent window*: the newest :meth:`Method.window` chunks stay dense (``recent_chunks`` unless a
+  method delays its compaction); a chunk is compacted with its keep flags when it leaves the window;
 - *bounded memory* (``max_history_tokens``): a hard cap on history tokens per head; when full, the
   lowest-priority unprotected tokens are evicted first (ties: oldest first).
 
@@ -44,8 +46,10 @@ class Needs:
         Predict at the probe step against the cache as it will be after the next compaction (one extra
         call per generated chunk; the context probe itself uses that cache).
     attention_chunk : int or None
-        Record attention mass per source frame at the first denoising call of this generated chunk
-        (0-based within the continuation).
+        Record attention mass per source frame at this chunk (timeline index, context chunks first):
+        at the ``t = 0`` pass of a context chunk, at the first denoising call of a generated chunk;
+        over the keys of :meth:`Method.attention_key_frames`. It reaches the method in
+        ``ChunkSignals.attention``.
     """
 
     probe_step: int | None = None
@@ -80,7 +84,7 @@ class ChunkSignals:
     previous_final : Tensor or None, shape ``[B, C, f', h, w]``
         The previous chunk's clean latents.
     attention : AttentionStats or None
-        Recorded when ``Needs.attention_chunk`` names this chunk.
+        Recorded when ``Needs.attention_chunk`` names this chunk (context or generated).
     """
 
     geometry: Any
@@ -111,8 +115,9 @@ class Method:
     """
 
     name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
-    paper: ClassVar[str] = ""
+    description: ClassVar[str] = ""  # one line: what the method keeps (``ls method``, the README table)
+    paper: ClassVar[str] = ""  # URL of the method's paper ("" if none)
+    paper_title: ClassVar[str] = ""  # how the tables cite it, e.g. "StreamingLLM, arXiv 2309.17453"
 
     sink_chunks: int = 1
     recent_chunks: int = 1
@@ -146,10 +151,23 @@ class Method:
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
         """Write keep flags / priorities of the new chunk into the cache (default: keep all)."""
 
+    def window(self, bank: Bank | None = None) -> int:
+        """Chunks that stay dense in ``bank`` counting back from the newest (default ``recent_chunks``);
+        ``bank=None``: in the banks the method scores (what memory planning assumes)."""
+        return self.recent_chunks
+
     def protected(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         """Sink or recent-window rows of ``bank`` when ``newest`` is the newest chunk, ``bool [n]``."""
         chunk = bank.field("chunk")
-        return (chunk < self.sink_chunks) | (chunk > newest.index - self.recent_chunks)
+        return (chunk < self.sink_chunks) | (chunk > newest.index - self.window(bank))
+
+    def attention_key_frames(self, geometry, chunk: ChunkInfo) -> tuple[int, ...] | None:
+        """Source frames whose keys the attention recorded at ``chunk`` covers (``None``: all visible)."""
+        return None
+
+    def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
+        """Called with ``chunk`` open, after its denoising calls and probes, right before its ``t = 0``
+        pass writes the clean K/V (default: nothing)."""
 
     def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         """The method's own keep rule over ``bank``'s history, ``bool [n]`` (default: keep flags)."""

@@ -7,7 +7,14 @@ For every token ``p`` of a chunk (one DiT patch, ``C * ph * pw`` latent values):
 and the token is kept iff ``score[p] > gamma`` (non-finite scores are kept). Generated chunks reuse
 their own trajectory (``x0`` at the probe step); observed context chunks are re-noised to ``tau*``
 (noise seeded by the run seed and chunk index) and predicted once against the retained cache. One
-mask per chunk, shared by all layers and heads, applied when the chunk leaves the recent window.
+mask per chunk, shared by all layers and heads.
+
+Window timing (the paper's "after the recent-window delay"; the authors' harness compacts chunk
+``i`` just before chunk ``i + 2w``'s ``t = 0`` pass): with ``w = recent_chunks``, chunk ``i`` is
+compacted in :meth:`DeCoPrune.before_clean` of chunk ``i + 2w``, so chunk ``i + 2w``'s denoising
+calls and its probe still see chunks ``i .. i + 2w - 1`` dense, and every chunk sees the newest
+``2w`` committed chunks dense (the record of the chunk before the window stays dense until the next
+compaction). Static banks of head-split subclasses keep the plain window (sink + newest ``w``).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cmbench.cache import KVCache
+from cmbench.cache import Bank, ChunkInfo, KVCache
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
 from cmbench.methods.registry import register
@@ -57,13 +64,15 @@ class DeCoPrune(ScoredMethod):
         with no history (one extra call per chunk). ``chunk_normalised``: divided by the chunk's mean
         finite score (gamma becomes relative).
     post_prune : bool
-        Probe against the cache as it will be after the previous chunk's compaction (one extra call per
+        Probe against the cache as it will be after this chunk's delayed compaction (one extra call per
         generated chunk), so a repeat of a place is not judged redundant against a copy about to go.
     """
 
     name = "decoprune"
-    description = "Keep tokens whose probe-step x0 disagrees with the final x0 (denoising consistency)"
+    description = ("tokens whose probe-step `x0` disagrees with the final `x0` (score > gamma), one mask for all "
+                   "layers")
     paper = "https://arxiv.org/abs/2609.39096"
+    paper_title = "DeCoPrune, arXiv 2609.39096"
 
     gamma: float = 0.10
     probe_step: int = 2
@@ -111,3 +120,24 @@ class DeCoPrune(ScoredMethod):
         score = self.token_scores(sig)
         cache.mark(sig.chunk.index, keep=self.keep_rule(score), priority=self.priority(score),
                    banks=self.scored_banks(cache))
+
+    # ------------------------------------------------------------------ window timing
+    def window(self, bank: Bank | None = None) -> int:
+        """``2 * recent_chunks`` on scored banks (the delayed compaction), ``recent_chunks`` elsewhere."""
+        return 2 * self.recent_chunks if bank is None or self.budgeted(bank) else self.recent_chunks
+
+    def delayed_select(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
+        """What the compaction before the open chunk ``newest``'s ``t = 0`` pass keeps, ``bool [n]``:
+        the keep rule on scored banks (chunk ``newest - 2w`` leaves the window), everything elsewhere
+        and in budget mode (there the limits after each commit decide)."""
+        if self.budget_mode or not self.budgeted(bank):
+            return torch.ones(bank.n, dtype=torch.bool)
+        return self.rule(bank, newest)
+
+    def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
+        cache.compact(lambda bank: self.delayed_select(bank, chunk))
+
+    def probe_hide(self, cache: KVCache):
+        """The post-prune probe hides what :meth:`before_clean` of the open chunk will drop."""
+        newest = cache.current
+        return lambda bank: ~self.delayed_select(bank, newest)

@@ -28,8 +28,9 @@ class DeCoPruneHS(DeCoPrune):
     """
 
     name = "decoprune_hs"
-    description = "DeCoPrune on dynamic heads, sink + recent window on static heads (offline head map)"
+    description = "DeCoPrune on dynamic heads, sink + recent on static heads (offline head map, layer 0 dynamic)"
     paper = "https://arxiv.org/abs/2609.39096"
+    paper_title = "DeCoPrune, arXiv 2609.39096"
 
     head_map: str | None = None
 

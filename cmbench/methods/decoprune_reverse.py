@@ -17,8 +17,9 @@ class DeCoPruneReverse(DeCoPrune):
     """Keep tokens with ``score <= gamma`` (non-finite scores still kept); budget mode keeps the lowest."""
 
     name = "decoprune_reverse"
-    description = "Ablation: keep the LOW-discrepancy tokens DeCoPrune would drop"
+    description = "the ablation: tokens with LOW discrepancy (score <= gamma)"
     paper = "https://arxiv.org/abs/2609.39096"
+    paper_title = "DeCoPrune, arXiv 2609.39096"
 
     def keep_rule(self, score: torch.Tensor) -> torch.Tensor:
         return ~torch.isfinite(score) | (score <= self.gamma)

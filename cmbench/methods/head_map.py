@@ -146,8 +146,9 @@ class HeadMap:
         return cls(n_layers, n_heads, tuple(static), {"threshold": threshold, **meta})
 
 
-def static_scores(mass: torch.Tensor, context_frames: int, first: int = 4, last: int = 4) -> torch.Tensor:
-    """``s(l, h)`` = mass on the last ``last`` context frames / mass on context frames ``first ..``.
+def static_masses(mass: torch.Tensor, context_frames: int, first: int = 4,
+                  last: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two sides of ``s(l, h)``: mass on the last ``last`` context frames, and on frames ``first ..``.
 
     Parameters
     ----------
@@ -159,10 +160,19 @@ def static_scores(mass: torch.Tensor, context_frames: int, first: int = 4, last:
 
     Returns
     -------
-    Tensor, shape ``[num_layers, num_heads]`` (``nan`` where the denominator is zero).
+    (numerator, denominator), each ``[num_layers, num_heads]``.
     """
     if context_frames <= first or context_frames < last:
         raise ConfigError(f"head scores need more than {first} context frames (and at least {last}), got {context_frames}")
-    recent = mass[..., context_frames - last : context_frames].sum(-1)
-    older = mass[..., first:context_frames].sum(-1)
-    return torch.where(older > 0, recent / older.clamp_min(1e-30), torch.full_like(recent, float("nan")))
+    return mass[..., context_frames - last : context_frames].sum(-1), mass[..., first:context_frames].sum(-1)
+
+
+def static_scores(mass: torch.Tensor, context_frames: int, first: int = 4, last: int = 4) -> torch.Tensor:
+    """``s(l, h)`` = mass on the last ``last`` context frames / mass on context frames ``first ..``
+    (:func:`static_masses`); ``[num_layers, num_heads]``, ``nan`` where the denominator is zero."""
+    return ratio(*static_masses(mass, context_frames, first, last))
+
+
+def ratio(numerator: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+    """``numerator / denominator``, ``nan`` where the denominator is zero."""
+    return torch.where(denominator > 0, numerator / denominator.clamp_min(1e-30), torch.full_like(numerator, float("nan")))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cmbench.cache import HeadGroup, KVCache
+from cmbench.cache import ChunkInfo, HeadGroup, KVCache
 from cmbench.methods.base import ChunkSignals, Method
 
 BankIds = dict[tuple[int, HeadGroup], torch.Tensor]
@@ -33,7 +33,9 @@ def bank_ids(cache: KVCache) -> BankIds:
 
 
 class KeptIds:
-    """``on_chunk_end`` hook: what every bank keeps after each chunk of the chosen phases.
+    """``on_chunk_end`` hook: what every bank keeps after each chunk of the chosen phases; its
+    :meth:`before_clean` (an ``on_before_clean`` hook) records what they hold right before each chunk's
+    ``t = 0`` pass (a method may compact there, e.g. DeCoPrune's delayed window).
 
     Parameters
     ----------
@@ -44,15 +46,21 @@ class KeptIds:
     ----------
     survivors : dict of int to BankIds
         Chunk index -> each bank's stored global ids after that chunk's compaction.
+    before : dict of int to BankIds
+        Chunk index -> each bank's stored history ids right before that chunk's ``t = 0`` pass.
     """
 
     def __init__(self, phases: tuple[str, ...] = ("generation",)) -> None:
         self.phases = phases
         self.survivors: dict[int, BankIds] = {}
+        self.before: dict[int, BankIds] = {}
 
     def __call__(self, cache: KVCache, sig: ChunkSignals) -> None:
         if sig.phase in self.phases:
             self.survivors[sig.chunk.index] = bank_ids(cache)
+
+    def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
+        self.before[chunk.index] = bank_ids(cache)
 
 
 @dataclass
@@ -67,6 +75,9 @@ class OracleMask(Method):
     initial_layout : sequence of sequence of HeadGroup, optional
         The recorded method's bank layout at the start (``method.layout(geometry)``); one bank per layer
         when omitted.
+    before : mapping of int to BankIds
+        Chunk index -> ids right before that chunk's ``t = 0`` pass (:attr:`KeptIds.before`); replayed
+        there. Chunks not in the mapping are left as they are.
     """
 
     name = "oracle_mask"
@@ -74,11 +85,18 @@ class OracleMask(Method):
 
     survivors: Mapping[int, BankIds] = field(default_factory=dict)
     initial_layout: Sequence[Sequence[HeadGroup]] | None = None
+    before: Mapping[int, BankIds] = field(default_factory=dict)
 
     def layout(self, geometry) -> list[list[HeadGroup]]:
         if self.initial_layout is None:
             return super().layout(geometry)
         return [list(groups) for groups in self.initial_layout]
+
+    def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
+        recorded = self.before.get(chunk.index)
+        if recorded is not None:
+            where = {id(bank): (layer, bank.group) for layer, banks in enumerate(cache.banks) for bank in banks}
+            cache.compact(lambda bank: torch.isin(bank.field("gid"), recorded[where[id(bank)]]))
 
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
         recorded = self.survivors.get(sig.chunk.index)

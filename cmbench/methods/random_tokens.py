@@ -1,4 +1,4 @@
-"""Random: DeCoPrune's windows with random history tokens (the selection control)."""
+"""Random: DeCoPrune's windows and per-chunk counts, random tokens (the paper's selection control)."""
 
 from __future__ import annotations
 
@@ -9,50 +9,59 @@ import torch
 
 from cmbench.cache import KVCache
 from cmbench.errors import ConfigError
-from cmbench.methods.base import ChunkSignals, ScoredMethod
-from cmbench.methods.registry import register
 from cmbench.hashing import seeded_generator
+from cmbench.methods.base import ChunkSignals, Needs
+from cmbench.methods.decoprune import DeCoPrune
+from cmbench.methods.registry import register
 
 
 @register
 @dataclass
-class RandomTokens(ScoredMethod):
-    """Keep a random subset of each chunk when it leaves the window; deterministic by seed.
+class RandomTokens(DeCoPrune):
+    """For every chunk, as many tokens as DeCoPrune's threshold keeps in it, chosen at random.
+
+    The count comes from this run's own scores (the probe and ``gamma`` of :class:`DeCoPrune`, whose
+    knobs and window timing it shares); which tokens is a seeded draw from ``(seed, run seed, chunk)``.
+    This is the paper's control (the authors' harness: the keep count of DeCoPrune's mask for the
+    chunk, indices from a seeded generator), so it runs at DeCoPrune's PR chunk by chunk.
 
     Parameters
     ----------
-    keep_ratio : float
-        Fraction of each chunk's tokens kept (``round(keep_ratio * L)``).
     keep_counts : mapping of int to int, optional
-        Exact tokens kept per chunk index (e.g. another method's per-chunk counts, to match its pruning
-        ratio chunk by chunk); every chunk that gets pruned must be listed.
+        Exact tokens kept per chunk index instead (e.g. another run's per-chunk counts, to match that
+        run chunk by chunk); every chunk that gets pruned must be listed, and no probe runs. Budget
+        mode (``target_pr`` / ``token_budget``) keeps the highest random priorities instead.
     seed : int
         Mixed with the run seed and the chunk index.
     """
 
     name = "random"
-    description = "Random history tokens with DeCoPrune's windows (selection control)"
+    description = "random history tokens, as many per chunk as DeCoPrune's threshold keeps (the selection control)"
     paper = "https://arxiv.org/abs/2609.39096"
+    paper_title = "DeCoPrune, arXiv 2609.39096"
 
-    keep_ratio: float = 0.15
     keep_counts: Mapping[int, int] | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 0.0 <= self.keep_ratio <= 1.0:
-            raise ConfigError(f"{self.name}: keep_ratio must be in [0, 1], got {self.keep_ratio}")
         if self.keep_counts is not None:
             self.keep_counts = {int(k): int(v) for k, v in dict(self.keep_counts).items()}
 
-    def keep_count(self, chunk: int, length: int) -> int:
+    def needs(self) -> Needs:
+        """DeCoPrune's probe, unless the counts are given or budget mode draws them (no scores then)."""
+        return Needs() if self.keep_counts is not None or self.budget_mode else super().needs()
+
+    def keep_count(self, sig: ChunkSignals) -> int:
+        """Tokens of the committed chunk to keep: DeCoPrune's count from the scores, or ``keep_counts``."""
+        info = sig.chunk
         if self.keep_counts is None:
-            return round(self.keep_ratio * length)
-        if chunk not in self.keep_counts:
-            raise ConfigError(f"{self.name}: keep_counts has no entry for chunk {chunk}")
-        count = self.keep_counts[chunk]
-        if not 0 <= count <= length:
-            raise ConfigError(f"{self.name}: keep_counts[{chunk}] = {count} is outside 0..{length}")
+            return int(self.keep_rule(self.token_scores(sig)).sum())
+        if info.index not in self.keep_counts:
+            raise ConfigError(f"{self.name}: keep_counts has no entry for chunk {info.index}")
+        count = self.keep_counts[info.index]
+        if not 0 <= count <= info.length:
+            raise ConfigError(f"{self.name}: keep_counts[{info.index}] = {count} is outside 0..{info.length}")
         return count
 
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
@@ -62,5 +71,5 @@ class RandomTokens(ScoredMethod):
         priority = torch.rand(info.length, generator=seeded_generator("random", self.seed, sig.seed, info.index))
         keep = torch.zeros(info.length, dtype=torch.bool)
         if not self.budget_mode:
-            keep[priority.argsort(descending=True)[: self.keep_count(info.index, info.length)]] = True
-        cache.mark(info.index, keep=keep, priority=priority)
+            keep[priority.argsort(descending=True)[: self.keep_count(sig)]] = True
+        cache.mark(info.index, keep=keep, priority=priority, banks=self.scored_banks(cache))

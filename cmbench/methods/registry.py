@@ -8,6 +8,11 @@ A method defined outside CMBench plugs in without editing it, either
   ``name=<entry point name>`` works like a built-in.
 
 Either way the class must subclass :class:`cmbench.methods.base.Method`.
+
+The class is the only source of a method's defaults and of its documentation (``description``,
+``paper``, ``paper_title``): a method yaml holds its ``name`` (or ``_target_``) and only the knobs
+whose value differs from the class, so ``build_method({"name": n})`` equals ``method=n`` on the
+command line.
 """
 
 from __future__ import annotations
@@ -42,30 +47,38 @@ def method_class(name: str) -> type[Method]:
     return METHODS.get(name)
 
 
+def config_class(cfg: Mapping[str, Any]) -> type[Method]:
+    """The class a method config names: its ``_target_`` (import path) or its registered ``name``.
+
+    Raises
+    ------
+    ConfigError
+        Neither key, an unknown name or an import path that is not a :class:`Method` subclass.
+    """
+    target, name = cfg.get("_target_"), cfg.get("name")
+    if target:
+        return METHODS.import_target(str(target))
+    if name:
+        return method_class(str(name))
+    raise ConfigError("a method config needs 'name' (a registered method) or '_target_' (a class path)")
+
+
 def build_method(cfg: Mapping[str, Any]) -> Method:
     """Build a method from its config (a ``method/<name>.yaml`` plus overrides).
 
     Parameters
     ----------
     cfg : mapping
-        ``name`` (registry) or ``_target_`` (import path), ``description`` / ``paper`` (ignored here),
-        and the method's knobs.
+        ``name`` (registry) or ``_target_`` (import path) and the knobs that differ from the class's
+        defaults (``description`` / ``paper`` keys are ignored: the class documents itself).
 
     Raises
     ------
     ConfigError
         Unknown name, unknown knob, or a knob value the method rejects.
     """
-    cfg = dict(cfg)
-    for key in DOC_KEYS:
-        cfg.pop(key, None)
-    target, name = cfg.pop("_target_", None), cfg.pop("name", None)
-    if target:
-        cls = METHODS.import_target(str(target))
-    elif name:
-        cls = method_class(str(name))
-    else:
-        raise ConfigError("a method config needs 'name' (a registered method) or '_target_' (a class path)")
+    cls = config_class(cfg)
+    cfg = {k: v for k, v in cfg.items() if k not in ("_target_", "name", *DOC_KEYS)}
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(cfg) - known)
     if unknown:
@@ -77,6 +90,46 @@ def build_method(cfg: Mapping[str, Any]) -> Method:
         return cls(**{k: _plain(v) for k, v in cfg.items()})
     except TypeError as err:
         raise ConfigError(f"method {cls.name!r}: {err}") from err
+
+
+def full_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The complete config of the method ``cfg`` builds: its name (or ``_target_``) and every knob.
+
+    A yaml lists only what differs from the class; this is what a run's identity and records need.
+    """
+    method = build_method(cfg)
+    head = {"_target_": str(cfg["_target_"])} if cfg.get("_target_") else {}
+    return {**head, "name": method.name or str(cfg.get("name", "")), **method.knobs()}
+
+
+def canonical_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """One config per method setting, however it was spelled (a yaml, overrides, a built instance):
+    the ``name`` (and ``_target_``) plus only the knobs whose value differs from the class default.
+
+    What a run's identity hashes: spelling a default out does not make another run, and a changed
+    class default is caught by the code identity instead (the method's source).
+    """
+    method = build_method(cfg)
+    defaults = {}
+    for f in dataclasses.fields(method):
+        if f.init and f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.init and f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    head = {k: cfg[k] for k in ("_target_", "name") if cfg.get(k)}
+    return {**head, **{k: v for k, v in method.knobs().items() if k not in defaults or v != defaults[k]}}
+
+
+def config_doc(cfg: Mapping[str, Any]) -> dict[str, str]:
+    """``{"description", "paper"}`` of the class a method yaml names; the yaml's own text when it names
+    none (no ``name`` / ``_target_``); the reason when its class cannot be found."""
+    if not (cfg.get("name") or cfg.get("_target_")):
+        return {"description": str(cfg.get("description", "") or ""), "paper": str(cfg.get("paper", "") or "")}
+    try:
+        cls = config_class(cfg)
+    except ConfigError as err:
+        return {"description": f"(unavailable: {err})", "paper": ""}
+    return {"description": cls.description, "paper": cls.paper}
 
 
 def _plain(value: Any) -> Any:
@@ -91,9 +144,10 @@ def _plain(value: Any) -> Any:
 
 
 def describe_methods() -> dict[str, dict[str, str]]:
-    """``name -> {"description", "paper", "class"}`` for every registered method."""
+    """``name -> {"description", "paper", "paper_title", "class"}`` for every registered method."""
     out = {}
     for name in method_names():
         cls = method_class(name)
-        out[name] = {"description": cls.description, "paper": cls.paper, "class": f"{cls.__module__}.{cls.__qualname__}"}
+        out[name] = {"description": cls.description, "paper": cls.paper, "paper_title": cls.paper_title,
+                     "class": f"{cls.__module__}.{cls.__qualname__}"}
     return out

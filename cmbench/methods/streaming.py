@@ -16,12 +16,17 @@ from cmbench.methods.registry import register
 class Streaming(Method):
     """Keep the first ``sink_chunks`` and the newest ``recent_chunks`` chunks.
 
-    ``recent_chunks=0`` with a sink is the "no context" control (sink only).
+    The paper's setting is sink 4 + local 8 latent frames: one sink chunk and two recent chunks of 4
+    frames (docs/protocol.md: why 4 + 8 rather than upstream's 4 + 4). ``recent_chunks=0`` with a
+    sink is the "no context" control (sink only).
     """
 
     name = "streaming"
-    description = "Sink chunks + recent window only (attention-sink streaming)"
+    description = "sink chunks + recent window only; `recent_chunks=0` is the sink-only \"no context\" control"
     paper = "https://arxiv.org/abs/2309.17453"
+    paper_title = "StreamingLLM, arXiv 2309.17453"
+
+    recent_chunks: int = 2
 
     recent_chunks: int = 2
 

@@ -34,6 +34,7 @@ from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
+from cmbench.methods.registry import canonical_method_config, full_method_config
 from cmbench.provenance import git_commit, machine, versions
 from cmbench.runs.identity import CodeIdentity, code_identity, portable
 from cmbench.runs.labels import resolve_method_class, run_label
@@ -48,7 +49,8 @@ SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
 
 
 def result_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config minus task selection, display and where components run: what changes a record.
+    """The resolved config minus task selection, display and where components run: what changes a record
+    (the method as its name and the knobs that differ from its class, :func:`canonical_method_config`).
 
     Root keys of role ``selection`` go, and so do the ``runtime`` keys of the backbone and the scorer
     (memory offloads, scorer device, batch size, cache folder; the scorer's effective precision is in
@@ -59,6 +61,8 @@ def result_config(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(out.get(group), dict):
             runtime = set(keys_with_role(schema, "runtime"))
             out[group] = {k: v for k, v in out[group].items() if k not in runtime}
+    if isinstance(out.get("method"), dict):  # a method setting hashes the same however it was spelled
+        out["method"] = canonical_method_config(out["method"])
     return out
 
 
@@ -265,7 +269,7 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     base = {
         **identity,
         "method": str(cfg.method.name),
-        "method_config": OmegaConf.to_container(cfg.method, resolve=True),
+        "method_config": full_method_config(to_dict(cfg.method)),
         "backbone": str(cfg.backbone.name),
         "scorer": str(cfg.scorer.name),
         "scorer_hash": evaluator.scorer_hash,

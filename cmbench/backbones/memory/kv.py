@@ -83,8 +83,9 @@ def retention(method, assume_pr: float | None = None) -> Retention:
         Pruning ratio assumed for a data-dependent keep rule (default: the paper's realised PR for the
         method, :data:`PAPER_PR`; 0 when unknown, i.e. planned as FullKV).
     """
-    common = dict(sink_chunks=int(method.sink_chunks), recent_chunks=int(method.recent_chunks),
-                  max_history_tokens=method.max_history_tokens)
+    window = getattr(method, "window", None)  # chunks kept dense (DeCoPrune's delayed window: 2 w)
+    recent = int(window()) if callable(window) else int(method.recent_chunks)
+    common = dict(sink_chunks=int(method.sink_chunks), recent_chunks=recent, max_history_tokens=method.max_history_tokens)
     name = str(getattr(method, "name", type(method).__name__))
     if getattr(method, "budget_mode", False):
         target = getattr(method, "target_pr", None)

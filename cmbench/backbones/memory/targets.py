@@ -70,7 +70,7 @@ def documented_shapes(context_seconds: float = 60.0) -> list[RunShape]:
     from hydra import compose, initialize_config_dir
 
     from cmbench.backbones.memory.run_plan import run_shape
-    from cmbench.config_paths import CONFIG_DIR, to_dict
+    from cmbench.config_paths import CONFIG_DIR, knob_overrides, to_dict
     from cmbench.methods.registry import build_method
 
     shapes = []
@@ -78,6 +78,6 @@ def documented_shapes(context_seconds: float = 60.0) -> list[RunShape]:
         overrides = [f"backbone={backbone}", *method, "scorer=owl_sam_dino",
                      f"backbone.memory.context_seconds={context_seconds}"]
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            cfg = compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name="config", overrides=knob_overrides(overrides))
         shapes.append(run_shape(cfg, build_method(to_dict(cfg.method))))
     return shapes
