@@ -116,3 +116,14 @@ def test_learning_rate_schedule_and_rewarm_up_from_a_start_step():
     assert learning_rate(1300, 2400, 1e-3, 100, start=1300, rewarmup=50) == pytest.approx(full / 50)
     assert learning_rate(1349, 2400, 1e-3, 100, start=1300, rewarmup=50) == pytest.approx(
         learning_rate(1349, 2400, 1e-3, 100))
+
+
+def test_temporal_probe_reports_every_layout_and_the_temporal_energy_share():
+    import probe_temporal_positions as probe
+
+    torch.manual_seed(0)
+    model = TinyWorldModel(train_tiny_backbone.default_config())
+    losses, shares = probe.probe(model, n_batches=1, seed=0)
+    assert list(losses) == list(probe.layouts(np.random.default_rng(0)))
+    assert all(len(v) == 3 and all(np.isfinite(v)) for v in losses.values())
+    assert len(shares) == model.config.dit.num_layers and all(0 < q < 1 and 0 < k < 1 for q, k in shares)
