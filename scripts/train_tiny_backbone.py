@@ -55,6 +55,7 @@ from cmbench.backbones.tiny import (  # noqa: E402
     default_config,
     space_to_depth,
 )
+from cmbench.backbones.tiny_training import learning_rate, load_initial_dit, random_frame_positions  # noqa: E402
 from cmbench.miniworld import render_video, sample_camera_path, sample_scene  # noqa: E402
 
 SCHEDULE = (0.999, 0.957, 0.899, 0.702)  # the sampler's noise levels (timesteps / 1000)
@@ -94,28 +95,14 @@ def chunk_categories(camera_x: np.ndarray, chunk: int, chunk_frames: int, world_
     return cat
 
 
-def random_frame_positions(rng: np.random.Generator, n_frames: int, chunk_frames: int) -> np.ndarray:
-    """Temporal positions with 1-3 pieces of random stride (log-uniform in [0.05, 8]), ``float [F]``.
-
-    Pieces change at chunk boundaries; the first position is a random offset in [0, 200).
-    """
-    n_chunks = n_frames // chunk_frames
-    cuts = sorted(rng.choice(np.arange(1, n_chunks), size=min(int(rng.integers(0, 3)), n_chunks - 1), replace=False))
-    bounds = [0, *[c * chunk_frames for c in cuts], n_frames]
-    steps = np.empty(n_frames)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        steps[a:b] = math.exp(rng.uniform(math.log(0.05), math.log(8.0)))
-    steps[0] = rng.uniform(0, 200)
-    return np.cumsum(steps)
-
-
-def sample_sequence(rng: np.random.Generator, n_frames: int, cfg: TinyConfig, p_real: float) -> Sequence:
-    """Render one random training sequence."""
+def sample_sequence(rng: np.random.Generator, n_frames: int, cfg: TinyConfig, p_real: float,
+                    max_span: float | None = None) -> Sequence:
+    """Render one random training sequence (temporal span at most ``max_span`` positions if given)."""
     source = "real" if rng.random() < p_real else "synthetic"
     scene = sample_scene(rng, source, cfg.world_width)
     cams = sample_camera_path(rng, n_frames, cfg.world_width, revisit_gap=6, p_dwell=0.2, p_revisit=0.7)
     frames = render_video(scene, cams, first_frame=int(rng.integers(0, 1000)))
-    return Sequence(space_to_depth(torch.from_numpy(frames))[0], cams, random_frame_positions(rng, n_frames, cfg.chunk_frames))
+    return Sequence(space_to_depth(torch.from_numpy(frames))[0], cams, random_frame_positions(rng, n_frames, cfg.chunk_frames, max_span))
 
 
 def sample_noise_level(rng: np.random.Generator) -> float:
@@ -135,7 +122,7 @@ class Batch:
 
 
 def make_batch(rng: np.random.Generator, cfg: TinyConfig, batch: int, n_chunks: int, p_real: float,
-               gen: torch.Generator) -> Batch:
+               gen: torch.Generator, max_span: float | None = None) -> Batch:
     """Teacher-forced batch: ``n_chunks`` clean chunks, then a noisy copy of each of chunks 1..n-1.
 
     Every noisy copy has its own noise level (:func:`sample_noise_level`).
@@ -146,7 +133,7 @@ def make_batch(rng: np.random.Generator, cfg: TinyConfig, batch: int, n_chunks: 
     frames = np.arange(cf, n_chunks * cf)
     xs, ts, x0s, cams, poss, cats = [], [], [], [], [], []
     for _ in range(batch):
-        seq = sample_sequence(rng, n_chunks * cf, cfg, p_real)
+        seq = sample_sequence(rng, n_chunks * cf, cfg, p_real, max_span)
         x0 = seq.latents[:, frames]
         levels = np.repeat([sample_noise_level(rng) for _ in noisy], cf)
         lv = torch.tensor(levels, dtype=torch.float32)[None, :, None, None]
@@ -258,13 +245,6 @@ def evaluate(model: TinyWorldModel, cases: list[ValCase], t: float, seed: int) -
 
 
 # ------------------------------------------------------------------------------------- training
-def lr_at(step: int, total: int, base: float, warmup: int) -> float:
-    if step < warmup:
-        return base * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return base * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=2400, help="the cosine schedule's length in steps")
@@ -289,7 +269,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS, help="weights .safetensors (config .json beside)")
     ap.add_argument("--log-dir", type=Path, default=Path("runs/tiny_train"))
     ap.add_argument("--resume", action="store_true", help="continue from <log-dir>/checkpoint.pt")
+    ap.add_argument("--init-weights", type=Path, default=None,
+                    help="start from these saved weights (.safetensors + .json; model and EMA both), with a "
+                         "fresh optimiser state; use when no checkpoint.pt exists (a checkpoint in <log-dir> "
+                         "still wins with --resume)")
+    ap.add_argument("--start-step", type=int, default=0,
+                    help="with --init-weights: the schedule step to start at (learning rate, EMA warm-up, logs); "
+                         "e.g. 1300 to finish the committed weights' 2400-step schedule")
+    ap.add_argument("--rewarmup", type=int, default=50,
+                    help="with --init-weights: ramp the learning rate linearly over this many steps from the "
+                         "start (the fresh Adam moments would otherwise take full-size first steps)")
+    ap.add_argument("--max-temporal-span", type=float, default=None,
+                    help="largest temporal RoPE offset inside a training sequence (positions); default: "
+                         "unlimited strides up to 8 frames per frame (spans of 200+ frames)")
     args = ap.parse_args(argv)
+    if args.start_step and args.init_weights is None:
+        ap.error("--start-step needs --init-weights")
 
     torch.set_num_threads(args.threads)
     args.log_dir.mkdir(parents=True, exist_ok=True)
@@ -302,6 +297,17 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     step, elapsed_before, cpu_before = 0, 0.0, 0.0
+    init_record = None
+    if args.init_weights is not None:
+        model.dit.load_state_dict(load_initial_dit(args.init_weights, cfg).state_dict())
+        ema.load_state_dict(model.dit.state_dict())
+        init_record = json.loads(args.init_weights.with_suffix(".json").read_text()).get("training")
+        step = args.start_step
+        # fresh data: do not replay the stream the initial weights were trained on
+        rng = np.random.default_rng([args.seed, step])
+        gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+        print(f"initialised from {args.init_weights} at schedule step {step} (fresh optimiser state)", flush=True)
+    first_step = step
     if args.resume and ckpt_path.is_file():
         state = torch.load(ckpt_path, weights_only=False)
         model.dit.load_state_dict(state["model"])
@@ -310,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         rng.bit_generator.state = state["rng"]
         gen.set_state(state["gen"])
         step, elapsed_before, cpu_before = state["step"], state["elapsed"], state["cpu"]
+        first_step = state.get("first_step", 0)
         print(f"resumed at step {step} ({elapsed_before / 60:.1f} min)", flush=True)
     n_params = sum(p.numel() for p in model.dit.parameters())
     print(f"tiny model: {n_params / 1e6:.3f} M parameters", flush=True)
@@ -319,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     loss_file = (args.log_dir / "loss.csv").open("a", newline="")
     eval_file = (args.log_dir / "eval.csv").open("a", newline="")
     loss_log, eval_log = csv.writer(loss_file), csv.writer(eval_file)
-    if step == 0:
+    if (args.log_dir / "loss.csv").stat().st_size == 0:
         loss_log.writerow(["step", "minutes", "cpu_minutes", "lr", "loss", "mse_recent", "mse_retrieval", "mse_novel"])
         eval_log.writerow(["step", "minutes", "t", "psnr_full", "psnr_sink_recent", "psnr_none"])
 
@@ -336,11 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         trained = TinyConfig.from_dict(
             {**cfg.to_dict(), "training": {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                                            "steps_done": at_step, "minutes": round(minutes, 2),
-                                           "cpu_minutes": round(cpu_minutes(), 2), "params": n_params}}
+                                           "cpu_minutes": round(cpu_minutes(), 2), "params": n_params,
+                                           **({"init_training": init_record} if init_record is not None else {})}}
         )
         TinyWorldModel(trained, ema).save_pretrained(args.out)
         torch.save({"model": model.dit.state_dict(), "ema": ema.state_dict(), "opt": opt.state_dict(),
-                    "rng": rng.bit_generator.state, "gen": gen.get_state(), "step": at_step,
+                    "rng": rng.bit_generator.state, "gen": gen.get_state(), "step": at_step, "first_step": first_step,
                     "elapsed": minutes * 60, "cpu": cpu_minutes() * 60}, ckpt_path)
 
     t_start = time.time() - elapsed_before
@@ -348,16 +356,19 @@ def main(argv: list[str] | None = None) -> int:
 
     def cpu_minutes() -> float:
         return (time.process_time() - cpu_start) / 60
+    if args.init_weights is not None and step == first_step:
+        run_eval(step, 0.0)  # the initial weights on the same validation cases
     model.dit.train()
     while step < min(args.steps, args.stop_step):
         minutes = (time.time() - t_start) / 60
         if (args.max_minutes is not None and minutes > args.max_minutes) or cpu_minutes() > args.max_cpu_minutes:
             print(f"time budget reached at step {step} ({minutes:.1f} min, {cpu_minutes():.1f} CPU min)", flush=True)
             break
-        lr = lr_at(step, args.steps, args.lr, args.warmup)
+        lr = learning_rate(step, args.steps, args.lr, args.warmup, first_step,
+                           args.rewarmup if args.init_weights is not None else 0)
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = make_batch(rng, cfg, args.batch, args.chunks, args.p_real, gen)
+        batch = make_batch(rng, cfg, args.batch, args.chunks, args.p_real, gen, args.max_temporal_span)
         pred = noisy_predictions(model, batch)
         loss = weighted_loss(pred, batch.x0, batch.categories, args.retrieval_weight)
         opt.zero_grad(set_to_none=True)
