@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, KVCache
+from cmbench.calibration.knob_search import Knob
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
 from cmbench.methods.registry import register
@@ -73,6 +74,8 @@ class DeCoPrune(ScoredMethod):
                    "layers")
     paper = "https://arxiv.org/abs/2609.39096"
     paper_title = "DeCoPrune, arXiv 2609.39096"
+    # a larger threshold prunes more; scores are MSEs of latents, whose scale differs by backbone: 8 decades
+    knob = Knob("gamma", 1e-6, 1e2, increasing=True, log=True)
 
     gamma: float = 0.10
     probe_step: int = 2

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, KVCache
+from cmbench.calibration.knob_search import Knob
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.head_map import HeadMap
@@ -82,6 +83,8 @@ class ForcingKV(ScoredMethod):
                    "cosine to the next frame")
     paper = "https://arxiv.org/abs/2605.09681"
     paper_title = "ForcingKV, arXiv 2605.09681"
+    # patches kept per dynamic head: fewer prune more (at most history_chunks * frames * patches candidates)
+    knob = Knob("k", 1, 2**16, increasing=False, log=True, integer=True)
 
     head_map: str | None = None
     k: int = 256

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, uniform_layout
+from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import Method
 from cmbench.methods.registry import register
 
@@ -26,7 +27,7 @@ class Streaming(Method):
     paper = "https://arxiv.org/abs/2309.17453"
     paper_title = "StreamingLLM, arXiv 2309.17453"
 
-    recent_chunks: int = 2
+    knob = Knob("recent_chunks", 0, 512, increasing=False, integer=True)  # a longer window prunes less
 
     recent_chunks: int = 2
 
