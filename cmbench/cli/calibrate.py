@@ -67,6 +67,11 @@ def run_line(result: Calibration, overrides: list[str]) -> str:
     return f"CMBENCH_CONFIG_PATH={shlex.quote(path)} python -m cmbench run {' '.join(shlex.quote(a) for a in args)}"
 
 
+def show_probe(value: float, pr: float) -> None:
+    """One line of the search log."""
+    print(f"  probe {value:.6g}: PR {pr:.4f}", flush=True)
+
+
 def describe(result: Calibration) -> list[str]:
     """The result in a few lines: found value, calibration PR against the target, files, note."""
     state = "reused (same calibration)" if result.cached else "found"
@@ -88,13 +93,10 @@ def execute(cfg: DictConfig) -> int:
     print(f"calibrating {name} to PR {target:.4f} ({pr_tag(target)}) on calibration contexts; "
           f"writing into {Path(str(cfg.out_dir)) / CALIBRATION_DIR}")
 
-    def show(value: float, pr: float) -> None:
-        print(f"  probe {value:.6g}: PR {pr:.4f}", flush=True)
-
-    result = calibrate_method(cfg, target, **calibration_options(cfg), on_probe=show)  # type: ignore[arg-type]
+    result = calibrate_method(cfg, target, **calibration_options(cfg), on_probe=show_probe)  # type: ignore[arg-type]
     if result.cached:
         for value, pr in result.probes:
-            show(value, pr)
+            show_probe(value, pr)
     for line in describe(result):
         print(line)
     print(f"run it:\n  {run_line(result, setup_overrides())}")
