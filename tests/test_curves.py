@@ -90,10 +90,14 @@ def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_pat
     random_model(seed=3).save_pretrained(weights)
     args = [f"data.root={tmp_path / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}", f"out_dir={tmp_path / 'runs'}",
             "progress=false", "save_videos=false", "calibration.tasks=2", "limit=2"]
-    assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5]"]) == 0
+    assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5,0.999]"]) == 0
+    assert "streaming: no point at PR 0.9990: target PR 0.9990 is outside what recent_chunks" in capsys.readouterr().err
     out = tmp_path / "runs" / "miniworld" / "leaderboard"
-    curves = pd.read_csv(out / "curves.csv")
+    curves = first = pd.read_csv(out / "curves.csv")
     assert list(curves.columns) == CURVE_COLUMNS
+    gap = curves[curves.target_pr == 0.999]
+    assert gap.test_pr.isna().all() and gap.score.isna().all() and "is outside what recent_chunks" in gap.note.iloc[0]
+    curves = curves[curves.target_pr < 0.999]
     assert list(curves.target_pr) == [0.5, 0.6] and list(curves.label) == ["streaming@pr50", "streaming@pr60"]
     assert (curves.knob == "recent_chunks").all() and (curves.n_tasks == 2).all()
     for row in curves.itertuples():  # each point is its run's leaderboard row, at the calibrated knob
@@ -107,9 +111,9 @@ def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_pat
     assert (tmp_path / "runs" / "calibration" / "method" / "streaming_pr60.yaml").is_file()
     capsys.readouterr()
     # a rerun reuses calibrations and runs: nothing is computed again
-    assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5]"]) == 0
+    assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5,0.999]"]) == 0
     text = capsys.readouterr().out
     assert text.count("reused (same calibration)") == 2 and "probe" not in text.split("reused")[0]
-    assert pd.read_csv(out / "curves.csv").equals(curves)
+    assert pd.read_csv(out / "curves.csv").equals(first)
     # a method without a knob is refused before any work
     assert main(["curves", *args, "methods=[streaming,fullkv]"]) == 1

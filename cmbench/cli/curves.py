@@ -7,11 +7,13 @@ the test suite with the found knob through the normal ``run`` machinery (resumab
 leaderboard), and FullKV once (under ``<out_dir>/<data>/``, shared with the reference runs). Then, in
 the leaderboard folder (``leaderboard.out``, default ``<out_dir>/<data>/leaderboard``): ``curves.csv``,
 ``auc.csv`` and ``curves.png`` (:mod:`cmbench.report.curves`). ``limit=N`` and the other selection
-knobs pass through to the runs. Methods default to every registered method that declares a knob.
+knobs pass through to the runs. A target a method's knob cannot reach on the calibration contexts is a
+gap in its curve: a row with the reason in ``note`` and no numbers, said on stderr. Methods default to every registered method that declares a knob.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +101,12 @@ def execute(cfg: DictConfig) -> int:
     for name, mcfg in configs.items():
         for target in targets:
             print(f"calibrating {name} to PR {target:.4f}")
-            cal = calibrate_method(mcfg, target, **options, on_probe=show_probe)  # type: ignore[arg-type]
+            try:
+                cal = calibrate_method(mcfg, target, **options, on_probe=show_probe)  # type: ignore[arg-type]
+            except ConfigError as err:  # e.g. a target the knob's range cannot reach: a gap in the curve, said
+                print(f"{name}: no point at PR {target:.4f}: {err}", file=sys.stderr)
+                rows.append({"method": name, "target_pr": target, "note": str(err)})
+                continue
             for line in describe(cal):
                 print(line)
             run_cfg = OmegaConf.create(OmegaConf.to_container(mcfg, resolve=False))
@@ -112,7 +119,7 @@ def execute(cfg: DictConfig) -> int:
             rows.append({"method": name, "target_pr": target, "knob": cal.knob, "knob_value": cal.value,
                          "calibration_pr": cal.calibration_pr, "test_pr": row["pr"], "score": row["score"],
                          "ci_low": row["score"] - row["score_ci95"], "ci_high": row["score"] + row["score_ci95"],
-                         "n_tasks": row["n_tasks"], "label": cal.label, "run_dir": str(run_dir)})
+                         "n_tasks": row["n_tasks"], "label": cal.label, "run_dir": str(run_dir), "note": cal.note})
     reference = _board_row(_run(method_option(cfg, "fullkv")))
     curves = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
@@ -121,7 +128,7 @@ def execute(cfg: DictConfig) -> int:
     areas = area_table(curves)
     areas.to_csv(out / AREA_FILE, index=False, float_format="%.6g")
     curves_plot(curves, out / PLOT_FILE, (reference["score"], reference["score_ci95"]), metric=str(reference["metric"]))
-    print(curves.drop(columns=["run_dir"]).to_string(index=False, float_format="%.4f"))
+    print(curves.drop(columns=["run_dir", "note"]).to_string(index=False, float_format="%.4f"))
     print(areas.to_string(index=False, float_format="%.4f"))
     print(f"wrote {CURVES_FILE}, {AREA_FILE}, {PLOT_FILE} to {out}")
     return 0

@@ -25,8 +25,9 @@ import pandas as pd
 from cmbench.report.reading import ReportError
 
 CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", "test_pr", "score", "ci_low", "ci_high",
-                 "n_tasks", "label", "run_dir"]
-"""The columns of ``curves.csv`` (``test_pr``: the PR realised on the test suite)."""
+                 "n_tasks", "label", "run_dir", "note"]
+"""The columns of ``curves.csv`` (``test_pr``: the PR realised on the test suite; ``note``: the calibration's
+note, or why a target has no point)."""
 AREA_COLUMNS = ["method", "pr_low", "pr_high", "auc", "mean_score", "points"]
 CURVES_FILE, AREA_FILE, PLOT_FILE = "curves.csv", "auc.csv", "curves.png"
 OPERATING_PR = 0.85  # the paper's operating point: the leaderboard's "Score @ 85% PR"
