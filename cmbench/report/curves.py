@@ -131,7 +131,7 @@ def curves_plot(curves: pd.DataFrame, path: str | Path, reference: tuple[float, 
         ax.fill_between(100 * g["test_pr"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
     ax.set_xlabel("realised pruning ratio on the test suite (%)")
     ax.set_ylabel(f"{metric} (mean max-similarity)")
-    ax.set_title(f"CMBench: {metric} vs PR, each method at its own knob calibrated to each PR")
+    ax.set_title(f"CMBench: {metric} vs PR (each method's own knob, calibrated)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
