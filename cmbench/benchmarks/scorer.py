@@ -37,7 +37,7 @@ from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.imagenet import imagenet_normalize
 from cmbench.scoring.owl import OwlVitDetector
 from cmbench.scoring.pipeline import Scorer
-from cmbench.scoring.references import TaskReferences
+from cmbench.data.references import TaskReferences
 from cmbench.scoring.sam2_hf import Sam2Segmenter
 from cmbench.scoring.tiny_models import byte_tokenizer, tiny_deep_scorer_config
 
