@@ -94,7 +94,7 @@ def dropped_chunks(states: list[dict], bank: tuple[int, int]) -> list[set[int]]:
 def test_max_history_tokens_re_evicts_kept_tokens():
     """The hard memory cap is the one mode that takes back tokens of a chunk pruned before."""
     cap = 40
-    _, states = run_recording({"name": "decoprune", "gamma": -1.0, "max_history_tokens": cap})
+    _, states = run_recording({"name": "decoprune", "gamma": 0.0, "max_history_tokens": cap})
     pruned: set[int] = set()
     again = []
     for step, chunks in enumerate(dropped_chunks(states, (0, 0)), start=1):

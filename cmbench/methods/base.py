@@ -33,6 +33,7 @@ import torch
 from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
+from cmbench.methods.knobs import check_knobs
 
 
 @dataclass(frozen=True)
@@ -123,15 +124,14 @@ class Method:
     paper: ClassVar[str] = ""  # URL of the method's paper ("" if none)
     paper_title: ClassVar[str] = ""  # how the tables cite it, e.g. "StreamingLLM, arXiv 2309.17453"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"sink_chunks": 0, "recent_chunks": 0, "max_history_tokens": 0}
+
     sink_chunks: int = 1
     recent_chunks: int = 1
     max_history_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.sink_chunks < 0 or self.recent_chunks < 0:
-            raise ConfigError(f"{self.name}: sink_chunks and recent_chunks must be >= 0")
-        if self.max_history_tokens is not None and self.max_history_tokens < 0:
-            raise ConfigError(f"{self.name}: max_history_tokens must be >= 0")
+        check_knobs(self)
 
     # ------------------------------------------------------------------ what the loop asks
     def needs(self) -> Needs:
@@ -259,6 +259,8 @@ class ScoredMethod(Method):
         full, chunks leaving the window keep nothing).
     """
 
+    knob_minimums: ClassVar[dict[str, float]] = {"target_pr": 0, "token_budget": 0}
+
     target_pr: float | None = None
     token_budget: int | None = None
 
@@ -268,8 +270,6 @@ class ScoredMethod(Method):
             raise ConfigError(f"{self.name}: give target_pr or token_budget, not both")
         if self.target_pr is not None and not 0.0 <= self.target_pr < 1.0:
             raise ConfigError(f"{self.name}: target_pr must be in [0, 1), got {self.target_pr}")
-        if self.token_budget is not None and self.token_budget < 0:
-            raise ConfigError(f"{self.name}: token_budget must be >= 0, got {self.token_budget}")
 
     @property
     def budget_mode(self) -> bool:

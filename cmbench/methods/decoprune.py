@@ -20,6 +20,7 @@ compaction). Static banks of head-split subclasses keep the plain window (sink +
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -75,6 +76,8 @@ class DeCoPrune(ScoredMethod):
     paper = "https://arxiv.org/abs/2609.39096"
     paper_title = "DeCoPrune, arXiv 2609.39096"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"gamma": 0, "probe_step": 0}
+
     gamma: float = 0.10
     probe_step: int = 2
     score: str = "mse"
@@ -84,8 +87,6 @@ class DeCoPrune(ScoredMethod):
         super().__post_init__()
         if self.score not in SCORE_TYPES:
             raise ConfigError(f"{self.name}: score must be one of {', '.join(SCORE_TYPES)}, got {self.score!r}")
-        if self.probe_step < 0:
-            raise ConfigError(f"{self.name}: probe_step must be >= 0, got {self.probe_step}")
 
     def needs(self) -> Needs:
         return Needs(
