@@ -205,6 +205,7 @@ class Method:
     def probe_hide(self, cache: KVCache):
         """Selector of the history rows the next compaction will drop (for the post-prune probe)."""
         newest = cache.current
+        assert newest is not None, "the post-prune probe runs while a chunk is open"
         select = self.selector(cache, newest, newest.length)
         return lambda bank: ~select(bank)
 

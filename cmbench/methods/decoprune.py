@@ -145,5 +145,6 @@ class DeCoPrune(ScoredMethod):
 
     def probe_hide(self, cache: KVCache):
         """The post-prune probe hides what :meth:`before_clean` of the open chunk will drop."""
+        assert cache.current is not None, "the post-prune probe runs while a chunk is open"
         select = self.delayed_selector(cache, cache.current)
         return lambda bank: ~select(bank)
