@@ -15,6 +15,7 @@ layer's dynamic bank. This is the authors' harness (its ForcingKV update); see d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -90,6 +91,8 @@ class ForcingKV(ScoredMethod):
     # patches kept per dynamic head: fewer prune more (at most history_chunks * frames * patches candidates)
     knob = Knob("k", 1, 2**16, increasing=False, log=True, integer=True)
 
+    knob_minimums: ClassVar[dict[str, float]] = {"k": 0, "history_chunks": 0, "patches_per_frame": 1}
+
     head_map: str | None = None
     k: int = 256
     history_chunks: int = 32
@@ -98,8 +101,6 @@ class ForcingKV(ScoredMethod):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.k < 0 or self.history_chunks < 0 or self.patches_per_frame < 1:
-            raise ConfigError(f"{self.name}: k and history_chunks must be >= 0, patches_per_frame >= 1")
         if self.layer_zero not in ("streaming", "map"):
             raise ConfigError(f"{self.name}: layer_zero must be 'streaming' or 'map', got {self.layer_zero!r}")
         if self.recent_chunks < 1:

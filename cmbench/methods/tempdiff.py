@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from cmbench.cache import KVCache
 from cmbench.calibration.knob_search import Knob
-from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.registry import register
 
@@ -91,14 +91,11 @@ class TempDiff(ScoredMethod):
     # blocks kept over the whole context: fewer prune more (tiny model: 48 blocks a frame; LingBot: 78)
     knob = Knob("k", 1, 2**20, increasing=False, log=True, integer=True)
 
+    knob_minimums: ClassVar[dict[str, float]] = {"k": 0, "grid_rows": 1, "grid_cols": 1}
+
     k: int = 1657
     grid_rows: int = 6
     grid_cols: int = 13
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.k < 0 or self.grid_rows < 1 or self.grid_cols < 1:
-            raise ConfigError(f"{self.name}: k must be >= 0 and the grid at least 1 x 1")
 
     def blocks(self, geometry) -> torch.Tensor:
         """Block of every token position of a frame, ``long [tokens_per_frame]``."""
