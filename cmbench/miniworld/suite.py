@@ -15,12 +15,20 @@ with :func:`cmbench.miniworld.readers.load_context`).
 
 The build is deterministic (a seed tree from ``world_seed``) and cached: ``build.json`` holds a hash
 of every knob that changes the output; a second call with the same knobs returns at once.
+
+Several processes may build one root at once (two lanes of a sweep, two runs on a fresh machine): the
+build holds an inter-process lock (``.<root>.lock`` beside the root), writes into a private hidden
+sibling folder and publishes it with a rename, so a reader never sees a half suite and a build killed
+mid-way leaves only a hidden folder that the next build removes. A process that finds the lock held
+waits, then uses the suite the holder published.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,7 @@ from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocat
 from cmbench.miniworld.readers import EXTENSION
 from cmbench.miniworld.render import object_boxes, object_masks, render_video, visible_fraction
 from cmbench.miniworld.scene import FRAME, SOURCES, Scene, check_width, scene_from_seed
+from cmbench.runs.lock import RunLock
 
 BUILD_VERSION = 1  # bump when the generator changes what a given config produces
 ID_PREFIX = {"synthetic": "syn", "real": "real"}
@@ -275,22 +284,45 @@ def build_suite(data_cfg: Any) -> Path:
     root = Path(str(data_cfg["root"]))
     if str(data_cfg.get("manifest", "metadata.jsonl")) != "metadata.jsonl":
         raise ConfigError("MiniWorld always writes metadata.jsonl; leave data.manifest at its default")
-    record = root / "build.json"
-    if record.is_file() and (root / "metadata.jsonl").is_file():
-        if json.loads(record.read_text()).get("build_hash") == cfg.build_hash():
+    if _is_build_of(root, cfg):  # the common case needs no lock
+        return root
+    with RunLock(root, on_wait=lambda pid: print(f"MiniWorld: waiting for process {pid}, which is building {root}",
+                                                 file=sys.stderr)):
+        if _is_build_of(root, cfg):  # another process built it while this one waited
             return root
-    elif root.exists() and any(root.iterdir()):
-        raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
-    staging = root.with_name(f".{root.name}.building")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        built = _build_into(staging, cfg)
-        (staging / "build.json").write_text(json.dumps(built, indent=2) + "\n")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if root.exists():
-        shutil.rmtree(root)
-    staging.rename(root)
+        if root.exists() and not (root / "build.json").is_file() and any(root.iterdir()):
+            raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
+        for leftover in root.parent.glob(f".{root.name}.building-*"):  # of killed builds: the lock is ours
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.building-", dir=root.parent))
+        try:
+            built = _build_into(staging, cfg)
+            (staging / "build.json").write_text(json.dumps(built, indent=2) + "\n")
+            _publish(staging, root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return root
+
+
+def _is_build_of(root: Path, cfg: SuiteConfig) -> bool:
+    """Whether ``root`` holds a finished build of ``cfg`` (``build.json`` is written last, and a root
+    only ever appears whole, by a rename)."""
+    record = root / "build.json"
+    if not (record.is_file() and (root / "metadata.jsonl").is_file()):
+        return False
+    try:
+        return bool(json.loads(record.read_text()).get("build_hash") == cfg.build_hash())
+    except ValueError:
+        return False
+
+
+def _publish(staging: Path, root: Path) -> None:
+    """Put the finished build ``staging`` at ``root`` by renames, so ``root`` is at every moment either
+    the old build, missing, or the new build, never a mix; an old build is moved aside, then removed."""
+    if not root.exists():
+        staging.rename(root)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{root.name}.building-old-", dir=root.parent))
+    root.rename(retired / root.name)
+    staging.rename(root)
+    shutil.rmtree(retired, ignore_errors=True)
