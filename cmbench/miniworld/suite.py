@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from cmbench.data.task import Reference, Task
+from cmbench.data.task import Reference, Task, as_box
 from cmbench.data.video import read_video, write_video
 from cmbench.errors import ConfigError
 from cmbench.hashing import json_digest, sequence_seed
@@ -80,6 +80,8 @@ class SuiteConfig:
         from omegaconf import OmegaConf
 
         raw = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data)
+        if not isinstance(raw, dict):
+            raise ConfigError(f"the MiniWorld data config must be a mapping of build knobs, got {type(raw).__name__}")
         if int(raw.get("height", FRAME)) != FRAME or int(raw.get("width", FRAME)) != FRAME:
             raise ConfigError(f"data.height/width must be {FRAME} for MiniWorld, got {raw.get('height')}x{raw.get('width')}")
         try:
@@ -164,7 +166,7 @@ def _task_row(
         task_type=task.task_type,
         target_label=target.category,
         target_aliases=target.aliases,
-        references=(Reference(ref_frame / cfg.fps, tuple(float(v) for v in box), ref_frame),),
+        references=(Reference(ref_frame / cfg.fps, as_box(box), ref_frame),),
         extra={EXTENSION: extension},
     )
 
@@ -206,7 +208,8 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
+    # numpy's stub types the keyword arrays as the ``allow_pickle`` flag; the names here are field names
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
 
 def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
