@@ -193,6 +193,8 @@ class Method:
     def probe_hide(self, cache: KVCache):
         """Selector of the history rows the next compaction will drop (for the post-prune probe)."""
         newest = cache.current
+        if newest is None:
+            raise RuntimeError("the post-prune probe needs an open chunk")
         return lambda bank: ~self.select(bank, newest)
 
     def _enforce_limits(self, cache: KVCache, newest: ChunkInfo) -> None:
@@ -265,11 +267,11 @@ class ScoredMethod(Method):
 
     def limits(self, cache: KVCache, newest: ChunkInfo) -> dict[int, int]:
         limits = super().limits(cache, newest)
-        if not self.budget_mode:
-            return limits
         scored = self.scored_banks(cache)
         if self.token_budget is not None:
             per_head = self.token_budget
+        elif self.target_pr is None:  # not in budget mode
+            return limits
         else:
             heads = cache.num_layers * cache.num_heads
             target = (1.0 - self.target_pr) * cache.committed_tokens * heads

@@ -140,4 +140,6 @@ class DeCoPrune(ScoredMethod):
     def probe_hide(self, cache: KVCache):
         """The post-prune probe hides what :meth:`before_clean` of the open chunk will drop."""
         newest = cache.current
+        if newest is None:
+            raise RuntimeError("the post-prune probe needs an open chunk")
         return lambda bank: ~self.delayed_select(bank, newest)
