@@ -221,6 +221,8 @@ def test_build_is_cached_and_rebuilt_when_a_knob_changes(tmp_path):
     assert manifest.stat().st_mtime_ns != stamp
     assert not (tmp_path / ".mw.building").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mw"]  # no staging folder, no lock file left
+    (tmp_path / "plain").mkdir()
+    assert root.stat().st_mode == (tmp_path / "plain").stat().st_mode  # permissions of any new folder
 
 
 def test_bad_configs_and_foreign_roots_are_refused(tmp_path):

@@ -26,9 +26,9 @@ waits, then uses the suite the holder published.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,7 +297,8 @@ def build_suite(data_cfg: Any) -> Path:
             raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
         for leftover in root.parent.glob(f".{root.name}.building-*"):  # of killed builds: the lock is ours
             shutil.rmtree(leftover, ignore_errors=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.building-", dir=root.parent))
+        staging = root.with_name(f".{root.name}.building-{os.getpid()}")  # the lock holder's alone
+        staging.mkdir()
         try:
             built = _build_into(staging, cfg)
             (staging / "build.json").write_text(json.dumps(built, indent=2) + "\n")
@@ -325,7 +326,8 @@ def _publish(staging: Path, root: Path) -> None:
     if not root.exists():
         staging.rename(root)
         return
-    retired = Path(tempfile.mkdtemp(prefix=f".{root.name}.building-old-", dir=root.parent))
+    retired = root.with_name(f".{root.name}.building-{os.getpid()}-old")
+    retired.mkdir()
     root.rename(retired / root.name)
     staging.rename(root)
     shutil.rmtree(retired, ignore_errors=True)
