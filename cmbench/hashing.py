@@ -103,6 +103,7 @@ def frames_hash(batches: Iterable[np.ndarray]) -> str:
             raise ValueError(f"frame batches differ: {head[0]} {head[1]} then {batch.dtype.str} {batch.shape[1:]}")
         content.update(memoryview(batch).cast("B"))  # type: ignore[arg-type]  # numpy arrays export the buffer protocol
         count += len(batch)
+        del batch  # released before the next batch is read
     if head is None:
         raise ValueError("no frames to hash")
     digest = hashlib.blake2b(digest_size=16)

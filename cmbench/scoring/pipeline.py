@@ -324,6 +324,7 @@ class Scorer:
             _check_batch(batch, size)
             size = batch.shape[1:3]
             yield batch
+            del batch  # released before the next batch is decoded
         if size is None:
             raise ValueError("frames must be non-empty uint8 [F, H, W, 3], got no frames")
 
@@ -367,6 +368,7 @@ class Scorer:
             all_scores.append(scores)
             pending = []
             offset += len(batch)
+            del batch, crops, kept  # the batch and its crops are released before the next is decoded
         references_embedded = np.stack([c.embedding for c in cached])  # type: ignore[union-attr]
         detected = np.zeros(offset, dtype=bool)
         frame_embeddings = np.zeros((offset, references_embedded.shape[1]), dtype=np.float32)
