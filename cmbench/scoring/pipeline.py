@@ -127,7 +127,10 @@ class Scorer:
     Frames held in memory (``uint8 [F, H, W, 3]``) go through the stages together; a
     :class:`FrameBatches` source is streamed ``batch_size`` frames at a time (detection,
     segmentation and embedding of one batch before the next is decoded), so at most one batch of
-    decoded frames is alive. Both give the same features and records.
+    decoded frames is alive. Both give the same features and records: the same frames meet the
+    same computations, only grouped into other batches for segmentation and embedding (bit for bit
+    on a CPU, tested; on a GPU a kernel may pick another reduction order for another batch shape, so
+    floats could differ in their last bits).
 
     Parameters
     ----------
