@@ -162,6 +162,7 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: 
             cache_dir=root or None,
             min_box_size=float(cfg.get("min_box_size", 1.0)),
             reference_aggregation=str(cfg.get("reference_aggregation", "mean")),
+            batch_size=runtime.batch_size,
         )
     except ValueError as err:
         raise ScorerConfigError(f"scorer: {err}") from err
