@@ -24,6 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cmbench.calibration.knob_search import Knob
+from cmbench.config_paths import editable_copy
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
@@ -41,7 +42,7 @@ def calibration_config(cfg: DictConfig) -> DictConfig:
         No calibration folder for a dataset without a built-in calibration world, or one that is the
         test suite's own folder.
     """
-    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    out = editable_copy(cfg)
     data = out.data
     root = OmegaConf.select(cfg, "calibration.root")
     with open_dict(data):

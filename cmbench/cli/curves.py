@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from cmbench.calibration.matched_pr import calibrate_method, method_knob
 from cmbench.cli.calibrate import calibration_options, describe, show_probe, target_of
-from cmbench.config_paths import config_dirs, to_dict
+from cmbench.config_paths import config_dirs, editable_copy, to_dict
 from cmbench.errors import ConfigError
 
 CURVES_DIR = "curves"
@@ -36,7 +36,7 @@ def method_option(cfg: DictConfig, name: str) -> DictConfig:
 
         options = sorted({p.stem for d in config_dirs() for p in (d / "method").glob("*.yaml")})
         raise ConfigError(f"methods: no method config {name!r}.{did_you_mean(name, options)}")
-    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    out = editable_copy(cfg)
     option = OmegaConf.load(found[-1])
     with open_dict(out):
         out.method = option
@@ -109,7 +109,7 @@ def execute(cfg: DictConfig) -> int:
                 continue
             for line in describe(cal):
                 print(line)
-            run_cfg = OmegaConf.create(OmegaConf.to_container(mcfg, resolve=False))
+            run_cfg = editable_copy(mcfg)
             with open_dict(run_cfg):
                 run_cfg.method[cal.knob] = cal.value
                 run_cfg.label = cal.label
