@@ -29,6 +29,8 @@ class Streaming(Method):
 
     knob = Knob("recent_chunks", 0, 512, increasing=False, integer=True)  # a longer window prunes less
 
+    recent_chunks: int = 2
+
     def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         return self.protected(bank, newest)
 
