@@ -257,7 +257,8 @@ def test_forcingkv_layer1_patches_of_the_earlier_frame_shared_by_all_layers(tmp_
     path = tmp_path / "map.json"
     HeadMap(2, 2, ((), (0,))).save(path)
     backbone = KeyedBackbone(G, timeline(G, CTX + GEN, one_hot_world), timeline(G, CTX + GEN, lambda gid: 0.0))
-    method = build_method({"name": "forcingkv", "k": 2, "history_chunks": 2, "head_map": str(path)})
+    method = build_method({"name": "forcingkv", "k": 2, "history_chunks": 2, "head_map": str(path),
+                           "layer_zero": "map"})
     pre, cont = run(method, backbone)
     assert survivors(pre.cache, 0) == chunk_gids(0) + [8] + chunk_gids(2)  # frame 1 (gid 4) is in the sink
     # every dynamic bank (layer 0's too, whose own keys would pick position 3) holds layer 1's choice
@@ -270,6 +271,22 @@ def test_forcingkv_layer1_patches_of_the_earlier_frame_shared_by_all_layers(tmp_
         [[18, 18], [16, 18]],  # chunk 4: sink, gids 8 and 20 (frame 5), chunk 3
         [[18, 18], [16, 18]],  # chunk 5: sink, gids 20 and 28 (frame 7), chunk 4
     ]
+
+
+def test_forcingkv_streams_layer0_by_default():
+    """The authors' ``layer_zero_policy = "streaming"``: without a head map, layer 0's heads keep only the
+    sink + recent window (one static bank), every other layer's heads the sink, recent window and the
+    patches; a one-layer model keeps its layer dynamic."""
+    backbone = KeyedBackbone(G, timeline(G, CTX + GEN, one_hot_world), timeline(G, CTX + GEN, lambda gid: 0.0))
+    _, cont = run(build_method({"name": "forcingkv", "k": 2, "history_chunks": 2}), backbone)
+    assert [b.role for b in cont.cache.banks[0]] == ["static"] and cont.cache.banks[0][0].group.heads == (0, 1)
+    assert survivors(cont.cache, 0) == chunk_gids(0) + chunk_gids(5)
+    assert [b.role for b in cont.cache.banks[1]] == ["dynamic"]
+    assert survivors(cont.cache, 1) == chunk_gids(0) + [28, 36] + chunk_gids(5)
+    one_layer = build_method({"name": "forcingkv"}).layout(fake_geometry(num_layers=1))
+    assert [g.role for g in one_layer[0]] == ["dynamic"]
+    with pytest.raises(ConfigError, match="layer_zero"):
+        build_method({"name": "forcingkv", "layer_zero": "dense"})
 
 
 def test_decoprune_hs_static_heads_stream_and_layer0_is_dynamic(tmp_path):
@@ -345,7 +362,8 @@ def test_budget_mode_hits_target_pr(tmp_path):
     HeadMap(2, 4, ((), (0, 3))).save(path)
     context = torch.randn(1, 3, 48, 4, 4)  # long enough for DeCoPrune's sink + two dense chunks at PR 0.8
     for cfg in ({"name": "decoprune"}, {"name": "decoprune_reverse"}, {"name": "random"}, {"name": "tempdiff"},
-                {"name": "forcingkv", "head_map": str(path)}, {"name": "decoprune_hs", "head_map": str(path)}):
+                {"name": "forcingkv", "head_map": str(path), "layer_zero": "map"},
+                {"name": "decoprune_hs", "head_map": str(path)}):
         for target in (0.5, 0.8):
             method = build_method({**cfg, "target_pr": target})
             pre = prefill(backbone, method, context, None, 0)

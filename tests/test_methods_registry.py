@@ -21,7 +21,7 @@ from fakes import AttentionBackbone, fake_geometry
 CONFIGS = CONFIG_DIR / "method"
 ROOT = Path(__file__).resolve().parent.parent
 # the only knobs a shipped yaml may set, and why: the chosen backbone's calibrated head map
-DOCUMENTED_DIFFERENCES = {"decoprune_hs": {"head_map"}, "forcingkv": {"head_map"}}
+DOCUMENTED_DIFFERENCES = {"decoprune_hs": {"head_map"}}
 
 
 def composed_method(name: str, *overrides: str):
@@ -78,8 +78,8 @@ def test_canonical_config_keeps_only_what_differs_from_the_class():
     assert canonical_method_config(spelled) == canonical_method_config({"name": "decoprune"}) == {"name": "decoprune"}
     assert canonical_method_config({"name": "decoprune", "gamma": 0.2, "probe_step": 2}) == {"name": "decoprune",
                                                                                            "gamma": 0.2}
-    _, composed = composed_method("forcingkv")
-    assert canonical_method_config(composed) == {"name": "forcingkv", "head_map": composed["head_map"]}
+    _, composed = composed_method("decoprune_hs")
+    assert canonical_method_config(composed) == {"name": "decoprune_hs", "head_map": composed["head_map"]}
 
 
 def test_decoprune_defaults_are_the_papers():

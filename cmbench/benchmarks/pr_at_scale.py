@@ -16,10 +16,11 @@ cache skips the attention arithmetic (``GenerationSettings(compute_attention=Fal
 minute-long context runs in seconds on one CPU thread.
 
 Fewer layers and heads where the PR cannot depend on them (:data:`PLAN`): every method but the
-head-split ones and DummyForcing applies one decision to every layer-head, so two layers of two heads
-(layer 1 holds the keys ForcingKV and TempDiff score) give the same PR as 40 x 40; the head-split
-methods run 5 layers x 40 heads, which holds the LingBot map's proportion exactly (29 of 200 static,
-layer 0 dynamic), and their PR depends on that proportion only; DummyForcing's PR depends only on the
+head-split ones, ForcingKV and DummyForcing applies one decision to every layer-head, so two layers of
+two heads (layer 1 holds the keys TempDiff scores) give the same PR as 40 x 40; the head-split methods
+run 5 layers x 40 heads, which holds the LingBot map's proportion exactly (29 of 200 static, layer 0
+dynamic), and their PR depends on that proportion only; ForcingKV streams layer 0 (one layer in 40)
+and gives every other head one decision, so it runs 40 layers of a few heads; DummyForcing's PR depends only on the
 fraction of layer-heads in each role (half are dummy by rule; the first / middle split is the data's).
 :func:`pr_table` reruns every method at a second layer / head count to show it.
 
@@ -63,10 +64,11 @@ TARGETS = ("streaming", "dummyforcing", "forcingkv", "tempdiff")  # the rule fix
 TOLERANCE = 1.0  # percentage points
 LINGBOT_STATIC = (232, 1600)  # static layer-heads of the LingBot head map (layer 0 all dynamic)
 
-HEAD_SPLIT = ("decoprune_hs", "forcingkv")
+HEAD_SPLIT = ("decoprune_hs",)
 # method -> (layers, heads) of the main run and of the second run showing the PR does not depend on them
 PLAN: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     **{name: ((5, 40), (10, 20)) for name in HEAD_SPLIT},  # 29 of 200 static: the LingBot proportion
+    "forcingkv": ((40, 2), (40, 3)),  # layer 0 streams: the LingBot proportion of layers
     "dummyforcing": ((2, 8), (4, 8)),  # roles by fraction; its attention statistics cost ~ layer-heads
 }
 UNIFORM = ((2, 2), (3, 5))  # one decision for every layer-head
@@ -201,7 +203,7 @@ def measure(name: str, scale: Scale, layers: int, heads: int, keys: str, seed: i
     geometry = scale.geometry(layers, heads)
     cfg: dict[str, Any] = {"name": name, **(knobs or {})}
     with tempfile.TemporaryDirectory() as folder:
-        if name in HEAD_SPLIT and "head_map" not in cfg:
+        if (name in HEAD_SPLIT and "head_map" not in cfg) or cfg.get("head_map") == LINGBOT_MAP:
             path = Path(folder) / "head_map.json"
             proportional_head_map(layers, heads).save(path)
             cfg["head_map"] = str(path)
@@ -248,10 +250,15 @@ class Row:
                 "seconds": f"{self.seconds:.1f}"}
 
 
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "forcingkv (all heads dynamic)": ("forcingkv", {"head_map": None}),
+LINGBOT_MAP = "lingbot-proportion"
+"""A ``head_map`` knob value standing for :func:`proportional_head_map` at the run's layer-heads."""
+
+VARIANTS: dict[str, tuple[str, dict[str, Any], tuple[tuple[int, int], tuple[int, int]]]] = {
+    "forcingkv (LingBot head map, layer 0 as the map)": ("forcingkv", {"head_map": LINGBOT_MAP, "layer_zero": "map"},
+                                                         PLAN["decoprune_hs"]),
+    "forcingkv (all heads dynamic)": ("forcingkv", {"head_map": None, "layer_zero": "map"}, UNIFORM),
 }
-"""Reference rows beside the registered methods: label -> (method, knobs)."""
+"""Reference rows beside the registered methods: label -> (method, knobs, layer-heads of the two runs)."""
 
 
 def pr_table(scale: Scale | None = None, methods: list[str] | None = None, seed: int = 0,
@@ -262,12 +269,10 @@ def pr_table(scale: Scale | None = None, methods: list[str] | None = None, seed:
     labels = methods or [*method_names(), *VARIANTS]
     rows = []
     for label in labels:
-        name, knobs = VARIANTS.get(label, (label, {}))
+        name, knobs, plan = VARIANTS.get(label, (label, {}, PLAN.get(label, UNIFORM)))
         if name not in method_names():
             raise ConfigError(f"unknown method {name!r}; known: {', '.join(method_names())}")
-        (layers, heads), (other_layers, other_heads) = PLAN.get(name, UNIFORM)
-        if name in HEAD_SPLIT and knobs.get("head_map", "") is None:  # all dynamic: any count will do
-            (layers, heads), (other_layers, other_heads) = UNIFORM
+        (layers, heads), (other_layers, other_heads) = plan
         start = time.perf_counter()
         pr = measure(name, scale, layers, heads, "iid", seed, knobs)
         other = measure(name, scale, other_layers, other_heads, "iid", seed, knobs)

@@ -68,6 +68,10 @@ class ForcingKV(ScoredMethod):
     ----------
     head_map : str or None
         Head-map JSON (static / dynamic heads, used as given); ``None``: every head dynamic.
+    layer_zero : {"streaming", "map"}
+        ``"streaming"``: every head of layer 0 keeps the sink + recent window only (a static bank),
+        whatever the head map says (the authors' harness: ``layer_zero_policy = "streaming"``);
+        ``"map"``: layer 0 as the head map has it. A one-layer model keeps its layer dynamic.
     k : int
         Patches kept per dynamic head beyond the sink and recent window (LingBot: 256 patches of 260
         tokens, about 43 latent frames).
@@ -87,11 +91,14 @@ class ForcingKV(ScoredMethod):
     k: int = 256
     history_chunks: int = 32
     patches_per_frame: int = 6
+    layer_zero: str = "streaming"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.k < 0 or self.history_chunks < 0 or self.patches_per_frame < 1:
             raise ConfigError(f"{self.name}: k and history_chunks must be >= 0, patches_per_frame >= 1")
+        if self.layer_zero not in ("streaming", "map"):
+            raise ConfigError(f"{self.name}: layer_zero must be 'streaming' or 'map', got {self.layer_zero!r}")
         if self.recent_chunks < 1:
             raise ConfigError(f"{self.name}: needs recent_chunks >= 1 (the previous frame's keys must still be stored)")
 
@@ -105,6 +112,8 @@ class ForcingKV(ScoredMethod):
             hmap = HeadMap.load_for(self.head_map, geometry, self.name)
         else:
             hmap = HeadMap.all_dynamic(geometry.num_layers, geometry.num_heads)
+        if self.layer_zero == "streaming" and geometry.num_layers > 1:
+            hmap = hmap.with_static_layer(0)
         return hmap.layout(dyn_size, static_size)
 
     def budgeted(self, bank: Bank) -> bool:

@@ -17,7 +17,7 @@ listed ``dynamic_layers`` (layer 0) are all dynamic.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -121,6 +121,11 @@ class HeadMap:
                 groups.append(HeadGroup(static, "static", static_size))
             out.append(groups)
         return out
+
+    def with_static_layer(self, layer: int) -> "HeadMap":
+        """This map with every head of ``layer`` static."""
+        static = tuple(tuple(range(self.num_heads)) if i == layer else s for i, s in enumerate(self.static))
+        return replace(self, static=static)
 
     @classmethod
     def all_dynamic(cls, num_layers: int, num_heads: int) -> "HeadMap":
