@@ -12,7 +12,8 @@ Sections (cmbench/benchmarks/scorer.py holds the code):
   image at a time (``reference``) vs the batched device path (``new``), best of the same rounds.
 - ``--memory``: peak RSS of a fresh process that scores one task whose reference is near the end of
   a generated context video (one minute and ten seconds of 720p at 24 fps by default), tiny models,
-  its RSS before the task, and what decoding the whole context took before (computed).
+  its RSS before the task, what decoding the whole context took before (computed), and where the
+  peak goes (runtime, models, continuation, reference, scoring).
 
     python scripts/bench_scorer.py --threads 1                                   # pipeline speed
     python scripts/bench_scorer.py --threads 1 --skip-fps --preprocess --memory --csv results/bench_scorer.csv
@@ -35,9 +36,11 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from cmbench.benchmarks.scorer import (  # noqa: E402
+    BREAKDOWN,
     bench_task,
     continuation_video,
     full_size_config,
+    memory_breakdown,
     peak_rss_one_task,
     pipeline_fps,
     tiny_preprocessing_timings,
@@ -119,6 +122,7 @@ def memory_rows(args, tmp: Path) -> list[dict]:
           "models, 1 thread, a fresh process per row:")
     print(f"{'context':>8} {'mp4 MB':>7} {'peak RSS':>9} {'RSS before task':>16} {'task adds':>10} {'whole context decoded (before)':>32}")
     rows = []
+    breakdown = []
     for seconds in args.context_seconds:
         context = write_context_video(cache / f"context_{ctx_h}x{ctx_w}_{seconds:g}s_{args.context_fps:g}fps.mp4",
                                       seconds, args.context_fps, ctx_h, ctx_w)
@@ -137,8 +141,15 @@ def memory_rows(args, tmp: Path) -> list[dict]:
             {"section": "memory", "item": "task_adds", "old": "", "reference": "", "new": round(peak_mb - before, 1),
              "ratio": "", "unit": "MB", "setting": setting + "; peak RSS - RSS before the task"},
         ]
-    print("peak RSS: the whole process (Python, torch and transformers alone hold ~370 MB here); task adds: what scoring the "
-          "task costs on top of a built scorer, the continuation's frames included")
+        breakdown.append((seconds, setting, memory_breakdown(out)))
+    print("peak RSS: the whole process; task adds: what scoring the task costs on top of a built scorer, the "
+          "continuation's frames included")
+    print("\nwhere the peak goes (MB; each step's RSS minus the previous one's):")
+    print(f"{'context':>8} " + " ".join(f"{name:>13}" for name in BREAKDOWN))
+    for seconds, setting, parts in breakdown:
+        print(f"{seconds:7g}s " + " ".join(f"{parts[name]:13.1f}" for name in BREAKDOWN))
+        rows += [{"section": "memory_breakdown", "item": name, "old": "", "reference": "", "new": round(parts[name], 1),
+                  "ratio": "", "unit": "MB", "setting": f"{setting}; {BREAKDOWN[name]}"} for name in BREAKDOWN]
     return rows
 
 

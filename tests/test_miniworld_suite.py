@@ -14,6 +14,7 @@ from cmbench.data.manifest import load_manifest, validate_manifest
 from cmbench.data.spec import check_counts, counts, load_spec
 from cmbench.data.video import read_video
 from cmbench.errors import ConfigError
+from cmbench.hashing import file_hash
 from cmbench.miniworld import (
     MiniWorldDataError,
     build_suite,
@@ -23,7 +24,10 @@ from cmbench.miniworld import (
     render_video,
     scene_from_seed,
 )
+from cmbench.miniworld import adapter as adapter_module
+from cmbench.miniworld.adapter import MiniWorldAdapter
 from cmbench.miniworld.episodes import Episode, TaskPlan
+from cmbench.miniworld.readers import data_file
 from cmbench.miniworld.suite import SuiteConfig, episode_stats, expected_counts, suite_plan
 
 REPO = Path(__file__).resolve().parents[1]
@@ -232,3 +236,18 @@ def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
         build_suite(_small(tmp_path / "c", panorama_width=200))
     with pytest.raises(ConfigError, match="sources"):
         build_suite(_data_cfg(tmp_path / "d", sources={"cartoon": {"videos": 1, "reappear": 1, "revisit": 0}}))
+
+
+def test_references_are_named_by_the_npz_and_read_only_when_needed(full_suite, monkeypatch):
+    root, _ = full_suite
+    task = next(t for t in load_manifest(root) if t.task_id == "real_003_revisit_01")
+    adapter = MiniWorldAdapter(_data_cfg(root))
+    loads = []
+    monkeypatch.setattr(adapter_module, "load_context", lambda t: loads.append(t.task_id) or load_context(t))
+    refs = adapter.references(task)
+    digest = file_hash(data_file(task, "context_frames"))
+    assert refs.keys == tuple(f"{digest}@{r.frame_index}" for r in task.references) and loads == []
+    frames, _ = load_context(task)
+    for frame, ref in zip(refs.frames(), task.references):
+        assert np.array_equal(frame, frames[ref.frame_index])
+    assert loads == ["real_003_revisit_01"]

@@ -30,7 +30,7 @@ def test_record_round_trips_and_names_its_version():
     record = TaskRecord(task_id="t1", status="ok", context_id="videos/a", source="real", task_type="revisit",
                         label="x", seed=3, score=0.25, pr=0.5, metric="DINO")
     row = record.to_json()
-    assert row["schema_version"] == SCHEMA_VERSION == 2
+    assert row["schema_version"] == SCHEMA_VERSION == 3
     assert TaskRecord.from_json(row) == record
     assert set(row) == {f for f in records_module.FIELD_NAMES}
 
@@ -44,7 +44,7 @@ def test_version_0_records_are_upgraded_and_unknown_versions_refused():
     with pytest.raises(ValueError, match="not in the task record schema"):
         TaskRecord.from_json({**ok("t"), "schema_version": 1, "prepared_for": "x"})
     with pytest.raises(ValueError, match="newer than this CMBench reads"):
-        TaskRecord.from_json({**ok("t"), "schema_version": 3})
+        TaskRecord.from_json({**ok("t"), "schema_version": 4})
 
 
 @pytest.mark.parametrize(
@@ -68,6 +68,45 @@ def test_metric_is_dino_only_for_a_dinov2_embedder():
     assert metric_name({"name": "light", "embedder": {"backend": "appearance"}}) == "light"
 
 
+def test_each_references_best_the_aggregation_and_the_models_hash_round_trip(tmp_path):
+    score = TaskScore(task_id="t", source="real", task_type="revisit", score=0.6,
+                      similarities=[0.2, 0.8, None], detection_rate=2 / 3, boxes=[[0, 0, 0.5, 0.5], [0, 0, 1, 1], None],
+                      detection_scores=[0.4, 0.9, 0.1], detection_threshold=0.3, reference_mask_fallback=[False, True],
+                      n_frames=3, scorer="owl_sam_dino", scorer_config_hash="h", reference_scores=[0.8, 0.4],
+                      reference_best_frames=[1, 0], reference_aggregation="mean", scorer_models_hash="0123456789ab")
+    written = RecordWriter(tmp_path / "records.jsonl").write(TaskRecord(task_id="t", status="ok", **scored_fields(score)))
+    (back,) = read_task_records(tmp_path)
+    assert back == written
+    assert back.reference_scores == [0.8, 0.4] and back.reference_best_frames == [1, 0]
+    assert back.reference_aggregation == "mean" and back.scorer_models_hash == "0123456789ab"
+    assert back.best_frame == 1  # the frame closest to any reference, the per-reference frames beside it
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"reference_aggregation": "median"}, "reference_aggregation: is 'median', expected one of mean, max"),
+        ({"reference_scores": [0.1, 0.2], "reference_best_frames": [0]},
+         "reference_best_frames: has 1 entries, expected one per reference (2 reference_scores)"),
+        ({"n_frames": 4, "reference_best_frames": [None, 4]},
+         "reference_best_frames: holds 4, expected a frame index >= 0 below n_frames=4 or null"),
+        ({"reference_best_frames": [-1]}, "reference_best_frames: holds -1, expected a frame index >= 0 or null"),
+        ({"reference_best_frames": 3}, "reference_best_frames: is 3, expected a list of frame indices"),
+    ],
+)
+def test_impossible_reference_fields_are_named(extra, message):
+    with pytest.raises(ValueError) as err:
+        TaskRecord.from_json({**ok("t"), **extra})
+    assert message in str(err.value)
+
+
+def test_version_2_records_read_with_the_reference_fields_empty():
+    record = TaskRecord.from_json({**ok("t"), "schema_version": 2, "reference_scores": [0.5], "code_hash": "c"})
+    assert record.schema_version == 3 and record.reference_scores == [0.5] and record.code_hash == "c"
+    assert record.reference_best_frames is None and record.reference_aggregation is None
+    assert record.scorer_models_hash is None
+
+
 def test_scored_fields_carry_the_best_frame_and_its_box():
     score = TaskScore(task_id="t", source="real", task_type="reappear", score=0.9,
                       similarities=[0.2, None, 0.9, 0.5], detection_rate=0.75,
@@ -77,6 +116,7 @@ def test_scored_fields_carry_the_best_frame_and_its_box():
     fields = scored_fields(score)
     assert fields["best_frame"] == 2 and fields["best_box"] == [0.1, 0.2, 0.3, 0.4]
     assert fields["scorer_hash"] == "h" and fields["reference_scores"] is None
+    assert fields["reference_best_frames"] is None and fields["scorer_models_hash"] is None
     never = scored_fields(TaskScore(**{**score.to_json(), "score": 0.0, "similarities": [None] * 4,
                                        "boxes": [None] * 4, "detection_rate": 0.0}))
     assert never["best_frame"] is None and never["best_box"] is None
@@ -141,7 +181,7 @@ def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
 
 def test_version_1_records_read_with_the_fields_of_version_2_empty():
     record = TaskRecord.from_json({**ok("t"), "schema_version": 1, "label": "x", "config_hash": "abc"})
-    assert record.schema_version == 2 and record.config_hash == "abc"
+    assert record.schema_version == SCHEMA_VERSION and record.config_hash == "abc"
     assert record.code_hash is None and record.run_seed is None and record.attention_flops is None
     with pytest.raises(ValueError, match="attention_flops: is -1.0, expected a finite number >= 0"):
         TaskRecord(task_id="t", status="ok", attention_flops=-1.0)

@@ -98,6 +98,9 @@ def test_score_folder_reports_missing_and_extra_and_scores_the_rest(dataset, tmp
     assert target["scorer"] == "light" and target["scorer_hash"] == twin["scorer_hash"]
     assert target["kind"] == "score" and target["metric"] == "light" and target["seed"] is None
     assert target["label"] == videos.name and target["context_id"] == "videos/synthetic/syn_001"
+    assert target["reference_aggregation"] == "mean" and target["reference_scores"] == [target["score"]]
+    assert target["reference_best_frames"] == [target["best_frame"]]  # one reference: its best is the task's
+    assert len(target["scorer_models_hash"]) == 12 and target["scorer_models_hash"] == twin["scorer_models_hash"]
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["missing_task_ids"] == ["syn_001_reappear_03"] and summary["extra"] == ["syn_999_reappear_01.mp4"]

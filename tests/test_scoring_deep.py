@@ -315,3 +315,10 @@ def test_bench_script_preprocessing_and_memory_sections(tmp_path):
     assert [r["item"] for r in memory] == ["peak_rss_score_one_task", "rss_before_task", "task_adds"] * 2
     peak, before, adds = (float(r["new"]) for r in memory[:3])
     assert before < peak and adds == pytest.approx(peak - before, abs=0.2)
+    breakdown = [r for r in rows if r["section"] == "memory_breakdown"]
+    assert [r["item"] for r in breakdown] == ["runtime", "models", "continuation", "references", "scoring"] * 2
+    parts = {r["item"]: float(r["new"]) for r in breakdown[:5]}
+    assert sum(parts.values()) == pytest.approx(peak, abs=0.6)  # the steps account for the whole peak
+    assert parts["continuation"] + parts["references"] + parts["scoring"] == pytest.approx(
+        adds, abs=0.6)
+    assert parts["runtime"] > 100  # torch alone is more than that

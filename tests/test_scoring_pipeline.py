@@ -8,7 +8,7 @@ import pytest
 from cmbench.data import Reference, Task
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop
 from cmbench.scoring.pipeline import Scorer
-from cmbench.scoring.references import ReferenceFrameError, reference_frames
+from cmbench.data.references import ReferenceFrameError, reference_frames
 from cmbench.scoring.stages import Detections
 
 

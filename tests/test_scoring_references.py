@@ -3,19 +3,24 @@ content names for the cache, and no decode at all when the cache already holds w
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.data import Reference, Task, read_video, write_video
+from cmbench.data import video as video_module
+from cmbench.data.adapter import DatasetAdapter
 from cmbench.data.video import VideoError, read_frames_at
 from cmbench.hashing import file_hash
+from cmbench.runs.score_videos import score_folder
 from cmbench.scoring import build_scorer
-from cmbench.scoring.references import ReferenceFrameError, TaskReferences
+from cmbench.data.references import ReferenceFrameError, TaskReferences
 from cmbench.scoring.tiny_models import tiny_deep_scorer_config
 
 FPS = 8.0
+OPENCV_CAPTURE = cv2.VideoCapture
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +38,79 @@ def _task(root, refs) -> Task:
                        for t, i in refs)
     return Task("syn_001_reappear_01", "synthetic", "s", "videos/ctx.mp4", ("p",) * 6, "c", "reappear", "cube", (),
                 references, root=root)
+
+
+class CountingCapture:
+    """``cv2.VideoCapture`` counting the frames read (decoded or grabbed) per file."""
+
+    frames_read: dict[str, int] = {}
+
+    def __init__(self, path: str):
+        self.path = path
+        self._cap = OPENCV_CAPTURE(path)
+        self.frames_read.setdefault(path, 0)
+
+    def read(self):
+        ok, frame = self._cap.read()
+        self.frames_read[self.path] += ok
+        return ok, frame
+
+    def grab(self):
+        ok = self._cap.grab()
+        self.frames_read[self.path] += ok
+        return ok
+
+    def __getattr__(self, name):
+        return getattr(self._cap, name)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Frames read per video file while a test runs."""
+    counts: dict[str, int] = {}
+    monkeypatch.setattr(CountingCapture, "frames_read", counts)
+    monkeypatch.setattr(video_module.cv2, "VideoCapture", CountingCapture)
+    return counts
+
+
+def _light_scorer(cache):
+    light = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "scorer" / "light.yaml"))
+    return build_scorer(light, cache_dir=str(cache))
+
+
+def test_the_adapter_decodes_up_to_the_last_reference_only(dataset, counted):
+    task = _task(dataset, [(0.0, 9), (0.0, 3)])
+    adapter = DatasetAdapter({"root": str(dataset), "height": 32, "width": 48})
+    refs = adapter.references(task)
+    context = str(task.video_path)
+    assert counted.get(context, 0) == 0 and not refs.decoded  # naming the references reads the header only
+    frames = refs.frames()
+    assert counted[context] == 10  # frames 0..9 of 24: the decoder stops at the last reference
+    everything, _ = read_video(task.video_path)
+    np.testing.assert_array_equal(frames[0], everything[9])
+    np.testing.assert_array_equal(frames[1], everything[3])
+
+
+def test_score_reads_only_the_referenced_context_and_nothing_on_a_full_cache_hit(dataset, tmp_path, counted):
+    task = _task(dataset, [(0.0, 9), (0.0, 3)])
+    continuation, _ = read_video(task.video_path)
+    videos = tmp_path / "videos"
+    write_video(videos / f"{task.task_id}.mp4", continuation[8:16], FPS)
+    adapter = DatasetAdapter({"root": str(dataset), "height": 32, "width": 48})
+    context = str(task.video_path)
+    counted.clear()
+
+    first = score_folder(_light_scorer(tmp_path / "cache"), [task], adapter, videos, tmp_path / "out1",
+                         label="x", metric="light")
+    assert first["tasks_ok"] == 1 and first["cache"] == {"hits": 0, "misses": 1}
+    assert counted[context] == 10  # a miss decodes the context up to its last reference, not its 24 frames
+
+    counted.clear()
+    again = score_folder(_light_scorer(tmp_path / "cache"), [task], adapter, videos, tmp_path / "out2",
+                         label="x", metric="light")
+    assert again["tasks_ok"] == 1 and again["cache"] == {"hits": 1, "misses": 0}
+    assert counted.get(context, 0) == 0  # a full cache hit decodes no context frame
+    assert counted[str(videos / f"{task.task_id}.mp4")] == 8  # only the continuation is read
 
 
 def test_read_frames_at_decodes_exactly_the_asked_frames(dataset):

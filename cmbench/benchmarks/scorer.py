@@ -37,7 +37,7 @@ from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.imagenet import imagenet_normalize
 from cmbench.scoring.owl import OwlVitDetector
 from cmbench.scoring.pipeline import Scorer
-from cmbench.scoring.references import TaskReferences
+from cmbench.data.references import TaskReferences
 from cmbench.scoring.sam2_hf import Sam2Segmenter
 from cmbench.scoring.tiny_models import byte_tokenizer, tiny_deep_scorer_config
 
@@ -310,15 +310,30 @@ def write_context_video(path: Path, seconds: float, fps: float, height: int, wid
 
 def score_one_task(cfg: dict, continuation: str, context: str, frame_index: int) -> None:
     """Child process body: build the scorer, then decode the continuation and score one task whose
-    reference is ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`); prints its RSS
-    before the task, its peak RSS and the record's score as JSON."""
+    reference is ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`, as ``score``
+    does on a cache miss); prints, as JSON, its RSS after each step (MiB) and its peak.
+
+    Steps: ``rss_runtime_mb`` (Python, torch, OpenCV, CMBench and transformers' model modules, which
+    import torch.distributed, torch._dynamo, sympy and scipy), ``rss_before_task_mb`` (the scorer's
+    models built), ``rss_continuation_mb`` (the continuation's frames decoded), ``rss_references_mb``
+    (the reference frames decoded), ``peak_rss_mb`` (after scoring: the models' first forwards and
+    intermediates included).
+    """
+    import transformers.modeling_utils  # noqa: F401  (what every model class imports; measured apart)
+
     torch.set_num_threads(1)
+    runtime = rss_mb()
     scorer = build_scorer(cfg)
     before = rss_mb()
     frames, _ = read_video(continuation)
+    after_continuation = rss_mb()
     task = bench_task("vase", (0.3, 0.3, 0.6, 0.7), video=context, frame_index=frame_index)
-    record = scorer.score_task(task, frames, TaskReferences.from_video(task, context))
-    print(json.dumps({"rss_before_task_mb": before, "peak_rss_mb": peak_rss_mb(), "score": record.score,
+    references = TaskReferences.from_video(task, context)
+    references.frames()
+    after_references = rss_mb()
+    record = scorer.score_task(task, frames, references)
+    print(json.dumps({"rss_runtime_mb": runtime, "rss_before_task_mb": before, "rss_continuation_mb": after_continuation,
+                      "rss_references_mb": after_references, "peak_rss_mb": peak_rss_mb(), "score": record.score,
                       "n_frames": record.n_frames}))
 
 
@@ -333,7 +348,7 @@ def peak_rss_one_task(cfg: dict, continuation: Path, context: Path, frame_index:
         Python / torch / transformers runtime, the models, the continuation's frames, the reference
         frames and every intermediate.
     output : dict
-        What the child printed (``rss_before_task_mb``: its RSS with the scorer built, before the task).
+        What the child printed (its RSS after each step, :func:`score_one_task`).
     """
     code = "import json, sys; from cmbench.benchmarks.scorer import score_one_task; score_one_task(**json.loads(sys.argv[1]))"
     args = json.dumps({"cfg": cfg, "continuation": str(continuation), "context": str(context), "frame_index": frame_index})
@@ -343,6 +358,22 @@ def peak_rss_one_task(cfg: dict, continuation: Path, context: Path, frame_index:
         raise RuntimeError(f"the scoring child failed ({run.returncode}):\n{run.stderr[-2000:]}")
     output = json.loads(run.stdout.strip().splitlines()[-1])
     return float(output["peak_rss_mb"]), output
+
+
+BREAKDOWN = {  # step -> what it holds (consecutive RSS differences of the scoring child, summing to its peak)
+    "runtime": "RSS with Python, torch, OpenCV, CMBench and transformers' model modules imported",
+    "models": "the scorer built (tiny models loaded, their files hashed)",
+    "continuation": "the continuation's frames decoded (uint8 frames + the decoder's libraries and buffers)",
+    "references": "the reference frame decoded (sequentially up to it, only it kept)",
+    "scoring": "peak during scoring (the models' first forwards, masks, crops) minus the RSS before it",
+}
+
+
+def memory_breakdown(out: dict) -> dict[str, float]:
+    """Consecutive RSS differences of the scoring child's steps (:data:`BREAKDOWN`), summing to its peak."""
+    steps = [0.0, out["rss_runtime_mb"], out["rss_before_task_mb"], out["rss_continuation_mb"], out["rss_references_mb"],
+             out["peak_rss_mb"]]
+    return {name: steps[i + 1] - steps[i] for i, name in enumerate(BREAKDOWN)}
 
 
 def continuation_video(path: Path, n_frames: int, height: int, width: int) -> Path:

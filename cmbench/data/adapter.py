@@ -10,6 +10,7 @@ its adapter (``adapter: official`` | ``miniworld`` | a registered name | ``packa
     adapter.ensure()                         # make the data present (build, or say how to fetch it)
     context = adapter.context(task, shape)   # frames to prefill + the frames references index
     frames, fps = adapter.reference_source(task)
+    refs = adapter.references(task)          # only the referenced frames, decoded when first needed
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from cmbench.data.manifest import Problem
+from cmbench.data.references import TaskReferences, reference_frames
 from cmbench.data.task import Task
 from cmbench.data.video import prepare_frames, read_video
 from cmbench.errors import ConfigError
@@ -140,6 +142,19 @@ class DatasetAdapter:
             frames, fps = read_video(path)
             self._decoded = (path, frames, fps)
         return self._decoded[1], self._decoded[2]
+
+    def references(self, task: Task) -> TaskReferences:
+        """A task's reference frames, named by content and decoded only when a scorer needs their pixels.
+
+        The official layout reads the context video's header now and, on :meth:`TaskReferences.frames`,
+        decodes it sequentially up to the last reference, keeping only the referenced frames
+        (:meth:`TaskReferences.from_video`); a task whose features are cached never decodes it. An
+        adapter that overrides only :meth:`reference_source` gets its references picked out of those
+        frames, named by their pixels.
+        """
+        if type(self).reference_source is not DatasetAdapter.reference_source:
+            return TaskReferences.from_arrays(reference_frames(task, *self.reference_source(task), native=True))
+        return TaskReferences.from_video(task)
 
     def context(self, task: Task, shape: ContextShape) -> ContextFrames:
         """The context prepared as the authors' runtime does (resample by nearest index, resize,

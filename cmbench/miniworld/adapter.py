@@ -18,6 +18,7 @@ import numpy as np
 
 from cmbench.data.adapter import ContextFrames, ContextShape, ContinuationShape, DatasetAdapter
 from cmbench.data.manifest import Problem
+from cmbench.data.references import TaskReferences, reference_frames, video_digest
 from cmbench.data.task import Task
 from cmbench.miniworld.readers import (
     EXTENSION,
@@ -91,12 +92,23 @@ class MiniWorldAdapter(DatasetAdapter):
     def reference_source(self, task: Task) -> tuple[np.ndarray, float]:
         """The lossless context frames (``uint8 [F, 32, 32, 3]``) and their frame rate."""
         frames, _ = load_context(task)
-        return frames, float(extension(task).get("fps", self.data.get("fps", 16)))
+        return frames, self._fps(task)
+
+    def references(self, task: Task) -> TaskReferences:
+        """The references in the lossless context frames, named ``<npz sha256>@<frame index>``; the npz
+        is read only when a scorer needs the pixels."""
+        fps = self._fps(task)
+        digest = video_digest(data_file(task, "context_frames"))
+        keys = [f"{digest}@{ref.frame_at(fps, native=True)}" for ref in task.references]
+        return TaskReferences(keys, lambda: reference_frames(task, *self.reference_source(task), native=True))
 
     def context(self, task: Task, shape: ContextShape) -> ContextFrames:
         """The lossless context as stored (already at the tiny backbone's size and rate)."""
         frames, fps = self.reference_source(task)
         return ContextFrames(frames, frames, fps)
+
+    def _fps(self, task: Task) -> float:
+        return float(extension(task).get("fps", self.data.get("fps", 16)))
 
     def continuation_shape(self) -> ContinuationShape:
         return ContinuationShape(int(self.data.get("continuation_frames", 16)), FRAME, FRAME)

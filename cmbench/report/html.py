@@ -49,7 +49,7 @@ from cmbench.report.leaderboard import (
     paired_deltas,
     pareto_plot,
 )
-from cmbench.scoring.references import reference_frames
+from cmbench.data.references import reference_frames
 
 INDEX = "index.html"
 IMAGES = "img"

@@ -38,7 +38,7 @@ from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method
 from cmbench.runs.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
-from cmbench.scoring.references import reference_frames
+from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer
 
 

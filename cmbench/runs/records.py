@@ -19,8 +19,9 @@ Guarantees (docs/runs.md):
 
 Schema versions: records without ``schema_version`` (version 0, CMBench before the typed record)
 are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped);
-version 1 records (before the code identity, the run's seed and the attention cost) are read with
-those fields empty.
+version 1 records (before the code identity, the run's seed and the attention cost) and version 2
+records (before each reference's best frame, the reference aggregation and the scorer models' hash)
+are read with the fields added since empty.
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ import numpy as np
 
 from cmbench.errors import CMBenchError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
 RECORDS_GLOB = "records*.jsonl"
 RUN_FILE = "run.json"  # a run directory's current label and code identity (cmbench.runs.experiment)
 STATUSES = ("ok", "failed")
 KINDS = ("run", "score")
+REFERENCE_AGGREGATIONS = ("mean", "max")  # how a task's score combines its references' best scores
 DINO_METRIC = "DINO"
 DINO_EMBEDDERS = ("dinov2",)  # embedder backends whose cosine is the paper's DINO score
 
@@ -87,8 +89,9 @@ class TaskRecord:
         What ``score`` measures: ``"DINO"`` when a DINOv2 embedder produced it (the paper's
         protocol), else the scorer's name (e.g. ``"light"``).
     score : float
-        Max over frames of the similarity to the reference, 0 when the target is never detected; a
-        cosine, so in [-1, 1].
+        Each reference's best similarity over frames (``reference_scores``), combined over the
+        references by ``reference_aggregation``; 0 when the target is never detected; a cosine, so in
+        [-1, 1].
     detection_rate : float
         Fraction of frames with a detection, in [0, 1].
     similarities : list of float or None
@@ -101,6 +104,15 @@ class TaskRecord:
         Per reference, True when its segmentation was empty and the annotated box was used.
     reference_scores : list of float or None
         Per reference, its best similarity over frames, when the scorer reports it.
+    reference_best_frames : list of int or None
+        Per reference, the frame where its best similarity was reached (an entry is None when the
+        target is never detected); its box is ``boxes[frame]``.
+    reference_aggregation : {"mean", "max"} or None
+        How ``score`` combines ``reference_scores`` (``mean``: the authors' harness, the default).
+    scorer_models_hash : str or None
+        The scorer's loaded models by content (weight and processor files or hub commits, and the
+        transformers version): two records with equal ``scorer_hash`` but different models hashes
+        were scored by different weights.
     best_frame : int or None
         Index of the frame where ``score`` was reached (argmax of ``similarities``); None when the
         target is never detected.
@@ -166,6 +178,9 @@ class TaskRecord:
     detection_threshold: float | None = None
     reference_mask_fallback: list[bool] | None = None
     reference_scores: list[float | None] | None = None
+    reference_best_frames: list[int | None] | None = None
+    reference_aggregation: str | None = None
+    scorer_models_hash: str | None = None
     best_frame: int | None = None
     best_box: list[float] | None = None
     n_frames: int | None = None
@@ -210,8 +225,8 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> "TaskRecord":
-        """A record from a JSON object, upgrading older versions (0: renamed fields; 1: fields added since
-        are empty).
+        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 and 2: fields added
+        since are empty).
 
         Raises
         ------
@@ -277,6 +292,29 @@ def record_problem(record: TaskRecord) -> str | None:
         return f"seed: is {record.seed!r}, expected an integer"
     if record.best_frame is not None and record.n_frames is not None and not 0 <= record.best_frame < record.n_frames:
         return f"best_frame: is {record.best_frame}, expected an index below n_frames={record.n_frames}"
+    return _reference_problem(record)
+
+
+def _reference_problem(record: TaskRecord) -> str | None:
+    """What is impossible about a record's per-reference fields, or None."""
+    if record.reference_aggregation is not None and record.reference_aggregation not in REFERENCE_AGGREGATIONS:
+        return (f"reference_aggregation: is {record.reference_aggregation!r}, "
+                f"expected one of {', '.join(REFERENCE_AGGREGATIONS)}")
+    frames = record.reference_best_frames
+    if frames is None:
+        return None
+    if not isinstance(frames, list):
+        return f"reference_best_frames: is {frames!r}, expected a list of frame indices (null: never detected)"
+    if record.reference_scores is not None and len(frames) != len(record.reference_scores):
+        return (f"reference_best_frames: has {len(frames)} entries, expected one per reference "
+                f"({len(record.reference_scores)} reference_scores)")
+    for frame in frames:
+        if frame is None:
+            continue
+        if not isinstance(frame, (int, np.integer)) or isinstance(frame, bool) or frame < 0 or (
+                record.n_frames is not None and frame >= record.n_frames):
+            below = f" below n_frames={record.n_frames}" if record.n_frames is not None else ""
+            return f"reference_best_frames: holds {frame!r}, expected a frame index >= 0{below} or null"
     return None
 
 
@@ -292,8 +330,9 @@ def metric_name(scorer_config: Mapping[str, Any]) -> str:
 def scored_fields(task_score: Any) -> dict[str, Any]:
     """The record fields of a scorer's :class:`cmbench.scoring.pipeline.TaskScore`.
 
-    Adds the best frame (argmax of the per-frame similarities) and its box, and the per-reference
-    best scores when the scorer reports them (``reference_scores``).
+    Adds the best frame (argmax of the per-frame similarities) and its box, and, when the scorer
+    reports them, each reference's best score and frame, the reference aggregation and the models'
+    content hash.
     """
     sims = list(task_score.similarities)
     detected = [i for i, s in enumerate(sims) if s is not None]
@@ -307,6 +346,9 @@ def scored_fields(task_score: Any) -> dict[str, Any]:
         "detection_threshold": task_score.detection_threshold,
         "reference_mask_fallback": list(task_score.reference_mask_fallback),
         "reference_scores": getattr(task_score, "reference_scores", None),
+        "reference_best_frames": getattr(task_score, "reference_best_frames", None),
+        "reference_aggregation": getattr(task_score, "reference_aggregation", None),
+        "scorer_models_hash": getattr(task_score, "scorer_models_hash", None),
         "best_frame": best,
         "best_box": None if best is None else task_score.boxes[best],
         "n_frames": task_score.n_frames,

@@ -27,7 +27,6 @@ from cmbench.runs.lock import RunLock
 from cmbench.runs.records import RecordWriter, TaskRecord, read_task_records, records_path, scored_fields
 from cmbench.runs.summary import summarise
 from cmbench.scoring.pipeline import Scorer
-from cmbench.scoring.references import reference_frames
 
 VIDEO_SUFFIXES = (".mkv", ".mp4")  # preference order: run's lossless copy first
 
@@ -136,7 +135,8 @@ def score_folder(
     tasks : list of Task
         The manifest's tasks.
     adapter : DatasetAdapter
-        Reads each task's reference frames (and says what a continuation should look like).
+        Names each task's reference frames and decodes them only on a feature-cache miss
+        (:meth:`DatasetAdapter.references`), and says what a continuation should look like.
     videos, out : Path
     label : str
         The records' leaderboard name.
@@ -169,8 +169,7 @@ def score_folder(
                 if warning:
                     warnings.append(warning)
                     print(f"score: warning: {warning}", file=sys.stderr)
-                refs = reference_frames(task, *adapter.reference_source(task), native=True)
-                scored = scorer.score_task(task, frames, refs)
+                scored = scorer.score_task(task, frames, adapter.references(task))
                 record = TaskRecord(**{**fields, **scored_fields(scored), "video": str(video), "status": "ok"})
             except Exception as err:  # any failure of one task (corrupt video, CUDA OOM) is that task's
                 record = TaskRecord(**fields, video=None if video is None else str(video), status="failed",

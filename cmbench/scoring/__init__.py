@@ -7,7 +7,7 @@ content and decoded on demand), :func:`reference_frames` (pick them out of frame
 """
 
 from cmbench.scoring.pipeline import Scorer, TaskScore
-from cmbench.scoring.references import TaskReferences, reference_frames
+from cmbench.data.references import TaskReferences, reference_frames
 from cmbench.scoring.registry import build_scorer
 
 __all__ = ["Scorer", "TaskReferences", "TaskScore", "build_scorer", "reference_frames"]

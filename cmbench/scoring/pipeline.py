@@ -18,12 +18,12 @@ import numpy as np
 
 from cmbench.data import Task
 from cmbench.hashing import array_hash, json_digest
+from cmbench.runs.records import REFERENCE_AGGREGATIONS
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
-from cmbench.scoring.references import TaskReferences
+from cmbench.data.references import TaskReferences
 from cmbench.scoring.stages import Detector, Embedder, ReferenceView, Segmenter, Target
 
-REFERENCE_AGGREGATIONS = ("mean", "max")
 SEGMENT_CHUNK = 16  # generated frames segmented together; only their full-frame masks are held at once
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cmbench.data import Task
+from cmbench.data.task import Task
 from cmbench.data.video import VideoError, probe_video, read_frames_at
 from cmbench.errors import CMBenchError
 from cmbench.hashing import array_hash, file_hash
