@@ -39,7 +39,7 @@ def test_oracle_replays_decoprunes_keep_pattern_exactly():
     assert sorted(entry.survivors) == [6, 7, 8, 9]
     deco = continue_task(backbone, pre, None, 8, 1)
     assert deco.decide_seconds > 0.0  # the loop times the method's decisions
-    oracle = OracleMask(survivors=entry.survivors, initial_layout=method.layout(g))
+    oracle = OracleMask(survivors=entry.survivors, initial_layout=method.layout(g), before=entry.before)
     replay = continue_task(backbone, dataclasses.replace(pre, method=oracle), None, 8, 1)
     assert torch.equal(replay.latents, deco.latents)
     assert replay.ledger.summary() == deco.ledger.summary()

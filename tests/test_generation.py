@@ -38,7 +38,7 @@ def assert_same_state(a, b):
 def test_probes_leave_no_trace(variant):
     """A probing method that keeps everything stores exactly FullKV's cache and generates the same frames."""
     full = build_method({"name": "fullkv"})
-    probing = build_method({"name": "decoprune", "gamma": float("-inf"), **variant})
+    probing = build_method({"name": "decoprune", "gamma": 0.0, **variant})
     pre_full = prefill(BACKBONE, full, CONTEXT, None, 5)
     pre_probe = prefill(BACKBONE, probing, CONTEXT, None, 5)
     assert_same_state(bank_state(pre_full.cache), bank_state(pre_probe.cache))
@@ -51,10 +51,10 @@ def test_probes_leave_no_trace(variant):
 
 @dataclass
 class HidingProbe(DeCoPrune):
-    """Keeps every token (gamma -inf) but its post-prune probe hides chunk 1: the probe's prediction
+    """Keeps every token (gamma 0: every score here is positive) but its post-prune probe hides chunk 1: the probe's prediction
     differs from the trajectory's, so any trace it left would show in the continuation."""
 
-    gamma: float = float("-inf")
+    gamma: float = 0.0
     post_prune: bool = True
 
     def probe_hide(self, cache):

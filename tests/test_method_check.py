@@ -76,11 +76,8 @@ class IgnoresItsBudget(ScoredMethod):
 
     name = "ignores_its_budget"
 
-    def select(self, bank, newest):
+    def budget_keep(self, bank, newest, allowance, incoming=0):
         return torch.ones(bank.n, dtype=torch.bool)
-
-    def limits(self, cache, newest):
-        return {}
 
 
 def test_broken_methods_fail_the_check_that_names_their_fault():

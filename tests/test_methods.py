@@ -375,7 +375,7 @@ def test_budget_mode_hits_target_pr(tmp_path):
 def test_token_budget_and_bounded_memory_never_exceed_their_cap():
     backbone = AttentionBackbone(G)
     context = torch.randn(1, 3, 16, 4, 4)
-    for cfg in ({"name": "fullkv", "max_history_tokens": 24}, {"name": "decoprune", "gamma": -1.0, "max_history_tokens": 24},
+    for cfg in ({"name": "fullkv", "max_history_tokens": 24}, {"name": "decoprune", "gamma": 0.0, "max_history_tokens": 24},
                 {"name": "tempdiff", "token_budget": 20}):
         method = build_method(cfg)
         pre = prefill(backbone, method, context, None, 0)
@@ -397,7 +397,7 @@ def test_token_budget_and_bounded_memory_never_exceed_their_cap():
 def test_bounded_memory_evicts_lowest_scores_first():
     # context chunks' d: chunk c token i -> distinct scores; cap leaves room for 4 non-protected tokens
     backbone = scripted(d=lambda gid: 0.01 * gid * (1 if gid % 2 else -1) + 3.0 * (gid in (10, 20, 21)))
-    method = build_method({"name": "decoprune", "gamma": -1.0, "max_history_tokens": 28})
+    method = build_method({"name": "decoprune", "gamma": 0.0, "max_history_tokens": 28})
     pre = prefill(backbone, method, backbone.world[:, :, :8], None, 0)
     # after chunk 3: sink (8) + the dense chunks 2-3 (16) protected; 4 of chunk 1 stay: the highest scores
     kept_chunk1 = [g for g in survivors(pre.cache) if 8 <= g < 16]

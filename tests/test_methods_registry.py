@@ -2,6 +2,7 @@
 class is the only source of a method's defaults and documentation."""
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_class, method_names
 from cmbench.methods.catalog import MARKERS, markdown_table
+from cmbench.methods.knobs import knob_minimums
 from cmbench.methods.registry import canonical_method_config, full_method_config
 from fakes import AttentionBackbone, fake_geometry
 
@@ -134,3 +136,25 @@ def test_external_method_plugs_in_by_target(tmp_path, monkeypatch):
     backbone = AttentionBackbone(fake_geometry())
     cont = continue_task(backbone, prefill(backbone, method, torch.randn(1, 3, 6, 4, 4), None, 0), None, 2, 0)
     assert cont.cache.banks[0][0].field("gid").tolist() == list(range(8)) + [8, 10, 12, 14, 16, 18, 20, 22] + list(range(24, 32))
+
+
+def test_every_method_refuses_a_mistyped_or_negative_knob_by_name():
+    """Every numeric or boolean knob of every registered method is checked when the method is built."""
+    checked = 0
+    for name in method_names():
+        cls = method_class(name)
+        hints, minimums = typing.get_type_hints(cls), knob_minimums(cls)
+        for f in dataclasses.fields(cls):
+            if hints[f.name] not in (int, float, bool):
+                continue
+            with pytest.raises(ConfigError, match=f"^method {name}: {f.name} must be .*, got 'abc'$"):
+                build_method({"name": name, f.name: "abc"})
+            if f.name in minimums:
+                with pytest.raises(ConfigError, match=f"^method {name}: {f.name} must be .* >= .*, got -7$"):
+                    build_method({"name": name, f.name: -7})
+            checked += 1
+    assert checked >= 20
+    with pytest.raises(ConfigError, match=r"^method decoprune: gamma must be a number >= 0, got -1$"):
+        build_method({"name": "decoprune", "gamma": -1})
+    with pytest.raises(ConfigError, match=r"^method random: max_history_tokens must be a whole number >= 0 \(or null\)"):
+        build_method({"name": "random", "max_history_tokens": 2.5})

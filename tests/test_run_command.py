@@ -170,6 +170,11 @@ def in_process(tmp: Path, weights: Path, out_dir: Path, *args: str) -> int:
         ("shard.index=2", "shard.index must be in [0, shard.count), got index=2 count=1"),
         ("method.target_pr=1.5", "decoprune: target_pr must be in [0, 1), got 1.5"),  # the method's own check
         ("method.probe_step=9", "decoprune: probe_step=9 must name a step before the last of the 4 timesteps"),
+        ("method.gamma=-1", "method decoprune: gamma must be a number >= 0, got -1"),  # knob types and ranges
+        ("method.gamma=abc", "method decoprune: gamma must be a number >= 0, got 'abc'"),
+        ("method.probe_step=2.5", "method decoprune: probe_step must be a whole number >= 0, got 2.5"),
+        ("method.post_prune=maybe", "method decoprune: post_prune must be true or false, got 'maybe'"),
+        ("method.token_budget=-3", "method decoprune: token_budget must be a whole number >= 0 (or null), got -3"),
     ],
 )
 def test_a_refused_run_is_one_line_and_leaves_no_folder(setup, tmp_path, capsys, override, message):
@@ -180,6 +185,21 @@ def test_a_refused_run_is_one_line_and_leaves_no_folder(setup, tmp_path, capsys,
     assert f"cmbench: error: {message}" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert not out_dir.exists()  # nothing created, or what was created removed
+
+
+@pytest.mark.parametrize("override", ["method.gamma=-1", "method.probe_step=9"])
+def test_a_refused_method_loads_no_data_and_no_backbone(setup, tmp_path, capsys, monkeypatch, override):
+    """Knob and generation-setting checks run when the run is configured, before any data or model."""
+    from cmbench.runs import evaluator, experiment
+
+    tmp, weights = setup
+    loaded = []
+    monkeypatch.setattr(evaluator, "build_backbone", lambda *a, **k: loaded.append("backbone"))
+    monkeypatch.setattr(experiment, "build_adapter", lambda *a, **k: loaded.append("data"))
+    assert in_process(tmp, weights, tmp_path / "runs", "method=decoprune", override) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cmbench: error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert loaded == []
 
 
 def test_an_unwritable_out_dir_or_a_full_disk_is_one_line(setup, tmp_path, capsys, monkeypatch):

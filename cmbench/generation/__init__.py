@@ -4,8 +4,15 @@
 that does. :mod:`cmbench.generation.sampler` is the few-step flow-matching sampler.
 """
 
-from cmbench.generation.loop import Continuation, GenerationSettings, PrefilledContext, continue_task, prefill
+from cmbench.generation.loop import (
+    Continuation,
+    GenerationSettings,
+    PrefilledContext,
+    check_settings,
+    continue_task,
+    prefill,
+)
 from cmbench.generation.sampler import FlowMatchSampler, renoise
 
-__all__ = ["Continuation", "FlowMatchSampler", "GenerationSettings", "PrefilledContext", "continue_task", "prefill",
-           "renoise"]
+__all__ = ["Continuation", "FlowMatchSampler", "GenerationSettings", "PrefilledContext", "check_settings",
+           "continue_task", "prefill", "renoise"]

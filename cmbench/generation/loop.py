@@ -269,7 +269,12 @@ class _Loop:
         self.previous = sig.x0_final
 
 
-def _check(method: Method, settings: GenerationSettings) -> None:
+def check_settings(method: Method, settings: GenerationSettings) -> None:
+    """Refuse, with a one-line :class:`ConfigError`, a method whose needs the settings cannot meet (a
+    ``probe_step`` that is not a step before the last of the sampler's timesteps).
+
+    Called by :func:`prefill` and :func:`continue_task`, and by a run before it loads any data or model.
+    """
     needs = method.needs()
     steps = len(settings.sampler.timesteps)
     if needs.probe_step is not None and not 0 <= needs.probe_step < steps - 1:
@@ -330,7 +335,7 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     """
     settings = settings or GenerationSettings()
     g = backbone.geometry
-    _check(method, settings)
+    check_settings(method, settings)
     _check_latents(context_latents, g, "context latents")
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
     cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity,
@@ -386,7 +391,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     method = prefilled.method if method is None else method
     if type(method) is not type(prefilled.method) or method.layout(g) != prefilled.method.layout(g):
         raise ConfigError(f"continue_task: method {method.name!r} does not match the prefill's {prefilled.method.name!r}")
-    _check(method, prefilled.settings)
+    check_settings(method, prefilled.settings)
     f = g.chunk_frames
     if n_frames <= 0 or n_frames % f:
         raise ConfigError(f"continuation length {n_frames} must be a positive multiple of the chunk size {f}")

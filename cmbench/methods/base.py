@@ -16,8 +16,11 @@ Shared mechanics (every method):
   lowest-priority unprotected tokens are evicted first (ties: oldest first).
 
 Score-based methods (:class:`ScoredMethod`) add *budget mode*: ``target_pr`` or ``token_budget``
-replaces the method's own keep rule by a calibrated one, keeping the highest-priority tokens so that
-the history seen by the next chunk matches the budget.
+replaces the method's own keep rule. Each chunk is decided once, when it leaves the recent window
+(where the method's own rule would compact it): of that chunk's tokens, the highest-priority ones are
+kept, as many as the budget leaves room for next to what is already held. A decided chunk is never
+pruned again, so a larger budget keeps every token a smaller one keeps (same priorities). Only
+``max_history_tokens`` re-evicts already-kept tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Any, ClassVar
 import torch
 
 from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
+from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
+from cmbench.methods.knobs import check_knobs
 
 
 @dataclass(frozen=True)
@@ -119,15 +124,14 @@ class Method:
     paper: ClassVar[str] = ""  # URL of the method's paper ("" if none)
     paper_title: ClassVar[str] = ""  # how the tables cite it, e.g. "StreamingLLM, arXiv 2309.17453"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"sink_chunks": 0, "recent_chunks": 0, "max_history_tokens": 0}
+
     sink_chunks: int = 1
     recent_chunks: int = 1
     max_history_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.sink_chunks < 0 or self.recent_chunks < 0:
-            raise ConfigError(f"{self.name}: sink_chunks and recent_chunks must be >= 0")
-        if self.max_history_tokens is not None and self.max_history_tokens < 0:
-            raise ConfigError(f"{self.name}: max_history_tokens must be >= 0")
+        check_knobs(self)
 
     # ------------------------------------------------------------------ what the loop asks
     def needs(self) -> Needs:
@@ -177,6 +181,14 @@ class Method:
         """What the compaction after chunk ``newest`` keeps, ``bool [n]``."""
         return self.rule(bank, newest)
 
+    def selector(self, cache: KVCache, newest: ChunkInfo, incoming: int = 0) -> BankSelector:
+        """The compaction with ``newest`` the newest chunk, as a bank selector (default: :meth:`select`).
+
+        ``incoming``: tokens of an open chunk the next chunk will also see (a compaction while
+        ``newest`` is open); 0 after a commit.
+        """
+        return lambda bank: self.select(bank, newest)
+
     def limits(self, cache: KVCache, newest: ChunkInfo) -> dict[int, int]:
         """``id(bank) -> most history tokens`` after compaction (default: the hard cap, if any)."""
         if self.max_history_tokens is None:
@@ -187,13 +199,15 @@ class Method:
         """Decide for the committed chunk, compact every bank, then enforce size limits."""
         self.decide(cache, sig)
         newest = sig.chunk
-        cache.compact(lambda bank: self.select(bank, newest))
+        cache.compact(self.selector(cache, newest))
         self._enforce_limits(cache, newest)
 
     def probe_hide(self, cache: KVCache):
         """Selector of the history rows the next compaction will drop (for the post-prune probe)."""
         newest = cache.current
-        return lambda bank: ~self.select(bank, newest)
+        assert newest is not None, "the post-prune probe runs while a chunk is open"
+        select = self.selector(cache, newest, newest.length)
+        return lambda bank: ~select(bank)
 
     def _enforce_limits(self, cache: KVCache, newest: ChunkInfo) -> None:
         limits = self.limits(cache, newest)
@@ -226,14 +240,27 @@ class Method:
 class ScoredMethod(Method):
     """A method that scores tokens; adds budget mode.
 
+    Budget mode decides each chunk once, when it leaves the recent window (``window(bank)`` chunks
+    back from the newest): of that chunk's rows in a budgeted bank it keeps the ``k`` highest
+    priorities (ties: the earlier row), where ``k`` is what the budget leaves after everything else
+    the next chunk will see (the sink, the chunks decided before, the dense window), between 0 and the
+    chunk's length. Chunks decided before are kept as they are: a budget never evicts a kept token to
+    make room for a newer one (only ``max_history_tokens`` does). With the same priorities, a larger
+    budget therefore keeps a superset of what a smaller one keeps, chunk by chunk.
+
     Parameters
     ----------
     target_pr : float or None
-        Budget mode: keep the highest-priority history so the next chunk sees ``(1 - target_pr)`` of
-        what FullKV would (per head, summed over budgeted banks; fixed banks count as they are).
+        Budget mode: the next chunk sees ``(1 - target_pr)`` of what FullKV would (per head, summed
+        over budgeted banks; banks the budget does not apply to count as they are). Realised exactly
+        once the allowance exceeds the sink and the dense window; before that, every chunk leaving
+        the window gets nothing and the PR is lower than the target.
     token_budget : int or None
-        Budget mode: at most this many history tokens per budgeted head.
+        Budget mode: at most this many history tokens per budgeted head (filled in arrival order: once
+        full, chunks leaving the window keep nothing).
     """
+
+    knob_minimums: ClassVar[dict[str, float]] = {"target_pr": 0, "token_budget": 0}
 
     target_pr: float | None = None
     token_budget: int | None = None
@@ -244,8 +271,6 @@ class ScoredMethod(Method):
             raise ConfigError(f"{self.name}: give target_pr or token_budget, not both")
         if self.target_pr is not None and not 0.0 <= self.target_pr < 1.0:
             raise ConfigError(f"{self.name}: target_pr must be in [0, 1), got {self.target_pr}")
-        if self.token_budget is not None and self.token_budget < 0:
-            raise ConfigError(f"{self.name}: token_budget must be >= 0, got {self.token_budget}")
 
     @property
     def budget_mode(self) -> bool:
@@ -258,26 +283,47 @@ class ScoredMethod(Method):
     def scored_banks(self, cache: KVCache) -> list[Bank]:
         return [b for b in cache.all_banks() if self.budgeted(b)]
 
-    def select(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
-        if self.budget_mode and self.budgeted(bank):
-            return torch.ones(bank.n, dtype=torch.bool)
-        return self.rule(bank, newest)
-
-    def limits(self, cache: KVCache, newest: ChunkInfo) -> dict[int, int]:
-        limits = super().limits(cache, newest)
+    def selector(self, cache: KVCache, newest: ChunkInfo, incoming: int = 0) -> BankSelector:
+        """:meth:`select` on every bank, or in budget mode :meth:`budget_keep` on the budgeted ones."""
         if not self.budget_mode:
-            return limits
-        scored = self.scored_banks(cache)
+            return super().selector(cache, newest)
+        allowance = self.allowance(cache, newest, incoming)
+        return lambda bank: (self.budget_keep(bank, newest, allowance, incoming) if self.budgeted(bank)
+                             else self.select(bank, newest))
+
+    def allowance(self, cache: KVCache, newest: ChunkInfo, incoming: int = 0) -> int:
+        """History tokens per budgeted head the next chunk may see.
+
+        ``token_budget``; or ``(1 - target_pr)`` of FullKV's history (committed tokens plus
+        ``incoming``) over all heads, less what the banks the budget does not apply to will hold after
+        this compaction, shared evenly by the budgeted heads.
+        """
         if self.token_budget is not None:
-            per_head = self.token_budget
-        else:
-            heads = cache.num_layers * cache.num_heads
-            target = (1.0 - self.target_pr) * cache.committed_tokens * heads
-            fixed = sum(b.n * b.num_heads for b in cache.all_banks() if not self.budgeted(b))
-            per_head = max(0, round((target - fixed) / max(1, sum(b.num_heads for b in scored))))
-        for bank in scored:
-            limits[id(bank)] = min(per_head, limits.get(id(bank), per_head))
-        return limits
+            return self.token_budget
+        assert self.target_pr is not None
+        heads = cache.num_layers * cache.num_heads
+        target = (1.0 - self.target_pr) * (cache.committed_tokens + incoming) * heads
+        banks = list(cache.all_banks())
+        fixed = sum((int(self.select(b, newest).sum()) + incoming) * b.num_heads for b in banks if not self.budgeted(b))
+        scored = sum(b.num_heads for b in banks if self.budgeted(b))
+        return max(0, round((target - fixed) / max(1, scored)))
+
+    def budget_keep(self, bank: Bank, newest: ChunkInfo, allowance: int, incoming: int = 0) -> torch.Tensor:
+        """Budget mode's keep mask ``bool [n]`` of a budgeted bank when ``newest`` is the newest chunk.
+
+        Every row is kept but those of the chunk leaving the window now (``newest.index -
+        window(bank)``, unless it is a sink chunk), of which the ``k`` highest priorities stay:
+        ``k = clamp(allowance - (rows the next chunk sees besides that chunk), 0, its rows)``.
+        """
+        keep = torch.ones(bank.n, dtype=torch.bool)
+        leaving = newest.index - self.window(bank)
+        if leaving < self.sink_chunks:
+            return keep
+        rows = (bank.field("chunk") == leaving).nonzero().squeeze(1)
+        k = min(max(allowance - (bank.n - len(rows) + incoming), 0), len(rows))
+        order = torch.sort(bank.field("priority")[rows], descending=True, stable=True).indices
+        keep[rows[order[k:]]] = False
+        return keep
 
 
 def finite_priority(score: torch.Tensor) -> torch.Tensor:

@@ -20,10 +20,12 @@ compaction). Static banks of head-split subclasses keep the plain window (sink +
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, KVCache
+from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
 from cmbench.methods.registry import register
@@ -74,6 +76,8 @@ class DeCoPrune(ScoredMethod):
     paper = "https://arxiv.org/abs/2609.39096"
     paper_title = "DeCoPrune, arXiv 2609.39096"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"gamma": 0, "probe_step": 0}
+
     gamma: float = 0.10
     probe_step: int = 2
     score: str = "mse"
@@ -83,8 +87,6 @@ class DeCoPrune(ScoredMethod):
         super().__post_init__()
         if self.score not in SCORE_TYPES:
             raise ConfigError(f"{self.name}: score must be one of {', '.join(SCORE_TYPES)}, got {self.score!r}")
-        if self.probe_step < 0:
-            raise ConfigError(f"{self.name}: probe_step must be >= 0, got {self.probe_step}")
 
     def needs(self) -> Needs:
         return Needs(
@@ -126,18 +128,23 @@ class DeCoPrune(ScoredMethod):
         """``2 * recent_chunks`` on scored banks (the delayed compaction), ``recent_chunks`` elsewhere."""
         return 2 * self.recent_chunks if bank is None or self.budgeted(bank) else self.recent_chunks
 
-    def delayed_select(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
-        """What the compaction before the open chunk ``newest``'s ``t = 0`` pass keeps, ``bool [n]``:
-        the keep rule on scored banks (chunk ``newest - 2w`` leaves the window), everything elsewhere
-        and in budget mode (there the limits after each commit decide)."""
-        if self.budget_mode or not self.budgeted(bank):
-            return torch.ones(bank.n, dtype=torch.bool)
-        return self.rule(bank, newest)
+    def selector(self, cache: KVCache, newest: ChunkInfo, incoming: int = 0) -> BankSelector:
+        """After a commit: the scored banks were compacted before the chunk's ``t = 0`` pass (kept as
+        they are); the others by their rule."""
+        inner = super().selector(cache, newest, incoming)
+        return lambda bank: torch.ones(bank.n, dtype=torch.bool) if self.budgeted(bank) else inner(bank)
+
+    def delayed_selector(self, cache: KVCache, chunk: ChunkInfo) -> BankSelector:
+        """The compaction before the open chunk ``chunk``'s ``t = 0`` pass: chunk ``chunk - 2w`` leaves
+        the window of the scored banks (by the keep rule, or decided by the budget); nothing elsewhere."""
+        inner = ScoredMethod.selector(self, cache, chunk, chunk.length)
+        return lambda bank: inner(bank) if self.budgeted(bank) else torch.ones(bank.n, dtype=torch.bool)
 
     def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
-        cache.compact(lambda bank: self.delayed_select(bank, chunk))
+        cache.compact(self.delayed_selector(cache, chunk))
 
     def probe_hide(self, cache: KVCache):
         """The post-prune probe hides what :meth:`before_clean` of the open chunk will drop."""
-        newest = cache.current
-        return lambda bank: ~self.delayed_select(bank, newest)
+        assert cache.current is not None, "the post-prune probe runs while a chunk is open"
+        select = self.delayed_selector(cache, cache.current)
+        return lambda bank: ~select(bank)

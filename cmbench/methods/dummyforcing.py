@@ -22,6 +22,7 @@ bounded-memory eviction may drop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -60,6 +61,9 @@ class DummyForcing(Method):
     paper = "https://arxiv.org/abs/2601.20499"
     paper_title = "Dummy Forcing, arXiv 2601.20499"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"first_frames": 0, "middle_frames": 0, "recent_frames": 0,
+                                                  "last_frames": 0}
+
     first_frames: int = 4
     middle_frames: int = 4
     recent_frames: int = 4
@@ -69,8 +73,6 @@ class DummyForcing(Method):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if min(self.first_frames, self.middle_frames, self.recent_frames, self.last_frames) < 0:
-            raise ConfigError(f"{self.name}: frame counts must be >= 0")
         if self.classify_chunk < 2:
             raise ConfigError(f"{self.name}: classify_chunk must be >= 2 (the packed layout needs a first region "
                               f"before the classifying chunk's own)")

@@ -15,6 +15,7 @@ layer's dynamic bank. This is the authors' harness (its ForcingKV update); see d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -87,6 +88,8 @@ class ForcingKV(ScoredMethod):
     paper = "https://arxiv.org/abs/2605.09681"
     paper_title = "ForcingKV, arXiv 2605.09681"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"k": 0, "history_chunks": 0, "patches_per_frame": 1}
+
     head_map: str | None = None
     k: int = 256
     history_chunks: int = 32
@@ -95,8 +98,6 @@ class ForcingKV(ScoredMethod):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.k < 0 or self.history_chunks < 0 or self.patches_per_frame < 1:
-            raise ConfigError(f"{self.name}: k and history_chunks must be >= 0, patches_per_frame >= 1")
         if self.layer_zero not in ("streaming", "map"):
             raise ConfigError(f"{self.name}: layer_zero must be 'streaming' or 'map', got {self.layer_zero!r}")
         if self.recent_chunks < 1:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from cmbench.cache import KVCache
-from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.registry import register
 
@@ -88,14 +88,11 @@ class TempDiff(ScoredMethod):
                    "(layer-1 keys), chosen once at the end of the context; sink + recent kept, continuation dense")
     paper_title = "TempDiff, as described in DeCoPrune's baselines"
 
+    knob_minimums: ClassVar[dict[str, float]] = {"k": 0, "grid_rows": 1, "grid_cols": 1}
+
     k: int = 1657
     grid_rows: int = 6
     grid_cols: int = 13
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.k < 0 or self.grid_rows < 1 or self.grid_cols < 1:
-            raise ConfigError(f"{self.name}: k must be >= 0 and the grid at least 1 x 1")
 
     def blocks(self, geometry) -> torch.Tensor:
         """Block of every token position of a frame, ``long [tokens_per_frame]``."""

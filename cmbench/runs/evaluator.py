@@ -29,6 +29,7 @@ from cmbench.data.video import write_lossless_video
 from cmbench.generation import (
     GenerationSettings,
     PrefilledContext,
+    check_settings,
     continue_task,
     prefill,
 )
@@ -83,8 +84,9 @@ class ModelEvaluator:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.method = build_method(to_dict(cfg.method))  # first: its knob checks fail fast
-        self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
         self.settings = generation_settings(cfg)
+        check_settings(self.method, self.settings)
+        self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
         scorer_cfg = to_dict(cfg.scorer)
         self.scorer = build_scorer(scorer_cfg)
         self.metric = metric_name(scorer_cfg)

@@ -34,7 +34,7 @@ from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
-from cmbench.methods.registry import canonical_method_config, full_method_config
+from cmbench.methods.registry import build_method, canonical_method_config, full_method_config
 from cmbench.provenance import git_commit, machine, versions
 from cmbench.runs.identity import CodeIdentity, code_identity, portable
 from cmbench.runs.labels import resolve_method_class, run_label
@@ -246,9 +246,11 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     """
     import torch
 
-    from cmbench.runs.evaluator import ModelEvaluator
+    from cmbench.generation import check_settings
+    from cmbench.runs.evaluator import ModelEvaluator, generation_settings
 
     options = run_options(cfg)
+    check_settings(build_method(to_dict(cfg.method)), generation_settings(cfg))  # before any data or model
     if options.threads:
         torch.set_num_threads(options.threads)
     label = run_label(cfg)
