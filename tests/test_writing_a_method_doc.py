@@ -60,6 +60,10 @@ def test_the_guide_runs_as_printed_and_prints_what_it_shows(page, tmp_path):
     # the edit reran every task, and the comparison against DeCoPrune is on the final board
     rerun = next(r for r in results if r.command.startswith("python -m cmbench run method=key_norm"))
     assert "2 task(s) recomputed" in rerun.output and "(2 run now, 0 cached)" in rerun.output
+    sweep = next(r for r in results if r.command.startswith("python -m cmbench run -m"))
+    before, after = (float(re.findall(r"key_norm@target_pr=0.8: .*; light ([\d.]+),", r.output)[0])
+                     for r in (sweep, rerun))
+    assert after < before  # the page says the edit made the method worse
     board = next(r for r in results if r.command == "python -m cmbench leaderboard").output
     assert "| key_norm@target_pr=0.8 | decoprune@target_pr=0.8 |" in board
     assert (tmp_path / "my_method/runs/miniworld/report/index.html").is_file()
