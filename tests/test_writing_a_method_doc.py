@@ -115,3 +115,15 @@ def test_malformed_pages_are_named_with_their_line():
         parse("x\n```console\n$ ls\n", "guide")
     with pytest.raises(ValueError, match=r"guide:2: a console block must start"):
         parse("```console\noutput first\n$ ls\n```\n", "guide")
+
+
+def test_the_tiny_models_shapes_on_the_page_are_its_own():
+    from cmbench.backbones.tiny import TinyWorldModel
+    from cmbench.config_paths import PACKAGE_ROOT
+
+    g = TinyWorldModel.from_pretrained(PACKAGE_ROOT / "backbones/weights/tiny_miniworld.safetensors").geometry
+    line = (f"The tiny model: {g.num_layers} layers x {g.num_heads} heads, `D` = {g.head_dim}, `C` = "
+            f"{g.latent_channels}, {g.latent_height} x {g.latent_width} latents, `T` = {g.tokens_per_frame}, "
+            f"`L` = {g.tokens_per_chunk}.")
+    assert line in " ".join(GUIDE.read_text().split())
+    assert f"(`k=64` of {g.tokens_per_chunk} tokens per tiny chunk)" in " ".join(GUIDE.read_text().split())
