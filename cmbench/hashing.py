@@ -78,6 +78,40 @@ def array_hash(arrays: Iterable[np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def frames_hash(batches: Iterable[np.ndarray]) -> str:
+    """Hash of a video's frames given in consecutive batches; any batching of the same frames gives
+    the same hash, so a video decoded a batch at a time is named without holding it whole.
+
+    Parameters
+    ----------
+    batches : iterable of ndarray, ``[B_i, H, W, C]``
+        The frames in order; every batch has the same dtype and frame shape.
+
+    Returns
+    -------
+    str
+        32 hex digits (BLAKE2b-128 of the dtype, the whole video's shape and the frames' bytes).
+    """
+    content = hashlib.blake2b(digest_size=16)
+    head: tuple[str, tuple[int, ...]] | None = None
+    count = 0
+    for batch in batches:
+        batch = np.ascontiguousarray(batch)
+        if head is None:
+            head = (batch.dtype.str, batch.shape[1:])
+        elif (batch.dtype.str, batch.shape[1:]) != head:
+            raise ValueError(f"frame batches differ: {head[0]} {head[1]} then {batch.dtype.str} {batch.shape[1:]}")
+        content.update(memoryview(batch).cast("B"))  # type: ignore[arg-type]  # numpy arrays export the buffer protocol
+        count += len(batch)
+        del batch  # released before the next batch is read
+    if head is None:
+        raise ValueError("no frames to hash")
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{head[0]}{(count, *head[1])}".encode())
+    digest.update(content.digest())
+    return digest.hexdigest()
+
+
 def file_hash(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
     """SHA-256 of a file's bytes (64 hex digits), read in chunks."""
     digest = hashlib.sha256()

@@ -118,7 +118,7 @@ def memory_rows(args, tmp: Path) -> list[dict]:
                                       args.continuation_frames, height, width)
     cfg = dict(tiny_deep_scorer_config(tmp / "memory"), cache_dir=None)
     print(f"\nmemory: one task, reference one second before the end of a generated {ctx_h}x{ctx_w} {args.context_fps:g} fps "
-          f"context, {args.continuation_frames} continuation frames of {args.size} (decoded as `score` does), tiny "
+          f"context, {args.continuation_frames} continuation frames of {args.size} (streamed a batch at a time as `score` does), tiny "
           "models, 1 thread, a fresh process per row:")
     print(f"{'context':>8} {'mp4 MB':>7} {'peak RSS':>9} {'RSS before task':>16} {'task adds':>10} {'whole context decoded (before)':>32}")
     rows = []

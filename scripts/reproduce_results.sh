@@ -26,7 +26,7 @@ both() {  # two lanes in parallel; fail if either fails
   wait $a && wait $b
 }
 
-$PY -m cmbench prepare data=miniworld  # once, before the lanes (two lanes building it at once would race)
+$PY -m cmbench prepare data=miniworld  # once, before the lanes (lanes building it at once would be safe too: one waits)
 
 head_map=cmbench/backbones/weights/tiny_miniworld_head_map.json
 if [ ! -f "$head_map" ]; then  # calibrated on a held-out world (world_seed 1), never on the test contexts

@@ -3,7 +3,12 @@
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -219,6 +224,9 @@ def test_build_is_cached_and_rebuilt_when_a_knob_changes(tmp_path):
     assert json.loads((root / "build.json").read_text())["build_hash"] != first
     assert manifest.stat().st_mtime_ns != stamp
     assert not (tmp_path / ".mw.building").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mw"]  # no staging folder, no lock file left
+    (tmp_path / "plain").mkdir()
+    assert root.stat().st_mode == (tmp_path / "plain").stat().st_mode  # permissions of any new folder
 
 
 def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
@@ -236,6 +244,83 @@ def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
         build_suite(_small(tmp_path / "c", panorama_width=200))
     with pytest.raises(ConfigError, match="sources"):
         build_suite(_data_cfg(tmp_path / "d", sources={"cartoon": {"videos": 1, "reappear": 1, "revisit": 0}}))
+
+
+# A child process that builds the suite of the config given as JSON, starting only once ``go`` exists
+# (after writing ``ready``), so that two children really build at the same moment.
+BUILDER = """
+import json, sys, time
+from pathlib import Path
+from omegaconf import OmegaConf
+from cmbench.miniworld import build_suite
+cfg, ready, go = OmegaConf.create(json.loads(sys.argv[1])), Path(sys.argv[2]), Path(sys.argv[3])
+ready.touch()
+while not go.exists():
+    time.sleep(0.01)
+print(build_suite(cfg))
+"""
+
+
+def _builder(cfg, ready: Path, go: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # the checkout under test
+    config = json.dumps(OmegaConf.to_container(cfg))
+    return subprocess.Popen([sys.executable, "-c", BUILDER, config, str(ready), str(go)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_two_processes_building_one_suite_at_once_both_get_the_single_build(tmp_path):
+    root = tmp_path / "shared" / "mw"
+    go = tmp_path / "go"
+    children = [_builder(_small(root), tmp_path / f"ready{i}", go) for i in range(2)]
+    _wait_for(lambda: all((tmp_path / f"ready{i}").exists() for i in range(2)), "both builders to start")
+    go.touch()
+    results = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err for _, err in results]
+    assert [out.strip() for out, _ in results] == [str(root)] * 2
+    waited = [err for _, err in results if "waiting for process" in err]
+    assert len(waited) == 1, [err for _, err in results]  # one built, the other waited for it
+    single = build_suite(_small(tmp_path / "single" / "mw"))
+    assert _tree_digest(root) == _tree_digest(single)
+    rows = load_manifest(root)
+    assert len(rows) == 5 and all((root / row.video).is_file() for row in rows)
+    assert sorted(p.name for p in root.parent.iterdir()) == ["mw"]  # no staging folder, no lock file left
+
+
+@pytest.mark.slow
+def test_a_build_killed_midway_is_never_taken_as_finished(tmp_path):
+    root = tmp_path / "mw"
+    bigger = {"synthetic": {"videos": 8, "reappear": 8, "revisit": 4}, "real": {"videos": 1, "reappear": 1, "revisit": 1}}
+    staged = lambda: any(tmp_path.glob(".mw.building-*/ground_truth/*.npz"))  # noqa: E731
+    # A first build killed mid-way leaves no suite at the root, only a hidden leftover.
+    go = tmp_path / "go"
+    go.touch()
+    child = _builder(_data_cfg(root, sources=bigger), tmp_path / "ready", go)
+    _wait_for(staged, "the build to write ground truth")
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    assert not root.exists()
+    assert list(tmp_path.glob(".mw.building-*"))
+    # The next build starts over (removing the leftover) and equals an uninterrupted build.
+    build_suite(_small(root))
+    assert _tree_digest(root) == _tree_digest(build_suite(_small(tmp_path / "clean" / "mw")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "go", "mw", "ready"]
+    # A rebuild with another knob killed mid-way leaves the previous suite whole and still valid.
+    before = _tree_digest(root)
+    child = _builder(_data_cfg(root, sources=bigger), tmp_path / "ready2", go)
+    _wait_for(staged, "the rebuild to write ground truth")
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    assert _tree_digest(root) == before
+    stamp = (root / "metadata.jsonl").stat().st_mtime_ns
+    assert build_suite(_small(root)) == root and (root / "metadata.jsonl").stat().st_mtime_ns == stamp
 
 
 def test_references_are_named_by_the_npz_and_read_only_when_needed(full_suite, monkeypatch):

@@ -256,9 +256,9 @@ def test_shape_warning_names_length_and_size():
     from cmbench.runs.score_videos import shape_warning
 
     frames = np.zeros((8, 32, 32, 3), np.uint8)
-    assert shape_warning(Path("v.mkv"), frames, ContinuationShape(8, 32, 32)) is None
-    assert shape_warning(Path("v.mkv"), frames, ContinuationShape(None, 32, 32)) is None
-    assert shape_warning(Path("v.mkv"), frames, ContinuationShape(16, 32, 32)) == (
+    assert shape_warning(Path("v.mkv"), frames.shape, ContinuationShape(8, 32, 32)) is None
+    assert shape_warning(Path("v.mkv"), frames.shape, ContinuationShape(None, 32, 32)) is None
+    assert shape_warning(Path("v.mkv"), frames.shape, ContinuationShape(16, 32, 32)) == (
         "v.mkv: 8 frames of 32x32, the task expects 16 frames of 32x32")
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from cmbench.data.video import (
     VideoError,
+    VideoReader,
     latent_frame_count,
     pad_to_chunks,
     prepare_context,
@@ -40,6 +41,19 @@ def test_write_read_round_trip(tmp_path, codec, suffix, tol):
     err = np.abs(frames[:, None].astype(int) - clip[None].astype(int)).mean(axis=(2, 3, 4))
     assert (err.argmin(axis=1) == np.arange(len(clip))).all()
     assert probe_video(path) == (24, pytest.approx(16.0), 48, 64)
+
+
+def test_reader_batches_decode_the_video_in_order_a_batch_at_a_time(tmp_path):
+    clip = smooth_clip(n=11)
+    reader = VideoReader(write_video(tmp_path / "clip.avi", clip, fps=16, codec="FFV1"))
+    assert reader.shape is None
+    batches = list(reader.batches(4))
+    assert [len(b) for b in batches] == [4, 4, 3]
+    np.testing.assert_array_equal(np.concatenate(batches), clip)
+    assert reader.shape == (11, 48, 64, 3)
+    assert len(list(reader.batches(11))) == 1  # every pass decodes afresh
+    with pytest.raises(ValueError, match="batch size must be >= 1"):
+        next(reader.batches(0))
 
 
 def test_missing_and_corrupt_videos_name_the_file(tmp_path):

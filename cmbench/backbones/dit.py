@@ -360,7 +360,7 @@ class DiTBlock(nn.Module):
         -------
         Tensor ``[B, L, dim]``
         """
-        compute = self.ffn[0].weight.dtype  # the linear layers' dtype; x keeps the residual dtype
+        compute = self.ffn.get_parameter("0.weight").dtype  # the linear layers' dtype; x keeps the residual dtype
         shift1, scale1, gate1, shift2, scale2, gate2 = (self.modulation[None] + e.float()).unbind(2)
         y = self.self_attn(_modulate(self.norm1(x).float(), shift1, scale1).to(compute), cos, sin, attention, layer)
         x = x + _gate(y.float(), gate1).to(x.dtype)
@@ -439,8 +439,8 @@ class CausalWanDiT(nn.Module):
         nn.init.zeros_(self.head.head.weight)
         if self.cfg.camera_dim is not None:
             for block in self.blocks:
-                for lin in (block.cam_scale_layer, block.cam_shift_layer):
-                    nn.init.zeros_(lin.weight)
+                for name in ("cam_scale_layer", "cam_shift_layer"):
+                    nn.init.zeros_(block.get_parameter(f"{name}.weight"))
 
     def embed_camera(self, camera: torch.Tensor) -> torch.Tensor:
         """Fold a per-latent-pixel camera map into tokens and embed it (LingBot's model-level path).

@@ -32,7 +32,7 @@ def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
     if not target:
         raise ConfigError(f"backbone {plain.get('name', '?')!r}: config needs a _target_ (the loader to call)")
     loader = import_object(str(target), f"backbone {plain.get('name', '?')!r}: _target_")
-    kwargs = {k: v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
+    kwargs = {str(k): v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
     try:
         backbone = loader(**kwargs)
     except TypeError as err:

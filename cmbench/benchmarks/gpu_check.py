@@ -130,7 +130,8 @@ def build_backbone(shape: CheckShape, seed: int = 0, dtype: str | None = None) -
     dit = random_dit(DiTConfig.from_dict(shape.dit), shape.device, compute, seed=seed, fp32_residual=True)
     torch.manual_seed(seed + 1)
     vae = WanVAE(AutoencoderKLWan(**TINY_VAE), device=shape.device)
-    text_model = UMT5EncoderModel(tiny_umt5_config(int(shape.dit["text_dim"]))).to(compute)
+    # transformers types its wrapped ``PreTrainedModel.to`` as taking the model again; a dtype is right
+    text_model = UMT5EncoderModel(tiny_umt5_config(int(shape.dit["text_dim"]))).to(compute)  # type: ignore[arg-type]
     text = TextEncoder(text_model, build_tokenizer(), shape.text_len, shape.device)
     return WanBackbone(dit, vae, text, shape.height, shape.width, chunk_frames=4, device=shape.device,
                        name="lingbot_random")

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from cmbench.benchmarks.process_memory import peak_rss_mb, rss_mb
-from cmbench.data import Reference, Task, read_video, write_video
+from cmbench.data import Reference, Task, write_video
+from cmbench.data.video import VideoReader
 from cmbench.scoring import build_scorer
 from cmbench.scoring.host_preprocess import dino_pixels, processor_pixels, sam2_pixels
 from cmbench.scoring.dino import Dinov2Embedder
@@ -309,15 +310,16 @@ def write_context_video(path: Path, seconds: float, fps: float, height: int, wid
 
 
 def score_one_task(cfg: dict, continuation: str, context: str, frame_index: int) -> None:
-    """Child process body: build the scorer, then decode the continuation and score one task whose
-    reference is ``frame_index`` of ``context`` (decoded by :class:`TaskReferences`, as ``score``
-    does on a cache miss); prints, as JSON, its RSS after each step (MiB) and its peak.
+    """Child process body: build the scorer, then score one task whose continuation is streamed from
+    its file a batch at a time and whose reference is ``frame_index`` of ``context`` (decoded by
+    :class:`TaskReferences`), as ``score`` does on a cache miss; prints, as JSON, its RSS after each
+    step (MiB) and its peak.
 
     Steps: ``rss_runtime_mb`` (Python, torch, OpenCV, CMBench and transformers' model modules, which
     import torch.distributed, torch._dynamo, sympy and scipy), ``rss_before_task_mb`` (the scorer's
-    models built), ``rss_continuation_mb`` (the continuation's frames decoded), ``rss_references_mb``
-    (the reference frames decoded), ``peak_rss_mb`` (after scoring: the models' first forwards and
-    intermediates included).
+    models built), ``rss_continuation_mb`` (the continuation's reader opened; no frame decoded yet),
+    ``rss_references_mb`` (the reference frames decoded), ``peak_rss_mb`` (after scoring: one batch of
+    decoded frames at a time, the models' first forwards and intermediates included).
     """
     import transformers.modeling_utils  # noqa: F401  (what every model class imports; measured apart)
 
@@ -325,7 +327,7 @@ def score_one_task(cfg: dict, continuation: str, context: str, frame_index: int)
     runtime = rss_mb()
     scorer = build_scorer(cfg)
     before = rss_mb()
-    frames, _ = read_video(continuation)
+    frames = VideoReader(continuation)
     after_continuation = rss_mb()
     task = bench_task("vase", (0.3, 0.3, 0.6, 0.7), video=context, frame_index=frame_index)
     references = TaskReferences.from_video(task, context)
@@ -363,9 +365,9 @@ def peak_rss_one_task(cfg: dict, continuation: Path, context: Path, frame_index:
 BREAKDOWN = {  # step -> what it holds (consecutive RSS differences of the scoring child, summing to its peak)
     "runtime": "RSS with Python, torch, OpenCV, CMBench and transformers' model modules imported",
     "models": "the scorer built (tiny models loaded, their files hashed)",
-    "continuation": "the continuation's frames decoded (uint8 frames + the decoder's libraries and buffers)",
+    "continuation": "the continuation's reader opened (the decoder's libraries; its frames are decoded a batch at a time while scoring)",
     "references": "the reference frame decoded (sequentially up to it, only it kept)",
-    "scoring": "peak during scoring (the models' first forwards, masks, crops) minus the RSS before it",
+    "scoring": "peak during scoring (one batch of decoded frames, the models' first forwards, masks, crops) minus the RSS before it",
 }
 
 

@@ -83,6 +83,12 @@ class Bank:
     def capacity(self) -> int:
         return 0 if self.k is None else self.k.shape[1]
 
+    def storage(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K and V storage, each ``[B, capacity, Hg, D]`` (allocated by the first chunk)."""
+        if self.k is None or self.v is None:
+            raise RuntimeError(f"bank of layer {self.layer} has no K/V storage yet (no chunk was written)")
+        return self.k, self.v
+
     def _alloc_prov(self, cap: int) -> None:
         self.frame = torch.zeros(cap, dtype=torch.long)
         self.chunk = torch.zeros(cap, dtype=torch.long)
@@ -113,8 +119,9 @@ class Bank:
         v = like.new_empty((b, cap, self.num_heads, d))
         keep_rows = min(self.n, cap)  # the slot is always written after a resize
         if self.k is not None and keep_rows:
-            k[:, :keep_rows] = self.k[:, :keep_rows]
-            v[:, :keep_rows] = self.v[:, :keep_rows]
+            old_k, old_v = self.storage()
+            k[:, :keep_rows] = old_k[:, :keep_rows]
+            v[:, :keep_rows] = old_v[:, :keep_rows]
         old = {name: getattr(self, name) for name in self.PROVENANCE}
         self._alloc_prov(cap)
         for name, tensor in old.items():
@@ -126,17 +133,19 @@ class Bank:
         """Overwrite the slot with this group's slice of the chunk, ``k, v [B, L, Hg, D]``."""
         L = k.shape[1]
         self.reserve(self.n + L, k)
-        if k.shape[0] != self.k.shape[0] or k.shape[-1] != self.k.shape[-1]:
+        stored_k, stored_v = self.storage()
+        if k.shape[0] != stored_k.shape[0] or k.shape[-1] != stored_k.shape[-1]:
             raise ValueError(
-                f"bank of layer {self.layer} stores batch {self.k.shape[0]} and head_dim {self.k.shape[-1]}, "
+                f"bank of layer {self.layer} stores batch {stored_k.shape[0]} and head_dim {stored_k.shape[-1]}, "
                 f"got k of shape {tuple(k.shape)}"
             )
-        self.k[:, self.n : self.n + L] = k
-        self.v[:, self.n : self.n + L] = v
+        stored_k[:, self.n : self.n + L] = k
+        stored_v[:, self.n : self.n + L] = v
 
     def slot(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of the slot, each ``[B, length, Hg, D]``."""
-        return self.k[:, self.n : self.n + length], self.v[:, self.n : self.n + length]
+        k, v = self.storage()
+        return k[:, self.n : self.n + length], v[:, self.n : self.n + length]
 
     def commit(self, frame: torch.Tensor, chunk: int, pos: torch.Tensor, gid: torch.Tensor) -> None:
         """Make the slot history, with provenance ``frame, pos, gid [L]``."""
@@ -151,7 +160,8 @@ class Bank:
     # ------------------------------------------------------------------ history
     def history(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of the stored history K and V, each ``[B, n, Hg, D]``."""
-        return self.k[:, : self.n], self.v[:, : self.n]
+        k, v = self.storage()
+        return k[:, : self.n], v[:, : self.n]
 
     def field(self, name: str) -> torch.Tensor:
         """View of one provenance field over the history, shape ``[n]``."""
@@ -186,9 +196,10 @@ class Bank:
             idx = torch.cat([idx, torch.arange(self.n, self.n + slot)])
         m = first + len(idx)
         if len(idx):
-            dev_idx = idx.to(self.k.device)
-            self.k[:, first:m] = self.k[:, : self.n + slot].index_select(1, dev_idx)
-            self.v[:, first:m] = self.v[:, : self.n + slot].index_select(1, dev_idx)
+            k, v = self.storage()
+            dev_idx = idx.to(k.device)
+            k[:, first:m] = k[:, : self.n + slot].index_select(1, dev_idx)
+            v[:, first:m] = v[:, : self.n + slot].index_select(1, dev_idx)
             for name in self.PROVENANCE:
                 t = getattr(self, name)
                 t[first:m] = t[: self.n + slot][idx]
@@ -201,9 +212,10 @@ class Bank:
         local = [self.group.heads.index(h) for h in group.heads]
         out = Bank(self.layer, group, self.capacity_limit)
         if self.k is not None:
-            idx = torch.tensor(local, dtype=torch.long, device=self.k.device)
-            out.k = self.k[:, : self.n].index_select(2, idx)
-            out.v = self.v[:, : self.n].index_select(2, idx)
+            k, v = self.history()
+            idx = torch.tensor(local, dtype=torch.long, device=k.device)
+            out.k = k.index_select(2, idx)
+            out.v = v.index_select(2, idx)
             out._alloc_prov(self.n)
             for name in self.PROVENANCE:
                 getattr(out, name)[:] = self.field(name)
@@ -228,9 +240,11 @@ class Bank:
         bank's)."""
         out = Bank(self.layer, self.group, self.capacity_limit)
         if self.k is not None:
-            out._resize(self.n + headroom, self.k[:, :0].to(device) if device is not None else self.k[:, :0])
-            out.k[:, : self.n] = self.k[:, : self.n]
-            out.v[:, : self.n] = self.v[:, : self.n]
+            k, v = self.history()
+            out._resize(self.n + headroom, k[:, :0].to(device) if device is not None else k[:, :0])
+            out_k, out_v = out.storage()
+            out_k[:, : self.n] = k
+            out_v[:, : self.n] = v
             for name in self.PROVENANCE:
                 getattr(out, name)[: self.n] = self.field(name)
             out.n = self.n

@@ -182,7 +182,7 @@ class KVCache:
         missing = [i for i, w in enumerate(self._written) if not w]
         if missing:
             raise RuntimeError(f"layers {missing} never called attend for chunk {info.index}")
-        frame, pos, gid = self._pending
+        frame, pos, gid = self._open_provenance()
         for bank in self.all_banks():
             bank.commit(frame, info.index, pos, gid)
         self.chunks.append(info)
@@ -193,6 +193,12 @@ class KVCache:
         if self.current is None:
             raise RuntimeError("no open chunk: call begin_chunk first")
         return self.current
+
+    def _open_provenance(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Source frame, position in frame and global id of the open chunk's tokens, each ``[L]``."""
+        if self._pending is None:
+            raise RuntimeError("no open chunk: call begin_chunk first")
+        return self._pending
 
     def _require_closed(self, what: str) -> None:
         if self.current is not None:
@@ -229,7 +235,8 @@ class KVCache:
             out = torch.zeros_like(q)
         elif not whole:
             out = torch.empty_like(q)
-        mass = None if self._stats is None else torch.zeros(H, self._stats.num_frames)
+        stats = self._stats
+        mass = None if stats is None else torch.zeros(H, stats.num_frames)
         for bank in banks:
             if whole:
                 qg, kg, vg = q, k, v
@@ -240,9 +247,9 @@ class KVCache:
             if not self.compute_attention and mass is None:
                 continue
             keys, values, rows = self._visible(bank, L)
-            if mass is not None:
+            if stats is not None and mass is not None:
                 history = bank.field("frame") if rows is None else bank.field("frame")[rows]
-                mass[bank.heads] = self._stats.of(qg, keys, torch.cat([history, self._pending[0]]))
+                mass[bank.heads] = stats.of(qg, keys, torch.cat([history, self._open_provenance()[0]]))
             if not self.compute_attention:
                 continue
             o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
@@ -250,8 +257,8 @@ class KVCache:
                 out = o.transpose(1, 2)
             else:
                 out.index_copy_(2, bank.heads.to(q.device), o.transpose(1, 2))
-        if mass is not None:
-            self._stats.mass[layer] = mass
+        if stats is not None and mass is not None:
+            stats.mass[layer] = mass
         return out
 
     def _visible(self, bank: Bank, L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -260,13 +267,14 @@ class KVCache:
         if probe is not None and not probe.history:
             slot_k, slot_v = bank.slot(L)
             return slot_k, slot_v, torch.zeros(0, dtype=torch.long)
+        stored_k, stored_v = bank.storage()
         if probe is None or probe.visible is None:
-            return bank.k[:, : bank.n + L], bank.v[:, : bank.n + L], None
+            return stored_k[:, : bank.n + L], stored_v[:, : bank.n + L], None
         rows = probe.visible[id(bank)]
         slot_k, slot_v = bank.slot(L)
         dev_rows = rows.to(slot_k.device)
-        keys = torch.cat([bank.k[:, : bank.n].index_select(1, dev_rows), slot_k], dim=1)
-        values = torch.cat([bank.v[:, : bank.n].index_select(1, dev_rows), slot_v], dim=1)
+        keys = torch.cat([stored_k[:, : bank.n].index_select(1, dev_rows), slot_k], dim=1)
+        values = torch.cat([stored_v[:, : bank.n].index_select(1, dev_rows), slot_v], dim=1)
         return keys, values, rows
 
     @property
@@ -318,9 +326,8 @@ class KVCache:
             self._written = probe.written
             for bank in self.all_banks():
                 if id(bank) in probe.saved_slots:
-                    k, v = probe.saved_slots[id(bank)]
-                    bank.k[:, bank.n : bank.n + info.length] = k
-                    bank.v[:, bank.n : bank.n + info.length] = v
+                    slot_k, slot_v = bank.slot(info.length)
+                    slot_k[:], slot_v[:] = probe.saved_slots[id(bank)]
 
     @contextmanager
     def record_attention(self, key_frames: Sequence[int] | None = None) -> Iterator[AttentionStats]:
@@ -424,12 +431,14 @@ class KVCache:
         banks = [b for b in self.banks[layer] if role is None or b.role == role]
         if not banks:
             return None
-        parts, heads = [], []
+        parts: list[torch.Tensor] = []
+        heads: list[int] = []
         for bank in banks:
             rows, _ = bank.rows_of_gids(gids)
             if len(rows) != len(gids):
                 return None
-            parts.append(bank.k[:, : bank.n].index_select(1, rows.to(bank.k.device)))
+            history_k, _ = bank.history()
+            parts.append(history_k.index_select(1, rows.to(history_k.device)))
             heads.extend(bank.group.heads)
         keys = torch.cat(parts, dim=2)[:, :, torch.tensor(heads).argsort().to(parts[0].device)]
         return keys.reshape(keys.shape[0], len(frame_list), T, *keys.shape[2:])
@@ -458,13 +467,14 @@ class KVCache:
                 continue
             new = reindex_frames(bank.field("frame"), q0, n_recent, l_virt)
             delta = new - bank.field("tpos")
-            row_bytes = bank.k[0, 0].numel() * bank.k.shape[0] * bank.k.element_size()
+            keys, _ = bank.history()
+            row_bytes = keys[0, 0].numel() * keys.shape[0] * keys.element_size()
             step = max(1, REINDEX_BLOCK_BYTES // row_bytes)
             for start in range(0, bank.n, step):  # in blocks: element-wise, so the same result
                 block = delta[start : start + step]
                 if bool((block != 0).any()):
                     stop = start + len(block)
-                    bank.k[:, start:stop] = shift_positions(bank.k[:, start:stop], self.rope, block)
+                    keys[:, start:stop] = shift_positions(keys[:, start:stop], self.rope, block)
             bank.tpos[: bank.n] = new
         self.reindexed = (q0, n_recent, l_virt)
 

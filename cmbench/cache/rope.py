@@ -62,6 +62,8 @@ class RopeAxis:
         i = torch.arange(n, dtype=torch.float64)
         if self.kind == "log":
             return self.theta ** (-2.0 * i / self.dim) if n else i
+        if self.period is None:  # refused on construction; here for the type checker's narrowing
+            raise ValueError("a periodic rope axis needs a positive period")
         return 2.0 * math.pi * (i + 1.0) / float(self.period)
 
 

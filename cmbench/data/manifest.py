@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeGuard
 
-from cmbench.data.task import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task
+from cmbench.data.task import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task, as_box
 from cmbench.data.video import VideoError, probe_video
 from cmbench.errors import CMBenchError
 
@@ -169,7 +169,7 @@ def _task_from_row(row: dict[str, Any], root: Path, line: int) -> Task:
     refs = tuple(
         Reference(
             timestamp_seconds=float(r["timestamp_seconds"]),
-            bbox_xyxy_normalized=tuple(float(v) for v in r["bbox_xyxy_normalized"]),  # type: ignore[arg-type]
+            bbox_xyxy_normalized=as_box(r["bbox_xyxy_normalized"]),
             frame_index=r.get("frame_index"),
             extra={k: v for k, v in r.items() if k not in known_ref},
         )

@@ -19,6 +19,7 @@ Any other field of a row (an extension such as MiniWorld's camera plans) is kept
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,14 @@ from typing import Any
 SOURCES = ("synthetic", "real")
 TASK_TYPES = ("reappear", "revisit")
 N_CLIP_PROMPTS = 6
+
+Box = tuple[float, float, float, float]
+
+
+def as_box(values: Iterable[Any]) -> Box:
+    """A box ``(x0, y0, x1, y1)`` of floats from 4 numbers (a list, an array row ``[4]``)."""
+    x0, y0, x1, y1 = (float(v) for v in values)
+    return x0, y0, x1, y1
 
 
 @dataclass(frozen=True)
@@ -45,7 +54,7 @@ class Reference:
     """
 
     timestamp_seconds: float
-    bbox_xyxy_normalized: tuple[float, float, float, float]
+    bbox_xyxy_normalized: Box
     frame_index: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -61,8 +61,12 @@ class VideoReader:
     fps : float
         The container's frame rate.
 
+    shape : tuple of int or None
+        ``(F, H, W, 3)`` of the video, known once a pass over it has finished (None before).
+
     Iterating yields ``uint8 [H, W, 3]`` RGB frames; a corrupt or unreadable file raises
-    :class:`VideoError` naming it.
+    :class:`VideoError` naming it. :meth:`batches` yields them a batch at a time; every pass decodes
+    the file afresh.
     """
 
     def __init__(self, path: str | Path):
@@ -78,6 +82,7 @@ class VideoReader:
             cap.release()
         if self.fps <= 0:
             raise VideoError(f"{self.path}: video has no frame rate")
+        self.shape: tuple[int, ...] | None = None
 
     def __iter__(self) -> Iterator[np.ndarray]:
         cap = cv2.VideoCapture(str(self.path))
@@ -88,11 +93,35 @@ class VideoReader:
                 if not ok:
                     break
                 decoded += 1
+                frame_shape = bgr.shape
                 yield cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
         finally:
             cap.release()
         if not decoded:
             raise VideoError(f"{self.path}: no frame could be decoded (corrupt or empty video)")
+        self.shape = (decoded, *frame_shape)
+
+    def batches(self, size: int) -> Iterator[np.ndarray]:
+        """Decode the video in consecutive batches of ``size`` frames (the last may be shorter).
+
+        Yields
+        ------
+        ndarray, ``uint8 [B, H, W, 3]`` RGB, ``B <= size``; only the batch being yielded is held.
+        """
+        if size < 1:
+            raise ValueError(f"batch size must be >= 1, got {size}")
+        batch: np.ndarray | None = None
+        filled = 0
+        for frame in self:  # decoded straight into the batch: never a list and a stacked copy at once
+            if batch is None:
+                batch = np.empty((size, *frame.shape), dtype=np.uint8)
+            batch[filled] = frame
+            filled += 1
+            if filled == size:
+                yield batch
+                batch, filled = None, 0
+        if batch is not None:
+            yield batch[:filled]
 
 
 def read_video(path: str | Path) -> tuple[np.ndarray, float]:

@@ -158,8 +158,9 @@ class Continuation:
         out = self.ledger.summary()
         out["continuation_seconds"] = self.seconds
         out["latent_frames"] = int(self.latents.shape[2])
-        if method is not None and getattr(method, "target_pr", None) is not None:
-            out["target_pr"] = method.target_pr
+        target_pr = getattr(method, "target_pr", None)  # budget-mode methods only
+        if target_pr is not None:
+            out["target_pr"] = target_pr
         return out
 
 

@@ -28,8 +28,6 @@ class Streaming(Method):
 
     recent_chunks: int = 2
 
-    recent_chunks: int = 2
-
     def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         return self.protected(bank, newest)
 

@@ -22,6 +22,7 @@ all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import AbstractSet
 
 import numpy as np
 
@@ -239,7 +240,7 @@ class _Planner:
         avoid: set[int],
         min_dwell: int,
         budget: int,
-        favour: set[int] = frozenset(),
+        favour: AbstractSet[int] = frozenset(),
         centred: bool = False,
     ) -> _Stop | None:
         """A random feasible stop among ``places`` costing at most ``budget`` frames (those in
@@ -311,7 +312,7 @@ class _Planner:
             else:
                 stops = self.revisit_stops(clip, at, start_place, self.targets[task], ends)
             offsets = self.compose(at, stops, first_dwell) if stops else None
-            if offsets is None:
+            if not stops or offsets is None:
                 return None
             prompts.append(self.prompt(at, stops, clip == 0))
             path.append(offsets)
@@ -367,7 +368,9 @@ class _Planner:
         """Pan to the target, hold at least 5 frames, move on to an end place."""
         avoid = self.avoid_in(clip, target)
         to_target = self.stop(at, target, avoid, 5)
-        onwards = self.pick(to_target.offset, ends, avoid, 2, budget - to_target.cost) if to_target else None
+        if to_target is None:
+            return None
+        onwards = self.pick(to_target.offset, ends, avoid, 2, budget - to_target.cost)
         return [to_target, onwards] if onwards else None
 
     def revisit_stops(self, clip: int, at: int, start_place: int, target: int, ends: list[int]) -> list[_Stop] | None:
@@ -376,7 +379,9 @@ class _Planner:
             return None
         avoid = self.avoid_in(clip, target)
         there = self.stop(at, target, avoid, 4)
-        back = self.stop(there.offset, start_place, avoid, 2, offset=at, direction=-there.direction) if there else None
+        if there is None:
+            return None
+        back = self.stop(there.offset, start_place, avoid, 2, offset=at, direction=-there.direction)
         return [there, back] if back else None
 
     def task_plan(self, context_x: np.ndarray, task_type: str, target: int, event_clip: int) -> TaskPlan | None:

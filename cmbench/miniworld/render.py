@@ -116,8 +116,8 @@ def object_boxes(scene: Scene, camera_x, object_id: int) -> np.ndarray:
     """
     masks = object_masks(scene, camera_x, object_id)
     boxes = np.full((len(masks), 4), np.nan)
-    rows, cols = masks.any(axis=2), masks.any(axis=1)  # [F, 32] each
-    seen = rows.any(axis=1)
+    rows, cols = np.any(masks, axis=2), np.any(masks, axis=1)  # [F, 32] each
+    seen = np.any(rows, axis=1)
     for f in np.flatnonzero(seen):
         r, c = np.flatnonzero(rows[f]), np.flatnonzero(cols[f])
         boxes[f] = (c[0] / FRAME, r[0] / FRAME, (c[-1] + 1) / FRAME, (r[-1] + 1) / FRAME)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import rankdata
 
+from cmbench.data.task import Box, as_box
 from cmbench.miniworld import object_boxes, object_mask, render_frame, scene_from_seed, visible_fraction
 from cmbench.miniworld.scene import Scene
 from cmbench.scoring.boxes import masked_crop
@@ -52,7 +53,7 @@ class Pair:
     same: bool
     category: str
     reference_frame: np.ndarray
-    reference_box: tuple[float, float, float, float]
+    reference_box: Box
     reference_mask: np.ndarray
     frame: np.ndarray
     frame_mask: np.ndarray
@@ -97,7 +98,7 @@ def build_pairs(
                 ref_cam = int(rng.choice(_full_view_offsets(scene, obj.object_id)))
                 ref_index = int(rng.integers(0, 4096))
                 ref_frame = render_frame(scene, ref_cam, ref_index)
-                ref_box = tuple(float(v) for v in object_boxes(scene, np.array([ref_cam]), obj.object_id)[0])
+                ref_box = as_box(object_boxes(scene, np.array([ref_cam]), obj.object_id)[0])
                 ref_mask = object_mask(scene, ref_cam, obj.object_id)
                 for shown, same in ((obj.object_id, True), (int(rng.choice(twins)), False)):
                     cam = int(rng.choice(_full_view_offsets(scene, shown)))

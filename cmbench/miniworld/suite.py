@@ -15,19 +15,27 @@ with :func:`cmbench.miniworld.readers.load_context`).
 
 The build is deterministic (a seed tree from ``world_seed``) and cached: ``build.json`` holds a hash
 of every knob that changes the output; a second call with the same knobs returns at once.
+
+Several processes may build one root at once (two lanes of a sweep, two runs on a fresh machine): the
+build holds an inter-process lock (``.<root>.lock`` beside the root), writes into a private hidden
+sibling folder and publishes it with a rename, so a reader never sees a half suite and a build killed
+mid-way leaves only a hidden folder that the next build removes. A process that finds the lock held
+waits, then uses the suite the holder published.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cmbench.data.task import Reference, Task
+from cmbench.data.task import Reference, Task, as_box
 from cmbench.data.video import read_video, write_video
 from cmbench.errors import ConfigError
 from cmbench.hashing import json_digest, sequence_seed
@@ -35,6 +43,7 @@ from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocat
 from cmbench.miniworld.readers import EXTENSION
 from cmbench.miniworld.render import object_boxes, object_masks, render_video, visible_fraction
 from cmbench.miniworld.scene import FRAME, SOURCES, Scene, check_width, scene_from_seed
+from cmbench.runs.lock import RunLock
 
 BUILD_VERSION = 1  # bump when the generator changes what a given config produces
 ID_PREFIX = {"synthetic": "syn", "real": "real"}
@@ -71,6 +80,8 @@ class SuiteConfig:
         from omegaconf import OmegaConf
 
         raw = OmegaConf.to_container(data, resolve=True) if OmegaConf.is_config(data) else dict(data)
+        if not isinstance(raw, dict):
+            raise ConfigError(f"the MiniWorld data config must be a mapping of build knobs, got {type(raw).__name__}")
         if int(raw.get("height", FRAME)) != FRAME or int(raw.get("width", FRAME)) != FRAME:
             raise ConfigError(f"data.height/width must be {FRAME} for MiniWorld, got {raw.get('height')}x{raw.get('width')}")
         try:
@@ -155,7 +166,7 @@ def _task_row(
         task_type=task.task_type,
         target_label=target.category,
         target_aliases=target.aliases,
-        references=(Reference(ref_frame / cfg.fps, tuple(float(v) for v in box), ref_frame),),
+        references=(Reference(ref_frame / cfg.fps, as_box(box), ref_frame),),
         extra={EXTENSION: extension},
     )
 
@@ -197,7 +208,8 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 def _write_npz(path: Path, **arrays: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
+    # numpy's stub types the keyword arrays as the ``allow_pickle`` flag; the names here are field names
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
 
 def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
@@ -275,22 +287,47 @@ def build_suite(data_cfg: Any) -> Path:
     root = Path(str(data_cfg["root"]))
     if str(data_cfg.get("manifest", "metadata.jsonl")) != "metadata.jsonl":
         raise ConfigError("MiniWorld always writes metadata.jsonl; leave data.manifest at its default")
-    record = root / "build.json"
-    if record.is_file() and (root / "metadata.jsonl").is_file():
-        if json.loads(record.read_text()).get("build_hash") == cfg.build_hash():
+    if _is_build_of(root, cfg):  # the common case needs no lock
+        return root
+    with RunLock(root, on_wait=lambda pid: print(f"MiniWorld: waiting for process {pid}, which is building {root}",
+                                                 file=sys.stderr)):
+        if _is_build_of(root, cfg):  # another process built it while this one waited
             return root
-    elif root.exists() and any(root.iterdir()):
-        raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
-    staging = root.with_name(f".{root.name}.building")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
-        built = _build_into(staging, cfg)
-        (staging / "build.json").write_text(json.dumps(built, indent=2) + "\n")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if root.exists():
-        shutil.rmtree(root)
-    staging.rename(root)
+        if root.exists() and not (root / "build.json").is_file() and any(root.iterdir()):
+            raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
+        for leftover in root.parent.glob(f".{root.name}.building-*"):  # of killed builds: the lock is ours
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = root.with_name(f".{root.name}.building-{os.getpid()}")  # the lock holder's alone
+        staging.mkdir()
+        try:
+            built = _build_into(staging, cfg)
+            (staging / "build.json").write_text(json.dumps(built, indent=2) + "\n")
+            _publish(staging, root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return root
+
+
+def _is_build_of(root: Path, cfg: SuiteConfig) -> bool:
+    """Whether ``root`` holds a finished build of ``cfg`` (``build.json`` is written last, and a root
+    only ever appears whole, by a rename)."""
+    record = root / "build.json"
+    if not (record.is_file() and (root / "metadata.jsonl").is_file()):
+        return False
+    try:
+        return bool(json.loads(record.read_text()).get("build_hash") == cfg.build_hash())
+    except ValueError:
+        return False
+
+
+def _publish(staging: Path, root: Path) -> None:
+    """Put the finished build ``staging`` at ``root`` by renames, so ``root`` is at every moment either
+    the old build, missing, or the new build, never a mix; an old build is moved aside, then removed."""
+    if not root.exists():
+        staging.rename(root)
+        return
+    retired = root.with_name(f".{root.name}.building-{os.getpid()}-old")
+    retired.mkdir()
+    root.rename(retired / root.name)
+    staging.rename(root)
+    shutil.rmtree(retired, ignore_errors=True)

@@ -1,16 +1,20 @@
-"""An exclusive, crash-safe lock on one records file of a folder (a run shard, a score output).
+"""An exclusive, crash-safe lock on one records file of a folder (a run shard, a score output), or
+on one folder a process builds (a MiniWorld suite).
 
 The lock is an OS advisory lock (``flock``) on a hidden file beside the records file, holding the
 holder's PID for the message a second process gets. The kernel drops it when its process ends, however
 it ends (SIGKILL included), so a stale lock file never blocks a rerun. A holder that ends normally
 removes the file; a new holder checks that the file it locked is still the one at the path (not one
-removed meanwhile), so removal never lets two processes in.
+removed meanwhile), so removal never lets two processes in. A second process is refused at once with
+the holder's PID (two writers of one run), or waits for the holder when it asks to (two builders of one
+suite: the second then uses what the first built).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -31,19 +35,24 @@ class RunLock:
     Parameters
     ----------
     records_file : Path
-        The file this process will append to; the lock file is ``.<name>.lock`` beside it (the
-        folder is created when missing).
+        The file (or folder) this process will write; the lock file is ``.<name>.lock`` beside it
+        (the parent folder is created when missing).
+    on_wait : callable, optional
+        When given, a held lock is waited for instead of refused: ``on_wait(holder_pid)`` is called
+        each time the lock is found held, then the lock is taken as soon as its holder releases it
+        (or dies).
 
     Raises
     ------
     RunLockedError
-        On entry, at once (never waits), naming the holder's PID.
+        On entry, at once, naming the holder's PID, when the lock is held and ``on_wait`` is None.
     RunFolderError
         On entry, when the folder cannot be created or written (read-only, disk full).
     """
 
-    def __init__(self, records_file: Path):
+    def __init__(self, records_file: Path, on_wait: Callable[[str], None] | None = None):
         self.path = Path(records_file).with_name(f".{Path(records_file).name}.lock")
+        self.on_wait = on_wait
         self._fd: int | None = None
 
     def __enter__(self) -> "RunLock":
@@ -52,12 +61,7 @@ class RunLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise RunLockedError(
-                    f"{self.path.parent} is in use: process {holder} is writing {self.path.name[1:-5]} "
-                    f"(wait for it to finish, or stop it; a killed process releases the lock at once)"
-                ) from None
+                self._wait_or_refuse(fd)
             if not self._still_at_path(fd):  # its holder removed it as we locked it: lock the new one
                 os.close(fd)
                 continue
@@ -69,6 +73,18 @@ class RunLock:
                 raise RunFolderError(f"cannot write into {self.path.parent}: {err.strerror or err}") from err
             self._fd = fd
         return self
+
+    def _wait_or_refuse(self, fd: int) -> None:
+        """The lock on ``fd`` is held by another process: wait for it (``on_wait``) or refuse."""
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+        if self.on_wait is None:
+            os.close(fd)
+            raise RunLockedError(
+                f"{self.path.parent} is in use: process {holder} is writing {self.path.name[1:-5]} "
+                f"(wait for it to finish, or stop it; a killed process releases the lock at once)"
+            ) from None
+        self.on_wait(holder)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder releases it or dies
 
     def _open(self) -> int:
         try:

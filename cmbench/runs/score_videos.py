@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-from cmbench.data import Task, read_video
+from cmbench.data import Task
+from cmbench.data.video import VideoReader
 from cmbench.data.adapter import ContinuationShape, DatasetAdapter
 from cmbench.runs.lock import RunLock
 from cmbench.runs.records import RecordWriter, TaskRecord, read_task_records, records_path, scored_fields
@@ -101,14 +102,15 @@ def match_videos(tasks: list[Task], videos: Path, exclude: Path | None = None) -
     return result
 
 
-def shape_warning(path: Path, frames: np.ndarray, expected: ContinuationShape) -> str | None:
+def shape_warning(path: Path, shape: Sequence[int], expected: ContinuationShape) -> str | None:
     """A warning when a video's length or frame size differs from the dataset's continuation shape.
 
     Parameters
     ----------
-    frames : ndarray, ``uint8 [F, H, W, 3]``
+    shape : sequence of int
+        The video's ``(F, H, W, ...)``.
     """
-    count, height, width = frames.shape[:3]
+    count, height, width = shape[:3]
     wrong_size = (height, width) != (expected.height, expected.width)
     wrong_length = expected.frames is not None and count != expected.frames
     if not (wrong_size or wrong_length):
@@ -164,12 +166,13 @@ def score_folder(
                 if video is None:
                     names = ", ".join(p.relative_to(videos).as_posix() for p in match.ambiguous[task.task_id])
                     raise FileExistsError(f"several videos for this task: {names}")
-                frames, _ = read_video(video)
-                warning = shape_warning(video, frames, expected)
+                reader = VideoReader(video)  # streamed: one batch of decoded frames at a time
+                scored = scorer.score_task(task, reader, adapter.references(task))
+                assert reader.shape is not None  # set by the scorer's pass over the video
+                warning = shape_warning(video, reader.shape, expected)
                 if warning:
                     warnings.append(warning)
                     print(f"score: warning: {warning}", file=sys.stderr)
-                scored = scorer.score_task(task, frames, adapter.references(task))
                 record = TaskRecord(**{**fields, **scored_fields(scored), "video": str(video), "status": "ok"})
             except Exception as err:  # any failure of one task (corrupt video, CUDA OOM) is that task's
                 record = TaskRecord(**fields, video=None if video is None else str(video), status="failed",

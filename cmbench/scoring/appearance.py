@@ -121,7 +121,7 @@ class AppearanceEmbedder:
         """Descriptor of one masked crop, ``float64 [D]`` (unit norm)."""
         if not mask.any():
             raise ValueError("cannot describe an empty mask")
-        image = crop.astype(np.float32) / 255.0
+        image: np.ndarray = crop.astype(np.float32) / 255.0
         if self.smooth_sigma > 0:
             image = cv2.GaussianBlur(image, (0, 0), self.smooth_sigma, borderType=cv2.BORDER_REFLECT)
         lab = cv2.cvtColor(image, cv2.COLOR_RGB2Lab)  # L in [0,100], a,b ~[-100,100]

@@ -10,14 +10,14 @@ authors' harness) or their max (``"max"``); 0 when the target is never detected.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from cmbench.data import Task
-from cmbench.hashing import array_hash, json_digest
+from cmbench.hashing import frames_hash, json_digest
 from cmbench.runs.records import REFERENCE_AGGREGATIONS
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
@@ -89,6 +89,15 @@ class TaskScore:
         return asdict(self)
 
 
+class FrameBatches(Protocol):
+    """A continuation too large to hold whole, read a batch at a time (e.g.
+    :class:`cmbench.data.video.VideoReader`); every call to :meth:`batches` starts a new pass."""
+
+    def batches(self, size: int) -> Iterator[np.ndarray]:
+        """The frames in order, ``uint8 [B, H, W, 3]`` with ``B <= size``."""
+        ...
+
+
 def _optional(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
@@ -113,7 +122,15 @@ def frame_similarities(features: FrameFeatures) -> np.ndarray:
 
 
 class Scorer:
-    """Runs a detector, a segmenter and an embedder over frames held in memory.
+    """Runs a detector, a segmenter and an embedder over a continuation.
+
+    Frames held in memory (``uint8 [F, H, W, 3]``) go through the stages together; a
+    :class:`FrameBatches` source is streamed ``batch_size`` frames at a time (detection,
+    segmentation and embedding of one batch before the next is decoded), so at most one batch of
+    decoded frames is alive. Both give the same features and records: the same frames meet the
+    same computations, only grouped into other batches for segmentation and embedding (bit for bit
+    on a CPU, tested; on a GPU a kernel may pick another reduction order for another batch shape, so
+    floats could differ in their last bits).
 
     Parameters
     ----------
@@ -129,6 +146,9 @@ class Scorer:
         A clipped detector box narrower or lower than this many pixels is no detection.
     reference_aggregation : {"mean", "max"}
         How the references' best similarities make the task score.
+    batch_size : int
+        Frames decoded and scored together when streaming a :class:`FrameBatches` source (the
+        runtime's batch size, so a streamed batch is one batch of each deep stage).
 
     Attributes
     ----------
@@ -151,7 +171,10 @@ class Scorer:
         cache_dir: str | None = None,
         min_box_size: float = 1.0,
         reference_aggregation: str = "mean",
+        batch_size: int = 8,
     ):
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if reference_aggregation not in REFERENCE_AGGREGATIONS:
             raise ValueError(
                 f"reference_aggregation must be one of {', '.join(REFERENCE_AGGREGATIONS)}, got {reference_aggregation!r}"
@@ -163,6 +186,7 @@ class Scorer:
         self.config_hash = config_hash
         self.min_box_size = float(min_box_size)
         self.reference_aggregation = reference_aggregation
+        self.batch_size = int(batch_size)
         stages = {"detector": detector, "segmenter": segmenter, "embedder": embedder}
         self.models_hash = json_digest({k: getattr(s, "identity", dict)() for k, s in stages.items()})[:12]
         self.cache = FeatureCache(cache_dir, config_hash, self.models_hash) if cache_dir else None
@@ -170,7 +194,10 @@ class Scorer:
         self.cache_misses = 0
 
     def score_task(
-        self, task: Task, frames: np.ndarray, references: Sequence[np.ndarray] | TaskReferences | None = None
+        self,
+        task: Task,
+        frames: np.ndarray | FrameBatches,
+        references: Sequence[np.ndarray] | TaskReferences | None = None,
     ) -> TaskScore:
         """Score one task's generated frames.
 
@@ -178,8 +205,9 @@ class Scorer:
         ----------
         task : Task
             Gives the queries (``task.queries``) and the reference boxes.
-        frames : ndarray, ``uint8 [F, H, W, 3]``
-            The generated continuation.
+        frames : ndarray ``uint8 [F, H, W, 3]``, or FrameBatches
+            The generated continuation, in memory or streamed (e.g. a
+            :class:`~cmbench.data.video.VideoReader` of the saved video).
         references : TaskReferences, or a sequence of ``uint8 [H', W', 3]``, optional
             One frame per ``task.references``; default :meth:`TaskReferences.from_video` of the
             task's context video (decoded only if the feature cache misses).
@@ -225,24 +253,27 @@ class Scorer:
 
     def features(
         self,
-        frames: np.ndarray,
+        frames: np.ndarray | FrameBatches,
         queries: Sequence[str],
         references: Sequence[np.ndarray] | TaskReferences,
         reference_boxes: Sequence[Sequence[float]],
     ) -> FrameFeatures:
         """Per-frame features, from the cache when present.
 
+        The cache key names the frames by content (:func:`cmbench.hashing.frames_hash`), so a
+        streamed source is read twice on a miss: once to hash it, once to score it.
+
         Parameters
         ----------
-        frames : ndarray, ``uint8 [F, H, W, 3]``
+        frames : ndarray ``uint8 [F, H, W, 3]``, or FrameBatches
         queries : sequence of str
             Target label and aliases.
         references : TaskReferences, or a sequence of ``uint8 [H', W', 3]``
         reference_boxes : sequence of normalised ``(x0, y0, x1, y1)``, one per reference
         """
-        frames = np.asarray(frames)
-        if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) == 0:
-            raise ValueError(f"frames must be non-empty uint8 [F, H, W, 3], got {frames.dtype} {frames.shape}")
+        if not hasattr(frames, "batches"):
+            frames = np.asarray(frames)
+            _check_batch(frames, None)
         if not queries:
             raise ValueError("the target needs at least one text query")
         if not isinstance(references, TaskReferences):
@@ -255,7 +286,7 @@ class Scorer:
                 f"and {len(reference_boxes)} boxes"
             )
         boxes = [[float(v) for v in b] for b in reference_boxes]
-        video_hash = array_hash([frames])
+        video_hash = frames_hash(self._batches(frames))
         target_hash = json_digest({"queries": list(queries), "references": list(references.keys), "boxes": boxes})
         if self.cache is not None:
             cached = self.cache.load(video_hash, target_hash)
@@ -285,52 +316,115 @@ class Scorer:
             views.append(ReferenceView(frame=frame, box=box, mask=box_mask(box, *frame.shape[:2]) if empty else mask))
         return views, np.array(fallback, dtype=bool)
 
+    def _batches(self, frames: np.ndarray | FrameBatches) -> Iterator[np.ndarray]:
+        """Frames in memory as one batch; a streamed source ``batch_size`` frames at a time, each
+        batch checked (``uint8 [B, H, W, 3]``, the first batch's frame size)."""
+        if isinstance(frames, np.ndarray):
+            yield frames
+            return
+        size: tuple[int, ...] | None = None
+        for batch in frames.batches(self.batch_size):
+            _check_batch(batch, size)
+            size = batch.shape[1:3]
+            yield batch
+            del batch  # released before the next batch is decoded
+        if size is None:
+            raise ValueError("frames must be non-empty uint8 [F, H, W, 3], got no frames")
+
     def _compute(
         self,
-        frames: np.ndarray,
+        frames: np.ndarray | FrameBatches,
         queries: tuple[str, ...],
         references: TaskReferences,
         reference_boxes: list[list[float]],
     ) -> FrameFeatures:
-        n_frames, height, width = frames.shape[:3]
         keys = [json_digest({"reference": k, "box": b}) for k, b in zip(references.keys, reference_boxes)]
         cached = [self.cache.load_reference(k) if self.cache is not None else None for k in keys]
         views: list[ReferenceView] = []
         fallback = np.zeros(0, dtype=bool)
         if getattr(self.detector, "needs_reference_views", True) or any(c is None for c in cached):
             views, fallback = self._reference_views(references.frames(), reference_boxes)
-        detections = self.detector.detect(frames, Target(queries=queries, references=tuple(views)))
+        target = Target(queries=queries, references=tuple(views))
+        new_refs = [r for r, c in enumerate(cached) if c is None]
+        pending = [masked_crop(views[r].frame, views[r].mask) for r in new_refs]  # embedded with the first batch
+        all_boxes: list[np.ndarray] = []
+        all_scores: list[np.ndarray] = []
+        frame_rows: dict[int, np.ndarray] = {}  # detected frame -> its embedding
+        offset = 0
+        height = width = 0
+        for batch in self._batches(frames):
+            height, width = batch.shape[1:3]
+            boxes, scores, kept = self._detect_and_segment(batch, target)
+            crops = pending + [(crop, mask) for _, crop, mask in kept]
+            if crops:  # the batch's crops (and, with the first batch, the new references') together
+                embeddings = self.embedder.embed([c for c, _ in crops], [m for _, m in crops])
+                for row, r in enumerate(new_refs if pending else []):
+                    entry = ReferenceFeatures(
+                        embedding=embeddings[row].astype(np.float32), mask_fallback=np.array(fallback[r])
+                    )
+                    cached[r] = entry
+                    if self.cache is not None:
+                        self.cache.store_reference(keys[r], entry)
+                for row, (i, _, _) in enumerate(kept):
+                    frame_rows[offset + i] = embeddings[len(pending) + row]
+            all_boxes.append(boxes)
+            all_scores.append(scores)
+            pending = []
+            offset += len(batch)
+            del batch, crops, kept  # the batch and its crops are released before the next is decoded
+        references_embedded = np.stack([c.embedding for c in cached])  # type: ignore[union-attr]
+        detected = np.zeros(offset, dtype=bool)
+        frame_embeddings = np.zeros((offset, references_embedded.shape[1]), dtype=np.float32)
+        for i, embedding in frame_rows.items():
+            detected[i] = True
+            frame_embeddings[i] = embedding
+        return FrameFeatures(
+            reference_embeddings=references_embedded.astype(np.float32),
+            reference_mask_fallback=np.array([bool(c.mask_fallback) for c in cached]),  # type: ignore[union-attr]
+            boxes=np.concatenate(all_boxes),
+            scores=np.concatenate(all_scores),
+            detected=detected,
+            embeddings=frame_embeddings,
+            frame_size=np.array([height, width], dtype=np.int64),
+        )
+
+    def _detect_and_segment(
+        self, frames: np.ndarray, target: Target
+    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray, np.ndarray]]]:
+        """Detect and segment the target in a batch of frames.
+
+        Parameters
+        ----------
+        frames : ndarray, ``uint8 [B, H, W, 3]``
+        target : Target
+
+        Returns
+        -------
+        boxes : ndarray, ``float64 [B, 4]``
+            Clipped pixel boxes of the best candidates (NaN without one).
+        scores : ndarray, ``float64 [B]``
+        kept : list of (frame in the batch, crop ``uint8 [h, w, 3]``, crop mask ``bool [h, w]``)
+            Frames with a valid detection and a non-empty mask.
+        """
+        height, width = frames.shape[1:3]
+        detections = self.detector.detect(frames, target)
         boxes = clip_boxes(detections.boxes, height, width)
         boxes[~np.isfinite(detections.boxes).all(axis=1)] = np.nan
         candidates = np.flatnonzero(detections.found & boxes_valid(boxes, self.min_box_size))
-        kept: list[tuple[int, np.ndarray, np.ndarray]] = []  # (frame, crop, crop mask)
+        kept: list[tuple[int, np.ndarray, np.ndarray]] = []
         for start in range(0, len(candidates), SEGMENT_CHUNK):  # a chunk's full-frame masks at a time
             chunk = candidates[start : start + SEGMENT_CHUNK]
             for i, mask in zip(chunk, self.segmenter.segment([frames[i] for i in chunk], boxes[chunk])):
                 if mask.any():
                     crop, crop_mask = masked_crop(frames[i], mask)
                     kept.append((int(i), crop, crop_mask.copy()))
-        new_refs = [r for r, c in enumerate(cached) if c is None]
-        crops = [masked_crop(views[r].frame, views[r].mask) for r in new_refs]
-        crops += [(crop, mask) for _, crop, mask in kept]
-        embeddings = self.embedder.embed([c for c, _ in crops], [m for _, m in crops])
-        for row, r in enumerate(new_refs):
-            entry = ReferenceFeatures(embedding=embeddings[row].astype(np.float32), mask_fallback=np.array(fallback[r]))
-            cached[r] = entry
-            if self.cache is not None:
-                self.cache.store_reference(keys[r], entry)
-        references_embedded = np.stack([c.embedding for c in cached])  # type: ignore[union-attr]
-        detected = np.zeros(n_frames, dtype=bool)
-        frame_embeddings = np.zeros((n_frames, references_embedded.shape[1]), dtype=np.float32)
-        for row, (i, _, _) in enumerate(kept):
-            detected[i] = True
-            frame_embeddings[i] = embeddings[len(new_refs) + row]
-        return FrameFeatures(
-            reference_embeddings=references_embedded.astype(np.float32),
-            reference_mask_fallback=np.array([bool(c.mask_fallback) for c in cached]),  # type: ignore[union-attr]
-            boxes=boxes,
-            scores=np.asarray(detections.scores, dtype=np.float64),
-            detected=detected,
-            embeddings=frame_embeddings,
-            frame_size=np.array([height, width], dtype=np.int64),
-        )
+        return boxes, np.asarray(detections.scores, dtype=np.float64), kept
+
+
+def _check_batch(frames: np.ndarray, size: tuple[int, ...] | None) -> None:
+    """Raise ValueError unless ``frames`` is non-empty ``uint8 [B, H, W, 3]`` of frame size ``size``
+    (when given)."""
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) == 0:
+        raise ValueError(f"frames must be non-empty uint8 [F, H, W, 3], got {frames.dtype} {frames.shape}")
+    if size is not None and frames.shape[1:3] != size:
+        raise ValueError(f"frames change size mid-video: {size[0]}x{size[1]} then {frames.shape[1]}x{frames.shape[2]}")

@@ -78,7 +78,7 @@ def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
             f"scorer.{kind}.backend={backend!r} is not a {kind} backend; choose one of {', '.join(registry.names())}.{hint}"
         )
     cls = registry.get(backend)
-    params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(cls).parameters  # the constructor's, without self
     accepted = [p for p in params if p not in ("self", "runtime")]
     unknown = [k for k in cfg if k not in accepted]
     if unknown:
@@ -162,6 +162,7 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: 
             cache_dir=root or None,
             min_box_size=float(cfg.get("min_box_size", 1.0)),
             reference_aggregation=str(cfg.get("reference_aggregation", "mean")),
+            batch_size=runtime.batch_size,
         )
     except ValueError as err:
         raise ScorerConfigError(f"scorer: {err}") from err

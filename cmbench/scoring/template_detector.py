@@ -60,7 +60,10 @@ class TemplateDetector:
         """
         templates = []
         for view in target.references:
-            x0, y0, x1, y1 = mask_bbox(view.mask)
+            box = mask_bbox(view.mask)
+            if box is None:
+                raise ValueError("cannot match a template of an empty reference mask")
+            x0, y0, x1, y1 = box
             crop = self._smooth(view.frame.astype(np.float32))[y0:y1, x0:x1]
             mask = view.mask[y0:y1, x0:x1].astype(np.float32)
             ref_h, ref_w = view.frame.shape[:2]

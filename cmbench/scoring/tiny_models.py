@@ -19,7 +19,11 @@ SAM_IMAGE_SIZE = 128
 DINO_IMAGE_SIZE = 56
 DINO_SHORTEST_EDGE = 64  # 256 / 224 of the crop, as facebook/dinov2-*'s processors
 # the released models' preprocessing: OWL-ViT B/32 768, OWLv2 960, SAM 2 1024, DINOv2 256 -> 224
-RELEASED_SIZES = {"owlvit": 768, "owlv2": 960, "sam2": 1024, "dinov2": (256, 224)}
+# Input sizes of the released models' processors: OWL's square side per detector, SAM 2's image side,
+# DINOv2's (shorter side, crop).
+RELEASED_OWL_SIZES = {"owlvit": 768, "owlv2": 960}
+RELEASED_SAM2_SIZE = 1024
+RELEASED_DINOV2_SIZES = (256, 224)
 
 
 def byte_tokenizer():
@@ -65,6 +69,7 @@ def save_tiny_owl(folder: str | Path, version: str = "owlvit", seed: int = 0, pr
     torch.manual_seed(seed)
     model = getattr(transformers, f"{prefix}ForObjectDetection")(config)
     size = {"height": processor_size, "width": processor_size}
+    image_processor: transformers.OwlViTImageProcessorPil | transformers.Owlv2ImageProcessorPil
     if version == "owlvit":
         image_processor = transformers.OwlViTImageProcessorPil(size=size, crop_size=size)
     else:
@@ -121,8 +126,7 @@ def save_tiny_dinov2(
 
     config = Dinov2Config(
         image_size=DINO_IMAGE_SIZE, patch_size=14, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=37,
-    )
+    )  # DINOv2's MLP width is hidden_size * mlp_ratio (it has no intermediate_size)
     torch.manual_seed(seed)
     folder = Path(folder)
     Dinov2Model(config).save_pretrained(folder)
@@ -142,13 +146,12 @@ def tiny_deep_scorer_config(
     (set ``cache_dir`` to enable it) and a detection threshold of 0 (random detectors score low).
     ``seed`` seeds the random weights (another seed: other weights in the same folders).
     ``released_preprocessing``: the processors and SAM 2's input take the released models' sizes
-    (:data:`RELEASED_SIZES`), so preprocessing costs what it costs for real models; for timing only.
+    (:data:`RELEASED_OWL_SIZES`, :data:`RELEASED_SAM2_SIZE`, :data:`RELEASED_DINOV2_SIZES`), so preprocessing costs what it costs for real models; for timing only.
     """
     folder = Path(folder)
-    real = RELEASED_SIZES if released_preprocessing else {}
-    owl_size = real.get(detector, OWL_IMAGE_SIZE)
-    sam_size = real.get("sam2", SAM_IMAGE_SIZE)
-    dino_sizes = real.get("dinov2", (DINO_SHORTEST_EDGE, DINO_IMAGE_SIZE))
+    owl_size = RELEASED_OWL_SIZES.get(detector, OWL_IMAGE_SIZE) if released_preprocessing else OWL_IMAGE_SIZE
+    sam_size = RELEASED_SAM2_SIZE if released_preprocessing else SAM_IMAGE_SIZE
+    dino_sizes = RELEASED_DINOV2_SIZES if released_preprocessing else (DINO_SHORTEST_EDGE, DINO_IMAGE_SIZE)
     return {
         "name": f"tiny_{detector}_sam_dino",
         "device": "cpu",

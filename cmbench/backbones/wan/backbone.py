@@ -24,7 +24,7 @@ With ``offload_kv`` the KV cache lives in host memory and is staged per layer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import torch
 
@@ -88,6 +88,23 @@ class WanCondition:
             return self.continue_prompt
         n = len(self.clip_prompts)
         return self.clip_prompts[min(n - 1, frame * n // self.context_frames)]
+
+
+class DitInputs(NamedTuple):
+    """One chunk's DiT inputs, in the DiT's dtype on its device.
+
+    Attributes
+    ----------
+    x : Tensor ``[B, C_in, f, h, w]``
+        The noisy latents, with the I2V channels for an I2V DiT.
+    text : Tensor ``[B, text_len, text_dim]``
+    camera : Tensor ``[B, 384, f, h, w]`` or None
+        None for a DiT without a camera path.
+    """
+
+    x: torch.Tensor
+    text: torch.Tensor
+    camera: torch.Tensor | None
 
 
 class WanBackbone:
@@ -225,12 +242,12 @@ class WanBackbone:
                             tl.latent_frames, camera, first, self.context_prompts)
 
     # ------------------------------------------------------------------ the model call
-    def dit_inputs(self, x_t: torch.Tensor, frame_start: int, cond: WanCondition) -> dict[str, torch.Tensor]:
+    def dit_inputs(self, x_t: torch.Tensor, frame_start: int, cond: WanCondition) -> DitInputs:
         """The DiT's inputs for a chunk: ``x`` (with I2V channels), ``text`` and ``camera``.
 
         Returns
         -------
-        dict with ``x [B, C_in, f, h, w]``, ``text [B, text_len, text_dim]``, ``camera [B, 384, f, h, w]``
+        DitInputs with ``x [B, C_in, f, h, w]``, ``text [B, text_len, text_dim]``, ``camera [B, 384, f, h, w]``
         or None, all in the DiT's dtype on its device.
         """
         b, _, f, _, _ = x_t.shape
@@ -244,9 +261,11 @@ class WanBackbone:
         text = self.text.encode(cond.prompt_at(frame_start)).to(device, dtype).expand(b, -1, -1)
         camera = None
         if self.dit.cfg.camera_dim is not None:
+            if cond.camera is None:
+                raise ConfigError(f"{self.name}: the camera-conditioned DiT needs a camera plan in its condition")
             cam = cond.camera.latent_map(frame_start, f, self.height, self.width, self.vae.spatial_stride, device)
             camera = cam.to(dtype).expand(b, -1, -1, -1, -1)
-        return {"x": x, "text": text, "camera": camera}
+        return DitInputs(x, text, camera)
 
     def velocity(self, x_t: torch.Tensor, t: float, attention, frame_start: int, cond: WanCondition) -> torch.Tensor:
         """The DiT's flow prediction ``v [B, 16, f, h, w]`` (float32) for one chunk."""
@@ -255,7 +274,7 @@ class WanBackbone:
         g = self.geometry
         tt = torch.full((b, f), float(t), device=self.device)
         positions = grid_positions(frame_start, f, g.token_rows, g.token_cols)
-        v = self.dit(inputs["x"], tt, positions, attention, text=inputs["text"], camera=inputs["camera"])
+        v = self.dit(inputs.x, tt, positions, attention, text=inputs.text, camera=inputs.camera)
         return v.float()
 
     def denoise(self, x_t: torch.Tensor, t: float, cache: "KVCache", frame_start: int,

@@ -46,17 +46,20 @@ class FirstFrameLatents:
     def mask_channels(self) -> int:
         return self.vae.temporal_stride
 
-    def _ensure(self, frames: int) -> None:
+    def _ensure(self, frames: int) -> torch.Tensor:
+        """The encoded latents ``[1, z, n, h, w]``, encoding more frames when fewer than ``frames``."""
         have = 0 if self.latents is None else self.latents.shape[2]
-        if frames <= have:
-            return
+        if self.latents is not None and frames <= have:
+            return self.latents
         n = max(frames, 2 * have, self.expected)
         stride = self.vae.temporal_stride
         h, w = self.first.shape[:2]
         pixels = torch.zeros(1, 3, 1 + stride * (n - 1), h, w, device=self.vae.device)
         pixels[0, :, 0] = self.first.to(self.vae.device).permute(2, 0, 1).float().div(127.5).sub(1.0)
-        self.latents = self.vae.encode_pixels(pixels)
+        latents = self.vae.encode_pixels(pixels)
+        self.latents = latents
         self.encodes += 1
+        return latents
 
     def channels(self, frame_start: int, frames: int) -> torch.Tensor:
         """Mask and latent channels of latent frames ``frame_start .. frame_start + frames - 1``.
@@ -65,8 +68,7 @@ class FirstFrameLatents:
         -------
         Tensor, shape ``[1, mask_channels + z_dim, frames, h, w]``, float32 on the VAE's device.
         """
-        self._ensure(frame_start + frames)
-        lat = self.latents[:, :, frame_start : frame_start + frames]
+        lat = self._ensure(frame_start + frames)[:, :, frame_start : frame_start + frames]
         mask = torch.zeros(1, self.mask_channels, frames, *lat.shape[3:], device=lat.device)
         if frame_start == 0:
             mask[:, :, 0] = 1.0

@@ -44,17 +44,18 @@ class HostOffloadAttention:
             if bank.k is None:
                 continue  # the first write allocates on the compute device; moved to the host below
             bank.reserve(bank.n + L, bank.k)  # host room for history + slot
-            resident[id(bank)] = (bank.k, bank.v)
+            host_k, host_v = bank.storage()
+            resident[id(bank)] = (host_k, host_v)
             rows = bank.n + L
-            bank.k = bank.k[:, :rows].to(q.device, copy=True)
-            bank.v = bank.v[:, :rows].to(q.device, copy=True)
+            bank.k = host_k[:, :rows].to(q.device, copy=True)
+            bank.v = host_v[:, :rows].to(q.device, copy=True)
             self.staged_bytes += 2 * bank.k.numel() * bank.k.element_size()
         try:
             out = self.cache.attend(layer, q, k, v)
         finally:
             for bank in banks:
                 staged_k, staged_v = bank.k, bank.v
-                if staged_k is None:
+                if staged_k is None or staged_v is None:
                     continue
                 if id(bank) in resident:
                     host_k, host_v = resident[id(bank)]

@@ -103,7 +103,8 @@ def check_against_checkpoint_config(declared: DiTConfig, stated: Mapping[str, An
         mine = ours[key]
         theirs = list(value) if isinstance(value, tuple) else value
         if isinstance(mine, float) or isinstance(theirs, float):
-            same = mine is not None and theirs is not None and abs(float(mine) - float(theirs)) <= 1e-12
+            same = (isinstance(mine, (int, float)) and isinstance(theirs, (int, float))
+                    and abs(float(mine) - float(theirs)) <= 1e-12)
         else:
             same = mine == theirs
         if not same:

@@ -71,7 +71,9 @@ def save_components(folder: str | Path, text_dim: int = 16, vae: Mapping[str, An
 
     folder = Path(folder)
     torch.manual_seed(seed)
-    AutoencoderKLWan(**(TINY_VAE if vae is None else dict(vae))).save_pretrained(str(folder / "vae"))
+    tiny_vae = AutoencoderKLWan(**(TINY_VAE if vae is None else dict(vae)))
+    # diffusers' top-level typing resolves AutoencoderKLWan to its no-torch placeholder (no save_pretrained)
+    tiny_vae.save_pretrained(str(folder / "vae"))  # type: ignore[attr-defined]
     UMT5EncoderModel(tiny_umt5_config(text_dim)).save_pretrained(str(folder / "text_encoder"))
     build_tokenizer().save_pretrained(str(folder / "tokenizer"))
     return folder

@@ -67,7 +67,7 @@ class TextEncoder:
         tokenizer : str or Path, optional
             Tokenizer folder; default: ``../tokenizer`` next to ``path`` if present, else ``path``.
         """
-        from transformers import AutoConfig, AutoTokenizer, T5EncoderModel, UMT5EncoderModel
+        from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, T5EncoderModel, UMT5EncoderModel
 
         path = Path(path).expanduser()
         if not (path / "config.json").is_file():
@@ -77,7 +77,7 @@ class TextEncoder:
             sibling = path.parent / "tokenizer"
             tokenizer = sibling if sibling.is_dir() else path
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-        classes = {"umt5": UMT5EncoderModel, "t5": T5EncoderModel}
+        classes: dict[str, type[PreTrainedModel]] = {"umt5": UMT5EncoderModel, "t5": T5EncoderModel}
         if config.model_type not in classes:
             raise ConfigError(f"{path}: model_type {config.model_type!r} is not a T5 family encoder "
                               f"({sorted(classes)})")

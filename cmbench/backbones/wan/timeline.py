@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cmbench.data.video import VideoReader, latent_frame_count, pad_to_chunks, resample_indices, resize_frames
+from cmbench.data.video import VideoError, VideoReader, latent_frame_count, pad_to_chunks, resample_indices, resize_frames
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ def read_timeline(path: str | Path, fps: float, height: int, width: int, chunk_l
         if first is None:
             first = rgb
         count += 1
+    if first is None:
+        raise VideoError(f"{path}: the context video has no frames")
     padded, latent = prepared_length(count, src_fps, fps, chunk_latent_frames, temporal_stride)
     frame = resize_frames(first[None], height, width)[0]
     return ContextTimeline(latent, padded, frame)
