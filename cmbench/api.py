@@ -96,7 +96,7 @@ def evaluate(
     *,
     limit: int | None = None,
     task_ids: Sequence[str] | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     out_dir: str | Path = "runs",
     label: str | None = None,
     threads: int = 1,
@@ -114,8 +114,9 @@ def evaluate(
         Config group options, as ``data=... backbone=... scorer=...`` on the command line.
     limit, task_ids : optional
         A seeded stratified sample of ``limit`` tasks, or exactly these tasks (default: all).
-    seed : int
-        The global seed (a task's seed derives from it and its id).
+    seed : int, optional
+        The global seed (a task's seed derives from it and its id); default: the config's, as on the
+        command line.
     out_dir : str or Path
         Where run directories go (``<out_dir>/<data>/<label>__<backbone>__<scorer>__<hash>``).
     label : str, optional
@@ -136,8 +137,10 @@ def evaluate(
     from cmbench.report import read_records
     from cmbench.runs.experiment import run_experiment
 
-    args = [f"data={data}", f"backbone={backbone}", f"scorer={scorer}", f"seed={int(seed)}", f"out_dir={out_dir}",
+    args = [f"data={data}", f"backbone={backbone}", f"scorer={scorer}", f"out_dir={out_dir}",
             f"threads={int(threads)}", f"progress={str(bool(progress)).lower()}"]
+    if seed is not None:
+        args.append(f"seed={int(seed)}")
     if limit is not None:
         args.append(f"limit={int(limit)}")
     if task_ids:

@@ -68,3 +68,28 @@ def test_a_method_as_config_or_instance_is_the_same_run(setup, tmp_path):
     result = cmbench.evaluate(method=KeepsAll(gamma=0.5), limit=1, out_dir=tmp_path, overrides=overrides)
     assert len(result.records) == 1 and result.records.loc[0, "method"] == "keepsall"
     assert Path(result.run_dir).name.startswith("keepsall__")
+
+
+def test_evaluate_defaults_to_the_command_lines_seed(monkeypatch, tmp_path):
+    """Without ``seed=``, evaluate runs the configured seed, so its run is the command line's run."""
+    from omegaconf import OmegaConf
+
+    from cmbench.config_paths import CONFIG_DIR
+    from cmbench.runs import experiment
+
+    seen = {}
+
+    def stop(cfg):
+        seen["cfg"] = cfg
+        raise RuntimeError("composed")
+
+    monkeypatch.setattr(experiment, "run_experiment", stop)
+    with pytest.raises(RuntimeError, match="composed"):
+        cmbench.evaluate(method="decoprune", limit=2, out_dir=tmp_path)
+    configured = OmegaConf.load(CONFIG_DIR / "config.yaml").seed
+    assert seen["cfg"].seed == configured
+    command_line = compose_config("decoprune", [f"out_dir={tmp_path}", "limit=2"])
+    assert experiment.run_dir_for(seen["cfg"]) == experiment.run_dir_for(command_line)
+    with pytest.raises(RuntimeError, match="composed"):
+        cmbench.evaluate(method="decoprune", limit=2, out_dir=tmp_path, seed=configured + 1)
+    assert seen["cfg"].seed == configured + 1

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -25,7 +26,7 @@ from cmbench.data.video import write_lossless_video, write_video
 from cmbench.report import gallery, html
 from cmbench.report.frame_curves import frame_curves
 from cmbench.report.html import build_report, format_value
-from cmbench.report.leaderboard import ReportError
+from cmbench.report.leaderboard import ReportError, write_reports
 from official_fixture import official_row, write_context_video, write_manifest
 from test_run_command import REPO, SMALL_SUITE
 
@@ -449,3 +450,35 @@ def test_report_page_has_a_header_for_every_leaderboard_column(made_runs):
     board = re.search(r'data-table="leaderboard".*?</thead>', text, re.DOTALL).group(0)
     keys = re.findall(r'data-key="([^"]+)"', board)
     assert keys == list(html.leaderboard(html.load_runs([full, deco])).columns)
+
+
+def test_report_shows_the_leaderboards_paired_comparisons(made_runs):
+    tmp, data, full, deco = made_runs
+    mine = write_run(tmp / "runs", "mine", data, [  # a plug-in method: its records carry its code's hash
+        record("mine", "syn_a_reappear_01", "a", 0.5, 3, pr=0.85, code={"method": "c0ffee"}),
+        record("mine", "syn_a_revisit_01", "a", 0.4, 2, pr=0.85, code={"method": "c0ffee"}),
+        record("mine", "real_b_reappear_01", "b", 0.6, 4, pr=0.85, code={"method": "c0ffee"}),
+    ])
+    runs, compare = [full, deco, mine], [["deco", "fullkv"]]
+    text = build_report(runs, tmp / "report", compare=compare).index.read_text()
+    shown = table_rows(text, "comparisons")
+    board = tmp / "board"
+    write_reports(runs, board, compare=compare)
+    csv = pd.read_csv(board / "comparisons.csv")
+    # the leaderboard's rows, in its order: the plug-in against every other entry, then the named pair
+    assert [(r["method"], r["versus"]) for r in shown] == list(zip(csv["method"], csv["versus"])) == [
+        ("mine", "fullkv"), ("mine", "deco"), ("deco", "fullkv")]
+    for row, expected in zip(shown, csv.to_dict("records")):
+        for column, value in expected.items():
+            assert row[column] == format_value(column, value).text, (column, row)
+    assert [(r["pr"], r["versus_pr"]) for r in shown] == [("85.00%", "0.00%"), ("85.00%", "90.00%"),
+                                                          ("90.00%", "0.00%")]
+    # mine - fullkv: -0.4, -0.4, -0.1; mine - deco over the two tasks deco finished: +0.2, +0.4
+    assert [(r["delta"], r["wins"], r["ties"], r["losses"], r["n_pairs"]) for r in shown] == [
+        ("-0.3000", "0", "0", "3", "3"), ("0.3000", "2", "0", "0", "2"), ("-0.7000", "0", "0", "2", "2")]
+    head = re.search(r'data-table="comparisons".*?</thead>', text, re.DOTALL).group(0)
+    assert ">Versus<" in head and ">Δ score<" in head and ">Versus PR<" in head
+    # no plug-in and no pair named: the section says there is nothing to compare
+    plain = build_report([full, deco], tmp / "plain").index.read_text()
+    section = re.search(r'<section class="table-block" id="comparisons">.*?</section>', plain, re.DOTALL).group(0)
+    assert "No rows." in section

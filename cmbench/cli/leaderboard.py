@@ -19,7 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cmbench.errors import ConfigError
 
 
-def _labels(cfg: DictConfig, key: str) -> Any:
+def comparison_labels(cfg: DictConfig, key: str) -> Any:
     """A list knob of ``leaderboard`` as plain Python (None when unset)."""
     value = OmegaConf.select(cfg, f"leaderboard.{key}")
     if value is None:
@@ -48,8 +48,8 @@ def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
 
     runs = runs or find_run_dirs(cfg)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
-    paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=_labels(cfg, "focus"),
-                          compare=_labels(cfg, "compare"), curves=cfg.leaderboard.get("curves"))
+    paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=comparison_labels(cfg, "focus"),
+                          compare=comparison_labels(cfg, "compare"), curves=cfg.leaderboard.get("curves"))
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")
     return 0

@@ -2,7 +2,8 @@
 
 Writes a self-contained HTML report (``index.html`` plus ``img/``, nothing fetched from anywhere)
 over the same runs as ``leaderboard``: every run directory under ``<out_dir>/<data>/`` unless
-``runs`` names them. ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
+``runs`` names them, with the leaderboard's paired comparisons (``leaderboard.focus`` /
+``leaderboard.compare`` choose them, as for ``leaderboard``). ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
 it (``report.screenshot_method=X``: method X's view of the gallery). A ``curves.csv`` in the leaderboard
 folder (or ``leaderboard.curves``) adds "Score @ 85% PR" to its leaderboard. See docs/report.md.
 """
@@ -14,7 +15,7 @@ from urllib.parse import quote
 
 from omegaconf import DictConfig
 
-from cmbench.cli.leaderboard import find_run_dirs
+from cmbench.cli.leaderboard import comparison_labels, find_run_dirs
 
 
 def execute(cfg: DictConfig) -> int:
@@ -27,6 +28,7 @@ def execute(cfg: DictConfig) -> int:
     board = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     result = build_report(find_run_dirs(cfg), out, allow_mixed=bool(cfg.leaderboard.allow_mixed),
                           data_root=cfg.report.data_root, title=str(cfg.report.title),
+                          focus=comparison_labels(cfg, "focus"), compare=comparison_labels(cfg, "compare"),
                           curves=find_curves(board, cfg.leaderboard.get("curves")))
     methods = f"{len(result.methods)} method{'s' if len(result.methods) != 1 else ''}"
     print(f"report: {methods} x {result.tasks} tasks -> {result.index} "

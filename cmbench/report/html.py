@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,8 @@ from cmbench.report.leaderboard import (
     RunRecords,
     board_metric,
     breakdown,
+    comparison_pairs,
+    comparisons,
     leaderboard,
     load_runs,
     paired_deltas,
@@ -63,7 +65,8 @@ LABELS = {
     "other_code_tasks": "From other code", "p_value": "p", "seed": "Seed",
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
-    "losses": "Losses", "n_pairs": "Pairs",
+    "losses": "Losses", "n_pairs": "Pairs", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
+    "test": "Test",
 }
 
 
@@ -137,6 +140,28 @@ def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
     rows = [[format_value(str(c), value) for c, value in zip(frame.columns, row)]
             for row in frame.itertuples(index=False, name=None)]
     return Table(id_, title, note, columns, rows)
+
+
+def comparison_table(runs: list[RunRecords], board: pd.DataFrame, focus: Sequence[str] | None = None,
+                     compare: Sequence[Any] | None = None) -> pd.DataFrame:
+    """The leaderboard's paired comparisons (the rows of its ``comparisons.csv``) with each side's PR.
+
+    Parameters
+    ----------
+    runs : the board's entries
+    board : :func:`leaderboard` of ``runs`` (where the PRs come from)
+    focus, compare : optional
+        The pairs, as for the leaderboard (:func:`comparison_pairs`).
+
+    Returns
+    -------
+    DataFrame: :func:`comparisons`' columns, with ``pr`` after ``method`` and ``versus_pr`` after ``versus``.
+    """
+    compared = comparisons(runs, comparison_pairs(runs, focus, compare))
+    pr = dict(zip(board["method"], board["pr"]))
+    compared.insert(1, "pr", compared["method"].map(pr).astype(float))
+    compared.insert(3, "versus_pr", compared["versus"].map(pr).astype(float))
+    return compared
 
 
 @dataclass(frozen=True)
@@ -325,6 +350,8 @@ def build_report(
     allow_mixed: bool = False,
     data_root: str | Path | None = None,
     title: str = "CMBench report",
+    focus: Sequence[str] | None = None,
+    compare: Sequence[Any] | None = None,
     curves: pd.DataFrame | None = None,
 ) -> ReportOutput:
     """Write the report of ``run_dirs`` into ``out_dir`` (its ``index.html`` and ``img/`` are replaced).
@@ -336,6 +363,8 @@ def build_report(
     allow_mixed : report runs with different task sets, seeds or scorers together
     data_root : where the runs' dataset is now, when it moved since the runs
     title : the page title
+    focus, compare : the paired comparisons shown, as for the leaderboard (default: each plug-in method
+        against every other entry; :func:`cmbench.report.leaderboard.comparison_pairs`)
     curves : a ``curves.csv`` table: the leaderboard gains "Score @ 85% PR" (its note says where it comes from)
 
     Returns
@@ -361,6 +390,10 @@ def build_report(
         table("by-type", "Per task type", breakdown(runs, "task_type")),
         table("paired", "Paired deltas against FullKV", paired_deltas(runs),
               "Per task (matched by task and seed), method score minus FullKV score."),
+        table("comparisons", "Paired comparisons", comparison_table(runs, board, focus, compare),
+              "Method score minus versus score over the (task, seed) pairs both finished, with both PRs; "
+              "95% CI clustered by context; p: cluster-robust paired t-test. Pairs: each plug-in method "
+              "against every other, plus leaderboard.focus / leaderboard.compare."),
     ]
     plots = [
         {"src": str(pareto_plot(board, out / IMAGES / "pareto.png").relative_to(out)),
@@ -399,4 +432,4 @@ def build_report(
                         seconds=time.perf_counter() - start, methods=[r.label for r in runs], tasks=len(task_list))
 
 
-__all__ = ["ReportOutput", "build_report", "format_value", "load_runs", "load_tasks", "table"]
+__all__ = ["ReportOutput", "build_report", "comparison_table", "format_value", "load_runs", "load_tasks", "table"]
