@@ -30,6 +30,14 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return {str(k): v for k, v in plain.items()}
 
 
+def editable_copy(cfg: DictConfig) -> DictConfig:
+    """A copy of a root config that can be edited (no struct flag) and keeps its interpolations, so a
+    changed group (``method``, ``data``) resolves against the copy."""
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    assert isinstance(out, DictConfig)
+    return out
+
+
 def user_config_dirs() -> list[Path]:
     """Folders from ``CMBENCH_CONFIG_PATH`` (``os.pathsep``-separated), in order."""
     raw = os.environ.get("CMBENCH_CONFIG_PATH", "")

@@ -54,6 +54,10 @@ ROOT_KEYS: dict[str, Role] = {
     "experiment": "selection",
     "threads": "selection",
     "check": "selection",
+    "target_pr": "selection",
+    "methods": "selection",
+    "target_prs": "selection",
+    "calibration": "selection",
 }
 """Top-level keys of ``configs/config.yaml`` (``hydra`` is Hydra's own and never part of a result)."""
 

@@ -5,6 +5,8 @@
 #
 #   bash scripts/reproduce_results.sh            # everything (resumable: finished tasks are kept)
 #   EXTRA="limit=8" bash scripts/reproduce_results.sh   # a quick look (writes to runs/, not results/)
+#   CURVE_METHODS="[streaming]" CURVE_TARGETS="[0.8,0.9]" EXTRA="limit=4 calibration.tasks=2" \
+#     bash scripts/reproduce_results.sh              # a quicker look at the curves step
 #
 # Runs go in two parallel lanes of one torch thread each (THREADS=1 by default): on a 2-core machine
 # that finishes sooner than one 2-thread process, since tiny attention calls scale badly over threads.
@@ -47,6 +49,16 @@ EOF
 echo "DeCoPrune's realised PR: $pr (the matched Reverse run is calibrated to it)"
 run method=decoprune_reverse method.target_pr=$pr label=decoprune_reverse_matched
 
+# score vs PR: every method with a knob, its own knob calibrated to each target PR on the calibration world
+# (world_seed 1, data/miniworld_calibration), then run on the suite; curves.csv, auc.csv and curves.png go beside
+# the leaderboard, whose headline table then gains "Score @ 85% PR" (docs/matched_pr.md). One process: the
+# calibrations and runs are cached, so a rerun only assembles the tables.
+CURVE_METHODS=${CURVE_METHODS:-[decoprune,decoprune_hs,decoprune_reverse,random,tempdiff,forcingkv,streaming]}
+CURVE_TARGETS=${CURVE_TARGETS:-[0.75,0.80,0.85,0.90,0.95]}
+if [ -z "$EXTRA" ]; then board=(leaderboard.out=results/miniworld); else board=(); fi
+$PY -m cmbench curves out_dir="$OUT" progress=false $EXTRA "methods=$CURVE_METHODS" "target_prs=$CURVE_TARGETS" \
+  "${board[@]}"
+
 if [ -z "$EXTRA" ]; then
   $PY -m cmbench leaderboard out_dir="$OUT" leaderboard.out=results/miniworld
   $PY scripts/update_readme_results.py results/miniworld/leaderboard.md
@@ -58,7 +70,7 @@ if [ -z "$EXTRA" ]; then
   else
     echo "no chromium / chromedriver / selenium: the report without its screenshot (docs/report.md)" >&2
   fi
-  $PY -m cmbench report out_dir="$OUT" "${shot[@]}"
+  $PY -m cmbench report out_dir="$OUT" leaderboard.out=results/miniworld "${shot[@]}"
 else
   $PY -m cmbench leaderboard out_dir="$OUT"
   $PY -m cmbench report out_dir="$OUT"

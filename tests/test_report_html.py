@@ -225,14 +225,27 @@ def test_new_leaderboard_columns_show_without_template_edits(made_runs, monkeypa
     tmp, data, full, deco = made_runs
     original = html.leaderboard
 
-    def with_matched_pr(runs):
-        board = original(runs)
+    def with_matched_pr(runs, *curves):
+        board = original(runs, *curves)
         return board.assign(matched_pr=[0.85] * len(board))
 
     monkeypatch.setattr(html, "leaderboard", with_matched_pr)
     text = build_report([full, deco], tmp / "report").index.read_text()
     board = re.search(r'data-table="leaderboard".*?</table>', text, re.DOTALL).group(0)
     assert 'data-key="matched_pr"' in board and ">matched pr<" in board and board.count(">85.00%<") == 2
+
+
+def test_the_leaderboard_shows_score_at_85_pr_from_curves_and_says_where_it_comes_from(made_runs):
+    import pandas as pd
+
+    tmp, data, full, deco = made_runs
+    curves = pd.DataFrame({"method": ["deco", "deco"], "test_pr": [0.8, 0.9], "score": [0.3, 0.1]})
+    text = build_report([full, deco], tmp / "report", curves=curves).index.read_text()
+    board = re.search(r'data-table="leaderboard".*?</table>', text, re.DOTALL).group(0)
+    assert 'data-key="score_at_85pr"' in board and ">0.2000<" in board and board.count(">—<") >= 1
+    assert "score_at_85pr: the method" in text and "interpolated linearly at realised PR 85%" in text
+    plain = build_report([full, deco], tmp / "report2").index.read_text()
+    assert "score_at_85pr" not in plain
 
 
 def test_frame_curves_count_undetected_frames_as_zero(made_runs):

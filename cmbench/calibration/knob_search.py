@@ -30,7 +30,7 @@ class Knob:
     increasing : bool
         Whether a larger value prunes more (a threshold: yes; a number of kept tokens: no).
     log : bool
-        Bisect on a log scale (``low > 0``).
+        Bisect on a log scale (``low > 0``); integer knobs too (a count that spans decades).
     integer : bool
         The knob takes whole values.
     """
@@ -49,9 +49,12 @@ class Knob:
             raise ConfigError(f"knob {self.name}: a log-scale search needs low > 0, got {self.low}")
 
     def middle(self, a: float, b: float) -> float:
+        """The value between ``a < b`` to evaluate next (integer knobs: a whole value strictly inside,
+        or ``a`` when none is left)."""
+        mid = math.sqrt(a * b) if self.log else (a + b) / 2
         if self.integer:
-            return float(math.floor((a + b) / 2))
-        return math.sqrt(a * b) if self.log else (a + b) / 2
+            return float(min(max(math.floor(mid), a + 1), b - 1)) if b - a >= 2 else float(a)
+        return mid
 
 
 @dataclass

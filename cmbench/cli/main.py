@@ -21,6 +21,9 @@ for _command in (
     Command("prepare", "build MiniWorld or fetch the official CMBench dataset", "cmbench.cli.prepare"),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False),
     Command("check", "check a method against the method contract on a random tiny model", "cmbench.cli.check"),
+    Command("calibrate", "find a method's own knob value for a target PR on calibration contexts", "cmbench.cli.calibrate"),
+    Command("curves", "score vs PR: calibrate each method to several PRs, run, plot, area under the curve",
+            "cmbench.cli.curves"),
     Command("plan", "predicted device memory per phase and the offloads a run would use", "cmbench.cli.plan"),
 ):
     COMMANDS.add(_command.name, _command)

@@ -4,7 +4,8 @@ Writes a self-contained HTML report (``index.html`` plus ``img/``, nothing fetch
 over the same runs as ``leaderboard``: every run directory under ``<out_dir>/<data>/`` unless
 ``runs`` names them, with the leaderboard's paired comparisons (``leaderboard.focus`` /
 ``leaderboard.compare`` choose them, as for ``leaderboard``). ``report.screenshot=PNG`` also renders the page in headless Chromium and saves
-it (``report.screenshot_method=X``: method X's view of the gallery). See docs/report.md.
+it (``report.screenshot_method=X``: method X's view of the gallery). A ``curves.csv`` in the leaderboard
+folder (or ``leaderboard.curves``) adds "Score @ 85% PR" to its leaderboard. See docs/report.md.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from cmbench.cli.leaderboard import comparison_labels, find_run_dirs
 def execute(cfg: DictConfig) -> int:
     """Build the report (and its screenshot) and print where it is, its size and how long it took."""
     from cmbench.report.html import build_report
+    from cmbench.report.leaderboard import find_curves
+    from cmbench.runs.experiment import data_dir
 
     out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
+    board = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     result = build_report(find_run_dirs(cfg), out, allow_mixed=bool(cfg.leaderboard.allow_mixed),
                           data_root=cfg.report.data_root, title=str(cfg.report.title),
-                          focus=comparison_labels(cfg, "focus"), compare=comparison_labels(cfg, "compare"))
+                          focus=comparison_labels(cfg, "focus"), compare=comparison_labels(cfg, "compare"),
+                          curves=find_curves(board, cfg.leaderboard.get("curves")))
     methods = f"{len(result.methods)} method{'s' if len(result.methods) != 1 else ''}"
     print(f"report: {methods} x {result.tasks} tasks -> {result.index} "
           f"({result.files} files, {result.bytes / 1e6:.1f} MB, {result.seconds:.1f} s)")

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import torch
 
 from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
+from cmbench.calibration.knob_search import Knob
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.knobs import check_knobs
@@ -123,6 +124,8 @@ class Method:
     description: ClassVar[str] = ""  # one line: what the method keeps (``ls method``, the README table)
     paper: ClassVar[str] = ""  # URL of the method's paper ("" if none)
     paper_title: ClassVar[str] = ""  # how the tables cite it, e.g. "StreamingLLM, arXiv 2309.17453"
+    # the method's own knob that sets its pruning ratio (``python -m cmbench calibrate``); None: it has none
+    knob: ClassVar[Knob | None] = None
 
     knob_minimums: ClassVar[dict[str, float]] = {"sink_chunks": 0, "recent_chunks": 0, "max_history_tokens": 0}
 

@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, KVCache
+from cmbench.calibration.knob_search import Knob
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
@@ -75,6 +76,8 @@ class DeCoPrune(ScoredMethod):
                    "layers")
     paper = "https://arxiv.org/abs/2609.39096"
     paper_title = "DeCoPrune, arXiv 2609.39096"
+    # a larger threshold prunes more; scores are MSEs of latents, whose scale differs by backbone: 8 decades
+    knob = Knob("gamma", 1e-6, 1e2, increasing=True, log=True)
 
     knob_minimums: ClassVar[dict[str, float]] = {"gamma": 0, "probe_step": 0}
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import finite_priority
 from cmbench.methods.decoprune import DeCoPrune
 from cmbench.methods.registry import register
@@ -20,6 +21,7 @@ class DeCoPruneReverse(DeCoPrune):
     description = "the ablation: tokens with LOW discrepancy (score <= gamma)"
     paper = "https://arxiv.org/abs/2609.39096"
     paper_title = "DeCoPrune, arXiv 2609.39096"
+    knob = Knob("gamma", 1e-6, 1e2, increasing=False, log=True)  # keeps score <= gamma: larger keeps more
 
     def keep_rule(self, score: torch.Tensor) -> torch.Tensor:
         return ~torch.isfinite(score) | (score <= self.gamma)

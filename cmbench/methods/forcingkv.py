@@ -20,6 +20,7 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, KVCache
+from cmbench.calibration.knob_search import Knob
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.head_map import HeadMap
@@ -87,6 +88,8 @@ class ForcingKV(ScoredMethod):
                    "cosine to the next frame")
     paper = "https://arxiv.org/abs/2605.09681"
     paper_title = "ForcingKV, arXiv 2605.09681"
+    # patches kept per dynamic head: fewer prune more (at most history_chunks * frames * patches candidates)
+    knob = Knob("k", 1, 2**16, increasing=False, log=True, integer=True)
 
     knob_minimums: ClassVar[dict[str, float]] = {"k": 0, "history_chunks": 0, "patches_per_frame": 1}
 

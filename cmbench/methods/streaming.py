@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, uniform_layout
+from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import Method
 from cmbench.methods.registry import register
 
@@ -25,6 +26,8 @@ class Streaming(Method):
     description = "sink chunks + recent window only; `recent_chunks=0` is the sink-only \"no context\" control"
     paper = "https://arxiv.org/abs/2309.17453"
     paper_title = "StreamingLLM, arXiv 2309.17453"
+
+    knob = Knob("recent_chunks", 0, 512, increasing=False, integer=True)  # a longer window prunes less
 
     recent_chunks: int = 2
 

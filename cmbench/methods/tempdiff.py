@@ -18,6 +18,7 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import KVCache
+from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.registry import register
 
@@ -87,6 +88,8 @@ class TempDiff(ScoredMethod):
     description = ("the K context blocks (6x13 grid per frame) least similar to the next frame's same block "
                    "(layer-1 keys), chosen once at the end of the context; sink + recent kept, continuation dense")
     paper_title = "TempDiff, as described in DeCoPrune's baselines"
+    # blocks kept over the whole context: fewer prune more (tiny model: 48 blocks a frame; LingBot: 78)
+    knob = Knob("k", 1, 2**20, increasing=False, log=True, integer=True)
 
     knob_minimums: ClassVar[dict[str, float]] = {"k": 0, "grid_rows": 1, "grid_cols": 1}
 

@@ -37,6 +37,7 @@ from cmbench.data.adapter import DatasetAdapter, build_adapter
 from cmbench.report import gallery
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.report.leaderboard import (
+    MATCHED_NOTE,
     REFERENCE_METHOD,
     ReportError,
     RunRecords,
@@ -351,6 +352,7 @@ def build_report(
     title: str = "CMBench report",
     focus: Sequence[str] | None = None,
     compare: Sequence[Any] | None = None,
+    curves: pd.DataFrame | None = None,
 ) -> ReportOutput:
     """Write the report of ``run_dirs`` into ``out_dir`` (its ``index.html`` and ``img/`` are replaced).
 
@@ -363,6 +365,7 @@ def build_report(
     title : the page title
     focus, compare : the paired comparisons shown, as for the leaderboard (default: each plug-in method
         against every other entry; :func:`cmbench.report.leaderboard.comparison_pairs`)
+    curves : a ``curves.csv`` table: the leaderboard gains "Score @ 85% PR" (its note says where it comes from)
 
     Returns
     -------
@@ -376,12 +379,13 @@ def build_report(
     shutil.rmtree(out / IMAGES, ignore_errors=True)
     (out / IMAGES).mkdir()
 
-    board = leaderboard(runs).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    board = leaderboard(runs, curves).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
     order = {label: i for i, label in enumerate(board["method"])}
     runs = sorted(runs, key=lambda r: (r.label != REFERENCE_METHOD, order.get(r.label, len(order))))
     tables = [
         table("leaderboard", "Leaderboard", board,
-              "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."),
+              "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
+              + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])),
         table("by-source", "Per source", breakdown(runs, "source")),
         table("by-type", "Per task type", breakdown(runs, "task_type")),
         table("paired", "Paired deltas against FullKV", paired_deltas(runs),

@@ -45,14 +45,19 @@ from cmbench.report.reading import (
     load_runs,
     read_records,
 )
+from cmbench.report.curves import CURVES_FILE, OPERATING_PR, read_curves, scores_at
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
-           "check_comparable", "clustered_mean_ci", "comparison_pairs", "comparisons", "folder_manifest",
+           "check_comparable", "clustered_mean_ci", "comparison_pairs", "comparisons", "find_curves", "folder_manifest",
            "leaderboard", "load_runs", "markdown_table", "paired_deltas", "pareto_plot", "read_records",
            "seed_breakdown", "write_reports"]
 
 REFERENCE_METHOD = "fullkv"
+MATCHED_COLUMN = "score_at_85pr"
+MATCHED_NOTE = ("Score @ 85% PR: the method's score-vs-PR curve (curves.csv from `python -m cmbench curves`: its own "
+                "knob calibrated to each target PR on calibration contexts, then run on this suite) interpolated "
+                "linearly at realised PR 85%; — where 85% lies outside its realised range or it has no curve.")
 REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
                 "paired_deltas.csv", "comparisons.csv", "leaderboard.md", "pareto.png")
 """Every file :func:`write_reports` writes (and removes, when a leaderboard fails, so that no older
@@ -126,10 +131,12 @@ def _ratio(reference: pd.Series, entry: pd.Series) -> float:
     return float(reference.sum() / entry.sum())
 
 
-def leaderboard(runs: list[RunRecords]) -> pd.DataFrame:
+def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per entry: metric, score (mean, 95% CI, spread over seeds), PR, speed-ups vs FullKV
     (attention cost; measured FPS and whether it was measured together), FPS, attention keys per
-    token, peak KV bytes, counts, and records from other code.
+    token, peak KV bytes, counts, and records from other code; with ``curves`` (a ``curves.csv``,
+    :mod:`cmbench.report.curves`), also ``score_at_85pr``: the curve of the method the entry's label
+    names, interpolated linearly at realised PR 0.85 (NaN outside its realised range or without one).
 
     An entry with no successful task gets a row with NaN means and its failure count.
     """
@@ -156,7 +163,11 @@ def leaderboard(runs: list[RunRecords]) -> pd.DataFrame:
     cols = ["method", "metric", "score", "score_ci95", "pr", "context_pr", "speedup_vs_fullkv", "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
             "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks"]
-    return pd.DataFrame(rows, columns=cols)
+    board = pd.DataFrame(rows, columns=cols)
+    if curves is not None:
+        at = scores_at(curves, OPERATING_PR)
+        board.insert(4, MATCHED_COLUMN, [at.get(label, math.nan) for label in board["method"]])
+    return board
 
 
 def breakdown(runs: list[RunRecords], by: str) -> pd.DataFrame:
@@ -266,8 +277,10 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
     """The leaderboard as a GitHub markdown table (score with CI, PR, speed-ups, FPS, memory, seeds,
     counts; ``—`` where nothing was measured), notes on what the speed columns are and on records from
     other code, and the paired comparisons when there are any."""
-    lines = [f"| Method | {board_metric(board)} (95% CI) | PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | "
-             "Seeds | Tasks | Failed |", "|---|---|---|---|---|---|---|---|---|---|"]
+    matched = MATCHED_COLUMN in board.columns
+    lines = [f"| Method | {board_metric(board)} (95% CI) | " + ("Score @ 85% PR | " if matched else "")
+             + "PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks | Failed |",
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if matched else "")]
     apart = other = False
     for r in board.itertuples():
         ci = "" if math.isnan(r.score_ci95) else f" ± {r.score_ci95:.4f}"
@@ -277,8 +290,9 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         name = r.method + (" †" if r.other_code_tasks else "")
         other = other or bool(r.other_code_tasks)
         seeds = f"{r.seeds}" + ("" if math.isnan(r.score_seed_std) else f" (sd {r.score_seed_std:.4f})")
+        at = f"{_cell(getattr(r, MATCHED_COLUMN), '{:.4f}')} | " if matched else ""
         lines.append(
-            f"| {name} | {_cell(r.score, '{:.4f}')}{ci} | {_cell(100 * r.pr, '{:.2f}%')} | "
+            f"| {name} | {_cell(r.score, '{:.4f}')}{ci} | {at}{_cell(100 * r.pr, '{:.2f}%')} | "
             f"{_cell(r.cost_speedup_vs_fullkv, '{:.2f}x')} | {fps_speedup} | {_cell(r.continuation_fps, '{:.1f}')} | "
             f"{_cell(r.peak_kv_bytes / 1e6, '{:.2f}')} | {seeds} | {r.n_tasks} | {r.failures} |"
         )
@@ -288,6 +302,8 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
                                                            "another machine)" if apart else "")
               + "; `scripts/bench_speed.py` measures speed in one controlled run. Seeds: runs per method, with the "
               "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context."]
+    if matched:
+        lines += ["", MATCHED_NOTE]
     if other:
         lines.append("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                      "`other_code_tasks` in leaderboard.csv.")
@@ -338,8 +354,18 @@ def _remove_previous(out: Path, keep: Iterable[str] = ()) -> list[str]:
     return gone
 
 
+def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.DataFrame | None:
+    """The curves table for a leaderboard: ``curves`` when given (it must exist), else ``curves.csv``
+    in the leaderboard folder ``out_dir`` when there is one, else None."""
+    if curves is not None:
+        return read_curves(curves)
+    beside = Path(out_dir) / CURVES_FILE
+    return read_curves(beside) if beside.is_file() else None
+
+
 def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False,
-                  focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None) -> dict[str, Path]:
+                  focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None,
+                  curves: str | Path | None = None) -> dict[str, Path]:
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
     All files are written into a temporary folder first and moved into ``out_dir`` only when all of
@@ -356,6 +382,8 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         Report runs with different task sets, seeds or scorers together.
     focus, compare : optional
         See :func:`comparison_pairs`.
+    curves : path, optional
+        A ``curves.csv`` for the "Score @ 85% PR" column (default: ``out_dir/curves.csv`` if present).
 
     Returns
     -------
@@ -366,7 +394,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:
         runs = load_runs(run_dirs, allow_mixed)
-        board = leaderboard(runs).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+        board = leaderboard(runs, find_curves(out, curves)).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
         compared = comparisons(runs, comparison_pairs(runs, focus, compare))
         tables = {
             "leaderboard.csv": board,

@@ -54,6 +54,25 @@ def generation_settings(cfg: DictConfig) -> GenerationSettings:
     )
 
 
+def context_shape(cfg: DictConfig, backbone) -> ContextShape:
+    """How ``backbone`` wants its context (``cfg.backbone.context`` and the chunk size)."""
+    ctx = cfg.backbone.context
+    return ContextShape(fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
+                        chunk_latent_frames=backbone.geometry.chunk_frames,
+                        temporal_stride=int(ctx.get("temporal_stride", 4)))
+
+
+def encode_context(cfg: DictConfig, adapter, backbone, task: Task) -> tuple[ContextFrames, torch.Tensor]:
+    """Read ``task``'s context through the dataset adapter and encode it.
+
+    Returns
+    -------
+    (ContextFrames, Tensor of shape ``[1, C, q0, h, w]``): the frames as read and their latents.
+    """
+    context = adapter.context(task, context_shape(cfg, backbone))
+    return context, backbone.encode(torch.from_numpy(np.ascontiguousarray(context.frames)))
+
+
 @dataclass
 class PreparedContext:
     """What the tasks of one context share."""
@@ -102,15 +121,11 @@ class ModelEvaluator:
 
     def context_shape(self) -> ContextShape:
         """How this backbone wants its context (``backbone.context`` and the chunk size)."""
-        ctx = self.cfg.backbone.context
-        return ContextShape(fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
-                            chunk_latent_frames=self.backbone.geometry.chunk_frames,
-                            temporal_stride=int(ctx.get("temporal_stride", 4)))
+        return context_shape(self.cfg, self.backbone)
 
     def prepare(self, tasks: list[Task]) -> PreparedContext:
         task = tasks[0]
-        context = self.adapter.context(task, self.context_shape())
-        latents = self.backbone.encode(torch.from_numpy(np.ascontiguousarray(context.frames)))
+        context, latents = encode_context(self.cfg, self.adapter, self.backbone, task)
         seed = task_seed(int(self.cfg.seed), task.context_id)
         prefilled = prefill(self.backbone, self.method, latents, self.backbone.condition(task), seed, self.settings)
         self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)

@@ -1,0 +1,230 @@
+"""Calibrate a method's own knob to a target pruning ratio on calibration contexts, once, and keep it.
+
+:func:`calibrate_method` finds the value of the method's declared knob (:attr:`Method.knob`:
+DeCoPrune's gamma, TempDiff's and ForcingKV's ``k``, Streaming's ``recent_chunks``) whose mean PR on
+the calibration tasks (:mod:`cmbench.calibration.pruning_ratio`) is within ``tolerance`` of the target
+(:func:`cmbench.calibration.knob_search.search_knob`), and writes into ``<out_dir>/calibration/``:
+
+- ``method/<method>_pr<target>.yaml``: the method config with the found knob, a Hydra option of the
+  ``method`` group once the folder is on ``CMBENCH_CONFIG_PATH`` (``method=<method>_pr<target>``);
+- ``<method>_pr<target>.json``: the knob, the found value, its calibration PR, every probe (value,
+  PR) in order, the calibration data and tasks, the code identity and the key of the calibration.
+
+The method then runs with its own rule, decided once per chunk, at that knob (unlike budget mode,
+which overrides the rule). A calibration whose key (method setting, target, tolerance, calibration
+data and tasks, backbone, generation, seed, code identity) matches the JSON's is reused, not redone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cmbench.calibration.knob_search import Knob, search_knob
+from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_meter, knob_value
+from cmbench.config_paths import to_dict
+from cmbench.errors import ConfigError
+from cmbench.hashing import config_hash
+from cmbench.methods.registry import canonical_method_config, config_class, method_names
+from cmbench.runs.paths import path_component
+
+CALIBRATION_DIR = "calibration"
+
+
+def pr_tag(target_pr: float) -> str:
+    """``0.85 -> "pr85"``, ``0.875 -> "pr87.5"``: the target in a file name and a label."""
+    return f"pr{round(100 * target_pr, 4):g}"
+
+
+def method_knob(method_cfg: dict[str, Any]) -> Knob:
+    """The knob :func:`calibrate_method` searches for ``method_cfg``'s class.
+
+    Raises
+    ------
+    ConfigError
+        The method declares none (FullKV, DummyForcing), or the config is in budget mode.
+    """
+    cls = config_class(method_cfg)
+    name = cls.name or cls.__qualname__
+    if cls.knob is None:
+        with_knob = [n for n in method_names() if config_class({"name": n}).knob is not None]
+        raise ConfigError(f"method {name!r} declares no knob that sets its pruning ratio (its class's `knob` is None: "
+                          f"what it keeps is fixed by its rule), so there is nothing to calibrate; methods with one: "
+                          f"{', '.join(with_knob)}")
+    budget = [k for k in ("target_pr", "token_budget") if method_cfg.get(k) is not None]
+    if budget:
+        raise ConfigError(f"method {name!r}: method.{budget[0]}={method_cfg[budget[0]]} puts it in budget mode, which "
+                          f"replaces its own rule; calibrate searches its own knob ({cls.knob.name}): drop "
+                          f"method.{budget[0]}")
+    return cls.knob
+
+
+@dataclass
+class Calibration:
+    """The outcome of :func:`calibrate_method` (also the content of its JSON log).
+
+    Attributes
+    ----------
+    method : str
+        The method's name.
+    label : str
+        ``<method>@pr<target>``, the label runs with the found knob get.
+    knob : str
+    value : float or int
+        The found knob value.
+    calibration_pr : float
+        Its mean PR on the calibration tasks.
+    target_pr, tolerance : float
+    within_tolerance : bool
+    note : str
+        What to know about the result (an integer knob that cannot land within the tolerance says so).
+    probes : list of [value, PR]
+        Every measurement, in order.
+    data : dict
+        The calibration data: ``root``, ``world_seed`` (MiniWorld), ``task_ids``.
+    code : dict
+        The code identity parts (method, CMBench, backbone, manifest).
+    key : str
+        Hash of everything that decides the result; a rerun with the same key reuses the JSON.
+    yaml, log : str
+        The written method config and this log.
+    cached : bool
+        Read from an earlier calibration, not measured now (not written into the log).
+    """
+
+    method: str
+    label: str
+    knob: str
+    value: float | int
+    calibration_pr: float
+    target_pr: float
+    tolerance: float
+    within_tolerance: bool
+    note: str
+    probes: list[list[float]]
+    data: dict[str, Any]
+    code: dict[str, Any]
+    key: str
+    yaml: str
+    log: str
+    cached: bool = field(default=False, compare=False)
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in asdict(self).items() if k != "cached"}, indent=2) + "\n"
+
+
+def calibration_paths(out_dir: str | Path, method: str, target_pr: float) -> tuple[Path, Path]:
+    """``(<out_dir>/calibration/method/<method>_pr<t>.yaml, <out_dir>/calibration/<method>_pr<t>.json)``."""
+    base = Path(out_dir) / CALIBRATION_DIR
+    stem = f"{path_component(method, 'method.name')}_{pr_tag(target_pr)}"
+    return base / "method" / f"{stem}.yaml", base / f"{stem}.json"
+
+
+def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
+          probes: list[tuple[float, float]]) -> str:
+    if abs(pr - target) <= tolerance:
+        return ""
+    if knob.integer:
+        near = sorted({v for v, _ in probes if abs(v - value) == 1})
+        others = ", ".join(f"{knob.name}={int(v)}: PR {p:.4f}" for v, p in probes if v in near)
+        return (f"{knob.name} takes whole values and none lands within {tolerance:.4f} of PR {target:.4f}: "
+                f"{knob.name}={int(value)} gives the nearest achievable PR {pr:.4f}" + (f" ({others})" if others else ""))
+    return f"the search stopped after {len(probes)} probes at PR {pr:.4f}, {abs(pr - target):.4f} from the target"
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
+                     max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None) -> Calibration:
+    """Find ``cfg.method``'s knob value for ``target_pr`` on calibration tasks; write its yaml and log.
+
+    Parameters
+    ----------
+    cfg : DictConfig
+        The root config (``method``, ``data`` of the TEST suite, ``backbone``, ``generation``, ``seed``,
+        ``out_dir``, ``calibration.root``).
+    target_pr : float
+        In [0, 1).
+    tolerance : float
+        Stop once a probe's PR is this close to the target (0.005: half a point).
+    n_tasks : int
+        Calibration tasks (a stratified seeded sample, as ``limit=n_tasks``).
+    max_probes : int
+        Most settings measured.
+    on_probe : callable ``(value, pr)``, optional
+        Called after every probe (the command prints the search log with it).
+
+    Returns
+    -------
+    Calibration
+
+    Raises
+    ------
+    ConfigError
+        No knob, budget mode, a target the knob's range cannot reach, bad calibration data.
+    """
+    from cmbench.runs.identity import code_identity
+    from cmbench.runs.labels import resolve_method_class
+
+    if not 0.0 <= target_pr < 1.0:
+        raise ConfigError(f"target_pr={target_pr}: expected a pruning ratio in [0, 1)")
+    if not 0.0 < tolerance < 1.0:
+        raise ConfigError(f"calibration.tolerance={tolerance}: expected a PR difference in (0, 1)")
+    method_cfg = to_dict(cfg.method)
+    knob = method_knob(method_cfg)
+    name = str(cfg.method.name)
+    yaml_path, log_path = calibration_paths(str(cfg.out_dir), name, target_pr)
+    cal_cfg = calibration_config(cfg)
+    tasks = calibration_tasks(cal_cfg, n_tasks)
+    manifest = Path(str(cal_cfg.data.root)) / str(cal_cfg.data.manifest)
+    code = code_identity(resolve_method_class(method_cfg), to_dict(cfg.backbone), manifest)
+    setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}
+    data = {"root": str(cal_cfg.data.root), "world_seed": OmegaConf.select(cal_cfg, "data.world_seed"),
+            "task_ids": [t.task_id for t in tasks]}
+    key = config_hash({"method": setting, "knob": asdict(knob), "target_pr": target_pr, "tolerance": tolerance,
+                       "max_probes": max_probes, "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
+                       "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
+                       "seed": int(cfg.seed), "code": code.hash})
+    if log_path.is_file() and yaml_path.is_file():
+        try:
+            earlier = Calibration(**json.loads(log_path.read_text()))
+        except (TypeError, ValueError):
+            earlier = None
+        if earlier is not None and earlier.key == key:
+            earlier.cached = True
+            return earlier
+
+    meter = PRMeter(cal_cfg, tasks)
+    measure = knob_meter(meter, method_cfg, knob)
+
+    def probe(value: float) -> float:
+        pr = measure(value)
+        if on_probe is not None:
+            on_probe(value, pr)
+        return pr
+
+    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes)
+    value = knob_value(knob, found.value)
+    unresolved = OmegaConf.to_container(cfg.method, resolve=False)
+    assert isinstance(unresolved, dict)
+    _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
+                      + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: value})))
+    result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr)}", knob=knob.name, value=value,
+                         calibration_pr=found.pr, target_pr=target_pr, tolerance=tolerance,
+                         within_tolerance=abs(found.error) <= tolerance,
+                         note=_note(knob, found.value, found.pr, target_pr, tolerance, found.log),
+                         probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
+                         yaml=str(yaml_path), log=str(log_path))
+    _write(log_path, result.to_json())
+    return result

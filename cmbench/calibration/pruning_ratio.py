@@ -1,0 +1,153 @@
+"""The pruning ratio a method setting realises on calibration contexts (never the test suite).
+
+:class:`PRMeter` runs a method's generation exactly as ``python -m cmbench run`` does (context replay
+through the dataset adapter and the backbone's encoder, :func:`cmbench.generation.prefill` with the
+context's seed, :func:`cmbench.generation.continue_task` with each task's seed, the memory plan), on a
+fixed sample of calibration tasks, and returns the mean over those tasks of the continuation's PR:
+the number ``run`` records as a run's ``pr``. Nothing is decoded or scored. Contexts are encoded once
+and reused for every setting measured.
+
+The calibration data (:func:`calibration_config`): for MiniWorld, the same suite knobs built with
+``world_seed + 1`` under ``calibration.root`` (default ``<data.root>_calibration``, the held-out world
+the head map is calibrated on); for any other dataset (the official set), a folder of calibration
+contexts in the same format, given as ``calibration.root``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from cmbench.calibration.knob_search import Knob
+from cmbench.config_paths import editable_copy
+from cmbench.data import Task, load_manifest
+from cmbench.data.adapter import build_adapter
+from cmbench.errors import ConfigError
+from cmbench.generation import continue_task, prefill
+from cmbench.hashing import task_seed
+from cmbench.methods.base import Method
+
+
+def calibration_config(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with ``data`` pointing at the calibration contexts.
+
+    Raises
+    ------
+    ConfigError
+        No calibration folder for a dataset without a built-in calibration world, or one that is the
+        test suite's own folder.
+    """
+    out = editable_copy(cfg)
+    data = out.data
+    root = OmegaConf.select(cfg, "calibration.root")
+    with open_dict(data):
+        if str(cfg.data.get("adapter", "")) == "miniworld":
+            data.root = str(root or f"{cfg.data.root}_calibration")
+            data.world_seed = int(cfg.data.world_seed) + 1
+            data.check_counts = False
+        elif root:
+            data.root = str(root)
+        else:
+            raise ConfigError(f"calibration.root is not set: data={cfg.data.name} has no built-in calibration world; "
+                              "give a folder of calibration contexts in its format (calibration.root=/path), never "
+                              "the test suite's")
+    if Path(str(data.root)).resolve() == Path(str(cfg.data.root)).resolve():
+        raise ConfigError(f"calibration.root={data.root} is the test suite's folder (data.root): a knob calibrated on "
+                          "the test contexts would be tuned on the test; give another folder")
+    return out
+
+
+def calibration_tasks(cfg: DictConfig, n_tasks: int) -> list[Task]:
+    """The calibration tasks: the suite built or checked (:meth:`ensure`), then the same stratified seeded
+    sample of ``n_tasks`` that ``run limit=n_tasks`` takes (``cfg`` from :func:`calibration_config`)."""
+    from cmbench.runs.runner import select_tasks
+
+    if n_tasks < 1:
+        raise ConfigError(f"calibration.tasks={n_tasks}: expected a positive number of calibration tasks")
+    build_adapter(cfg.data).ensure()
+    tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
+    return select_tasks(tasks, limit=n_tasks, seed=int(cfg.seed))
+
+
+class PRMeter:
+    """Measure the mean continuation PR of method settings on calibration tasks.
+
+    Parameters
+    ----------
+    cfg : DictConfig
+        The root config of the calibration data (:func:`calibration_config`): ``data``, ``backbone``,
+        ``generation``, ``seed``.
+    tasks : list of Task
+        :func:`calibration_tasks`.
+    """
+
+    def __init__(self, cfg: DictConfig, tasks: list[Task]):
+        from cmbench.runs.evaluator import generation_settings
+
+        if not tasks:
+            raise ConfigError(f"no calibration tasks in {cfg.data.root}")
+        self.cfg = cfg
+        self.tasks = tasks
+        self.settings = generation_settings(cfg)
+        self.adapter = build_adapter(cfg.data)
+        self.continuation_frames = int(cfg.generation.continuation_frames)
+        self.backbone: Any = None
+        self._latents: dict[str, torch.Tensor] = {}
+
+    def _contexts(self) -> dict[str, list[Task]]:
+        groups: dict[str, list[Task]] = {}
+        for task in self.tasks:
+            groups.setdefault(task.context_id, []).append(task)
+        return groups
+
+    def _encoded(self, task: Task) -> torch.Tensor:
+        """The context latents of ``task``, ``[1, C, q0, h, w]`` (encoded once)."""
+        from cmbench.runs.evaluator import encode_context
+
+        if task.context_id not in self._latents:
+            self._latents[task.context_id] = encode_context(self.cfg, self.adapter, self.backbone, task)[1]
+        return self._latents[task.context_id]
+
+    def task_prs(self, method: Method) -> list[float]:
+        """The continuation PR of every calibration task under ``method``, in task order."""
+        from cmbench.backbones.loading import build_backbone
+        from cmbench.backbones.memory.run_plan import plan_run
+
+        plan = plan_run(self.cfg, method)
+        if self.backbone is None:
+            self.backbone = build_backbone(plan.backbone_config)
+        seed = int(self.cfg.seed)
+        prs: dict[str, float] = {}
+        for context_id, group in self._contexts().items():
+            prefilled = prefill(self.backbone, method, self._encoded(group[0]), self.backbone.condition(group[0]),
+                                task_seed(seed, context_id), self.settings)
+            plan.settle(prefilled.cache)
+            for task in group:
+                cont = continue_task(self.backbone, prefilled, self.backbone.condition(task), self.continuation_frames,
+                                     task_seed(seed, task.task_id))
+                prs[task.task_id] = float(cont.ledger.pruning_ratio())
+        return [prs[t.task_id] for t in self.tasks]
+
+    def __call__(self, method: Method) -> float:
+        """The mean continuation PR over the calibration tasks (what ``run`` reports as ``pr``)."""
+        return float(np.mean(self.task_prs(method)))
+
+
+def knob_meter(meter: PRMeter, method_cfg: dict[str, Any], knob: Knob) -> Callable[[float], float]:
+    """``value -> PR`` of the method ``method_cfg`` with ``knob`` set to ``value``."""
+    from cmbench.methods.registry import build_method
+
+    def measure(value: float) -> float:
+        return meter(build_method({**method_cfg, knob.name: knob_value(knob, value)}))
+
+    return measure
+
+
+def knob_value(knob: Knob, value: float) -> float | int:
+    """A knob value as the method takes it: an int for whole-valued knobs."""
+    return int(round(value)) if knob.integer else float(value)

@@ -1,0 +1,103 @@
+"""``python -m cmbench calibrate method=X target_pr=0.85``: the method's own knob for a target PR.
+
+Searches the knob the method declares (:attr:`cmbench.methods.base.Method.knob`) on calibration
+contexts (``calibration.root``; for MiniWorld a world built with ``world_seed + 1``), printing every
+probe, and writes ``<out_dir>/calibration/method/<method>_pr<t>.yaml`` (a method config to run as is)
+and ``<out_dir>/calibration/<method>_pr<t>.json`` (the search log); then prints the ``run`` line that
+uses it. A rerun of the same calibration reuses the log. See docs/matched_pr.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cmbench.calibration.matched_pr import CALIBRATION_DIR, Calibration, calibrate_method, pr_tag
+from cmbench.errors import ConfigError
+
+# overrides that choose the method or the calibration, not the setup a calibrated run shares
+_CALIBRATION_OVERRIDES = ("method=", "method.", "+method.", "++method.", "target_pr=", "target_prs=", "methods=",
+                          "calibration.", "label=")
+
+
+def calibration_options(cfg: DictConfig) -> dict[str, float | int]:
+    """``tolerance``, ``n_tasks`` and ``max_probes`` from ``cfg.calibration``, checked.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the knob and what is expected.
+    """
+    c = cfg.calibration
+    tasks, probes, tol = c.tasks, c.max_probes, c.tolerance
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+        raise ConfigError(f"calibration.tasks={tasks!r}: expected a positive number of calibration tasks")
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 2:
+        raise ConfigError(f"calibration.max_probes={probes!r}: expected a whole number >= 2 (both ends of the range)")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise ConfigError(f"calibration.tolerance={tol!r}: expected a PR difference in (0, 1), e.g. 0.005")
+    return {"tolerance": float(tol), "n_tasks": tasks, "max_probes": probes}
+
+
+def target_of(value: object, key: str = "target_pr") -> float:
+    """A target PR from the command line, checked."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(f"{key}={value!r}: expected a pruning ratio in [0, 1), e.g. {key}=0.85")
+    return float(value)
+
+
+def setup_overrides() -> list[str]:
+    """The command line's overrides that a run with the calibrated method must repeat (data, backbone,
+    generation, seed, out_dir ...): every Hydra override except the method and calibration ones."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return [o for o in HydraConfig.get().overrides.task if not o.startswith(_CALIBRATION_OVERRIDES)]
+
+
+def run_line(result: Calibration, overrides: list[str]) -> str:
+    """The exact ``python -m cmbench run`` line that runs the calibrated method config."""
+    folder = str(Path(result.yaml).parent.parent.resolve())
+    extra = os.environ.get("CMBENCH_CONFIG_PATH")
+    path = folder + (os.pathsep + extra if extra else "")
+    option = Path(result.yaml).stem
+    args = [f"method={option}", f"label={result.label}", *overrides]
+    return f"CMBENCH_CONFIG_PATH={shlex.quote(path)} python -m cmbench run {' '.join(shlex.quote(a) for a in args)}"
+
+
+def show_probe(value: float, pr: float) -> None:
+    """One line of the search log."""
+    print(f"  probe {value:.6g}: PR {pr:.4f}", flush=True)
+
+
+def describe(result: Calibration) -> list[str]:
+    """The result in a few lines: found value, calibration PR against the target, files, note."""
+    state = "reused (same calibration)" if result.cached else "found"
+    lines = [f"{result.label}: {result.knob}={result.value} {state}: calibration PR {result.calibration_pr:.4f} "
+             f"(target {result.target_pr:.4f}, {len(result.probes)} probes on {len(result.data['task_ids'])} tasks "
+             f"of {result.data['root']})"]
+    if result.note:
+        lines.append(f"note: {result.note}")
+    lines.append(f"wrote {result.yaml} and {result.log}")
+    return lines
+
+
+def execute(cfg: DictConfig) -> int:
+    target = OmegaConf.select(cfg, "target_pr")
+    if target is None:
+        raise ConfigError("target_pr is required: python -m cmbench calibrate method=<name> target_pr=0.85")
+    target = target_of(target)
+    name = str(cfg.method.name)
+    print(f"calibrating {name} to PR {target:.4f} ({pr_tag(target)}) on calibration contexts; "
+          f"writing into {Path(str(cfg.out_dir)) / CALIBRATION_DIR}")
+
+    result = calibrate_method(cfg, target, **calibration_options(cfg), on_probe=show_probe)  # type: ignore[arg-type]
+    if result.cached:
+        for value, pr in result.probes:
+            show_probe(value, pr)
+    for line in describe(result):
+        print(line)
+    print(f"run it:\n  {run_line(result, setup_overrides())}")
+    return 0

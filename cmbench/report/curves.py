@@ -1,0 +1,140 @@
+"""Score-vs-PR curves: methods at matched pruning ratios, the area under each curve, and their plot.
+
+A curve is a method's points ``(realised test PR, score)``, one per target PR its own knob was
+calibrated to (``python -m cmbench curves``). On a curve:
+
+- :func:`score_at` interpolates linearly in realised PR between neighbouring points (NaN outside the
+  realised range; points of equal PR are averaged first);
+- :func:`curve_area` integrates the piecewise-linear curve with the trapezoid rule over realised PR
+  between ``lo`` and ``hi`` (the ends interpolated), and :func:`area_table` takes ``[lo, hi]`` as the
+  range every method covers: the largest of the curves' lowest PRs to the smallest of their highest
+  (``mean_score = auc / (hi - lo)``: the curve's average height there).
+
+``curves.csv`` columns are :data:`CURVE_COLUMNS`; the scores and their 95% CIs come from the
+leaderboard's own statistics (:func:`cmbench.report.leaderboard.leaderboard`, clustered by context).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cmbench.report.reading import ReportError
+
+CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", "test_pr", "score", "ci_low", "ci_high",
+                 "n_tasks", "label", "run_dir", "note"]
+"""The columns of ``curves.csv`` (``test_pr``: the PR realised on the test suite; ``note``: the calibration's
+note, or why a target has no point)."""
+AREA_COLUMNS = ["method", "pr_low", "pr_high", "auc", "mean_score", "points"]
+CURVES_FILE, AREA_FILE, PLOT_FILE = "curves.csv", "auc.csv", "curves.png"
+OPERATING_PR = 0.85  # the paper's operating point: the leaderboard's "Score @ 85% PR"
+
+
+def _points(pr, score) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct PRs and their scores (the mean where several points share a PR), NaNs dropped."""
+    frame = pd.DataFrame({"pr": np.asarray(pr, dtype=float), "score": np.asarray(score, dtype=float)}).dropna()
+    frame = frame.groupby("pr", sort=True)["score"].mean()
+    return frame.index.to_numpy(dtype=float), frame.to_numpy(dtype=float)
+
+
+def score_at(pr, score, x: float) -> float:
+    """The curve through ``(pr, score)`` at PR ``x`` (linear between neighbours), NaN outside its range.
+
+    Parameters
+    ----------
+    pr, score : array-like ``[n]``
+        The points, in any order.
+    x : float
+    """
+    xs, ys = _points(pr, score)
+    if not len(xs) or x < xs[0] or x > xs[-1]:
+        return math.nan
+    return float(np.interp(x, xs, ys))
+
+
+def curve_area(pr, score, lo: float, hi: float) -> float:
+    """Trapezoid-rule area under the piecewise-linear curve through ``(pr, score)`` on ``[lo, hi]``.
+
+    NaN when ``[lo, hi]`` is not inside the curve's PR range or is empty (``lo >= hi``).
+    """
+    xs, ys = _points(pr, score)
+    if not len(xs) or not xs[0] <= lo < hi <= xs[-1]:
+        return math.nan
+    inner = (xs > lo) & (xs < hi)
+    x = np.concatenate([[lo], xs[inner], [hi]])
+    y = np.concatenate([[np.interp(lo, xs, ys)], ys[inner], [np.interp(hi, xs, ys)]])
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2))
+
+
+def area_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: the common realised range ``[pr_low, pr_high]`` of all methods, the area under
+    its curve there, the mean score over it, and its number of points (NaN area without a common range)."""
+    ok = curves.dropna(subset=["test_pr", "score"])
+    methods = list(dict.fromkeys(curves["method"]))
+    groups = {m: ok[ok["method"] == m] for m in methods}
+    lows = [g["test_pr"].min() for g in groups.values() if len(g)]
+    highs = [g["test_pr"].max() for g in groups.values() if len(g)]
+    lo = max(lows) if len(lows) == len(methods) else math.nan
+    hi = min(highs) if len(highs) == len(methods) else math.nan
+    rows = []
+    for m, g in groups.items():
+        auc = curve_area(g["test_pr"], g["score"], lo, hi) if lo < hi else math.nan
+        rows.append({"method": m, "pr_low": lo, "pr_high": hi, "auc": auc,
+                     "mean_score": auc / (hi - lo) if not math.isnan(auc) else math.nan, "points": len(g)})
+    return pd.DataFrame(rows, columns=AREA_COLUMNS)
+
+
+def read_curves(path: str | Path) -> pd.DataFrame:
+    """``curves.csv``, checked for its columns.
+
+    Raises
+    ------
+    ReportError
+        A missing file, or one without the columns a curve needs (named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ReportError(f"{path}: no curves file (python -m cmbench curves writes one)")
+    frame = pd.read_csv(path)
+    missing = [c for c in ("method", "test_pr", "score") if c not in frame.columns]
+    if missing:
+        raise ReportError(f"{path}: not a curves table: no column(s) {', '.join(missing)}")
+    return frame
+
+
+def scores_at(curves: pd.DataFrame, x: float = OPERATING_PR) -> dict[str, float]:
+    """``method -> score at PR x`` on each method's curve (NaN outside its realised range)."""
+    return {str(m): score_at(g["test_pr"], g["score"], x) for m, g in curves.groupby("method", sort=False)}
+
+
+def curves_plot(curves: pd.DataFrame, path: str | Path, reference: tuple[float, float] | None = None,
+                metric: str = "score") -> Path:
+    """Score (y) against realised test PR (x), one line per method with its 95% CI band; the reference
+    (FullKV: ``(score, ci95 half-width)``) as a horizontal line with its band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    if reference is not None and not math.isnan(reference[0]):
+        score, ci = reference
+        ax.axhline(score, color="black", lw=1, label="fullkv")
+        if not math.isnan(ci):
+            ax.axhspan(score - ci, score + ci, color="black", alpha=0.08)
+    for method, g in curves.dropna(subset=["test_pr", "score"]).groupby("method", sort=False):
+        g = g.sort_values("test_pr")
+        line, = ax.plot(100 * g["test_pr"], g["score"], "o-", ms=3, label=str(method))
+        ax.fill_between(100 * g["test_pr"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
+    ax.set_xlabel("realised pruning ratio on the test suite (%)")
+    ax.set_ylabel(f"{metric} (mean max-similarity)")
+    ax.set_title(f"CMBench: {metric} vs PR (each method's own knob, calibrated)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,177 @@
+"""`python -m cmbench calibrate`: a method's own knob found for a target PR with the real PR meter on a
+calibration world, its yaml runnable as is, integer knobs at the nearest achievable PR, refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from cmbench.calibration.knob_search import Knob
+from cmbench.calibration.matched_pr import calibration_paths, method_knob, pr_tag
+from cmbench.calibration.pruning_ratio import calibration_config
+from cmbench.cli.main import main
+from cmbench.errors import ConfigError
+from cmbench.methods.base import Method
+from cmbench.runs.records import read_all_records
+from test_run_command import SMALL_SUITE
+from test_tiny_backbone import random_model
+
+
+@dataclass
+class KeepFraction(Method):
+    """Test method: keeps the first ``round(L / (1 + gamma))`` tokens of every chunk (a known function
+    of its knob: larger gamma prunes more)."""
+
+    name = "keep_fraction"
+    knob = Knob("gamma", 1e-3, 1e3, increasing=True, log=True)
+
+    gamma: float = 1.0
+
+    def decide(self, cache, sig) -> None:
+        length = sig.chunk.length
+        keep = torch.zeros(length, dtype=torch.bool)
+        keep[: round(length / (1.0 + self.gamma))] = True
+        cache.mark(sig.chunk.index, keep=keep, priority=-torch.arange(length, dtype=torch.float32))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("calibrate")
+    weights = tmp / "tiny.safetensors"
+    random_model(seed=3).save_pretrained(weights)
+    configs = tmp / "configs" / "method"
+    configs.mkdir(parents=True)
+    (configs / "keep_fraction.yaml").write_text(f"_target_: {__name__}.KeepFraction\n")
+    return tmp, weights
+
+
+def common(tmp: Path, weights: Path) -> list[str]:
+    return [f"data.root={tmp / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}", f"out_dir={tmp / 'runs'}",
+            "progress=false"]
+
+
+def calibrate(setup, monkeypatch, *args: str) -> int:
+    tmp, weights = setup
+    monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(tmp / "configs"))
+    return main(["calibrate", *common(tmp, weights), "calibration.tasks=2", *args])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", [0.85, 0.6])
+def test_a_synthetic_knob_is_calibrated_within_half_a_point_and_its_yaml_runs_as_logged(setup, monkeypatch, capsys,
+                                                                                         target):
+    tmp, weights = setup
+    assert calibrate(setup, monkeypatch, "method=keep_fraction", f"target_pr={target}") == 0
+    out = capsys.readouterr().out
+    yaml_path, log_path = calibration_paths(tmp / "runs", "keep_fraction", target)
+    log = json.loads(log_path.read_text())
+    assert abs(log["calibration_pr"] - target) <= 0.005 and log["within_tolerance"] and log["note"] == ""
+    assert log["knob"] == "gamma" and [log["value"], log["calibration_pr"]] in log["probes"]
+    assert log["data"]["root"] == f"{tmp / 'suite'}_calibration" and log["data"]["world_seed"] == 1
+    assert len(log["data"]["task_ids"]) == 2 and set(log["code"]) >= {"cmbench", "method", "manifest"}
+    # the probes follow the method's rule: PR rises with gamma
+    probes = sorted(log["probes"])
+    assert all(a[1] <= b[1] for a, b in zip(probes, probes[1:]))
+    assert f"keep_fraction@{pr_tag(target)}: gamma=" in out and "run it:" in out
+
+    # the yaml, run as printed (on the calibration world's tasks), realises exactly the logged PR and knob
+    line = out.split("run it:\n  ")[1].strip()
+    assert line.startswith(f"CMBENCH_CONFIG_PATH={yaml_path.parent.parent}:{tmp / 'configs'} python -m cmbench run "
+                           f"method={yaml_path.stem} label=keep_fraction@{pr_tag(target)}")
+    monkeypatch.setenv("CMBENCH_CONFIG_PATH", f"{yaml_path.parent.parent}:{tmp / 'configs'}")
+    runs = tmp / f"check_{pr_tag(target)}"
+    code = main(["run", *common(tmp, weights), f"method={yaml_path.stem}", f"data.root={log['data']['root']}",
+                 "data.world_seed=1", f"task_ids=[{','.join(log['data']['task_ids'])}]", f"out_dir={runs}",
+                 "save_videos=false"])
+    assert code == 0
+    records = read_all_records(next((runs / "miniworld").iterdir()))
+    assert {r["method_config"]["gamma"] for r in records} == {log["value"]}
+    assert sum(r["pr"] for r in records) / len(records) == pytest.approx(log["calibration_pr"], abs=1e-12)
+
+    # rerunning the same calibration reuses it: no new probe, same log
+    before = log_path.read_text()
+    assert calibrate(setup, monkeypatch, "method=keep_fraction", f"target_pr={target}") == 0
+    assert "reused (same calibration)" in capsys.readouterr().out and log_path.read_text() == before
+
+
+@pytest.mark.slow
+def test_an_integer_knob_lands_on_the_nearest_achievable_pr_and_says_so(setup, monkeypatch, capsys):
+    tmp, _ = setup
+    assert calibrate(setup, monkeypatch, "method=streaming", "target_pr=0.5") == 0
+    first = json.loads(calibration_paths(tmp / "runs", "streaming", 0.5)[1].read_text())
+    prs = dict((int(v), p) for v, p in first["probes"])
+    assert all(isinstance(v, int) for v, _ in first["probes"]) and isinstance(first["value"], int)
+    # a target halfway between two neighbouring windows' PRs: no whole window reaches it
+    window = min(v for v in prs if v + 1 in prs)
+    target = round((prs[window] + prs[window + 1]) / 2, 6)
+    assert abs(prs[window] - prs[window + 1]) > 0.02  # whole chunks: coarse steps
+    assert calibrate(setup, monkeypatch, "method=streaming", f"target_pr={target}") == 0
+    out = capsys.readouterr().out
+    log = json.loads(calibration_paths(tmp / "runs", "streaming", target)[1].read_text())
+    assert not log["within_tolerance"] and log["value"] in (window, window + 1)
+    assert abs(log["calibration_pr"] - target) == pytest.approx(min(abs(p - target) for _, p in log["probes"]))
+    assert log["note"].startswith("recent_chunks takes whole values and none lands within 0.0050 of PR")
+    assert "nearest achievable PR" in log["note"] and f"note: {log['note']}" in out
+    assert {int(v) for v, _ in log["probes"]} >= {window, window + 1}
+    assert not math.isnan(log["calibration_pr"])
+
+
+@pytest.mark.parametrize("method, message", [
+    ("fullkv", "method 'fullkv' declares no knob that sets its pruning ratio"),
+    ("dummyforcing", "method 'dummyforcing' declares no knob that sets its pruning ratio"),
+])
+def test_a_method_without_a_knob_is_refused_in_one_line(setup, monkeypatch, capsys, method, message):
+    assert calibrate(setup, monkeypatch, f"method={method}", "target_pr=0.85") == 1
+    err = capsys.readouterr().err
+    assert message in err and "methods with one: decoprune" in err and len(err.strip().splitlines()) == 1
+
+
+def test_budget_mode_and_bad_targets_are_refused(setup, monkeypatch, capsys):
+    assert calibrate(setup, monkeypatch, "method=decoprune", "method.target_pr=0.8", "target_pr=0.85") == 1
+    assert "method.target_pr=0.8 puts it in budget mode" in capsys.readouterr().err
+    assert calibrate(setup, monkeypatch, "method=decoprune") == 1
+    assert "target_pr is required" in capsys.readouterr().err
+    assert calibrate(setup, monkeypatch, "method=decoprune", "target_pr=1.5") == 1
+    assert "target_pr=1.5: expected a pruning ratio in [0, 1)" in capsys.readouterr().err
+    assert calibrate(setup, monkeypatch, "method=decoprune", "target_pr=0.8", "calibration.tasks=0") == 1
+    assert "calibration.tasks=0: expected a positive number" in capsys.readouterr().err
+
+
+def test_every_declared_knob_is_a_field_of_its_method_and_the_documented_directions_hold():
+    from dataclasses import fields
+
+    from cmbench.methods.registry import method_class, method_names
+
+    knobs = {n: method_class(n).knob for n in method_names()}
+    assert knobs["fullkv"] is None and knobs["dummyforcing"] is None
+    for name, knob in knobs.items():
+        if knob is not None:
+            assert knob.name in {f.name for f in fields(method_class(name))}, name
+    assert knobs["decoprune"].increasing and knobs["random"] == knobs["decoprune"] == knobs["decoprune_hs"]
+    assert not knobs["decoprune_reverse"].increasing and knobs["decoprune_reverse"].log
+    for name in ("tempdiff", "forcingkv", "streaming"):
+        assert knobs[name].integer and not knobs[name].increasing, name
+    assert method_knob({"name": "tempdiff"}).name == "k"
+
+
+def test_the_calibration_world_is_never_the_test_suite():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"data": {"name": "miniworld", "adapter": "miniworld", "root": "data/miniworld",
+                                     "world_seed": 0, "check_counts": True}, "calibration": {"root": None}})
+    cal = calibration_config(cfg)
+    assert cal.data.root == "data/miniworld_calibration" and cal.data.world_seed == 1 and not cal.data.check_counts
+    official = OmegaConf.create({"data": {"name": "cmbench", "adapter": "cmbench", "root": "/x/CMBench"},
+                                 "calibration": {"root": None}})
+    with pytest.raises(ConfigError, match="calibration.root is not set: data=cmbench has no built-in calibration"):
+        calibration_config(official)
+    official.calibration.root = "/x/CMBench/"
+    with pytest.raises(ConfigError, match="is the test suite's folder"):
+        calibration_config(official)
+    official.calibration.root = "/x/CMBench_calibration"
+    assert calibration_config(official).data.root == "/x/CMBench_calibration"

@@ -1,0 +1,119 @@
+"""Score-vs-PR curves: interpolation and area by hand, the leaderboard's "Score @ 85% PR" from a synthetic
+curves.csv, and `python -m cmbench curves` end to end on a few tasks."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from cmbench.report import write_reports
+from cmbench.report.curves import CURVE_COLUMNS, area_table, curve_area, score_at
+from test_report import record, write_run
+
+# method a: (0.7, 0.7), (0.8, 0.6), (0.9, 0.4) given out of order; method b: (0.75, 0.8), (0.95, 0.6)
+CURVES = pd.DataFrame({"method": ["a", "a", "a", "b", "b"], "test_pr": [0.8, 0.9, 0.7, 0.75, 0.95],
+                       "score": [0.6, 0.4, 0.7, 0.8, 0.6]})
+
+
+def test_score_at_a_pr_is_linear_between_neighbours_and_blank_outside():
+    a = CURVES[CURVES.method == "a"]
+    assert score_at(a.test_pr, a.score, 0.85) == pytest.approx(0.5)
+    assert score_at(a.test_pr, a.score, 0.75) == pytest.approx(0.65)
+    assert score_at(a.test_pr, a.score, 0.7) == pytest.approx(0.7)  # an end is inside
+    assert math.isnan(score_at(a.test_pr, a.score, 0.95)) and math.isnan(score_at(a.test_pr, a.score, 0.69))
+    # points of one PR are averaged: (0.8, 0.5) and (0.8, 0.7) -> 0.6
+    assert score_at([0.8, 0.8, 0.9], [0.5, 0.7, 0.4], 0.85) == pytest.approx(0.5)
+
+
+def test_the_area_is_the_trapezoid_rule_over_the_range_every_method_covers():
+    a = CURVES[CURVES.method == "a"]
+    # a on [0.75, 0.9]: 0.05 * (0.65 + 0.6) / 2 + 0.1 * (0.6 + 0.4) / 2 = 0.03125 + 0.05
+    assert curve_area(a.test_pr, a.score, 0.75, 0.9) == pytest.approx(0.08125)
+    assert math.isnan(curve_area(a.test_pr, a.score, 0.75, 0.95))  # beyond the curve
+    table = area_table(CURVES).set_index("method")
+    assert table.loc["a", "pr_low"] == 0.75 and table.loc["a", "pr_high"] == 0.9  # max of lows, min of highs
+    assert table.loc["a", "auc"] == pytest.approx(0.08125) and table.loc["a", "mean_score"] == pytest.approx(0.08125 / 0.15)
+    # b on [0.75, 0.9]: 0.8 at 0.75, 0.65 at 0.9: 0.15 * (0.8 + 0.65) / 2
+    assert table.loc["b", "auc"] == pytest.approx(0.10875) and table.loc["b", "mean_score"] == pytest.approx(0.725)
+    assert table.loc["a", "points"] == 3 and table.loc["b", "points"] == 2
+    # no common range: every area is blank
+    apart = pd.DataFrame({"method": ["a", "a", "b", "b"], "test_pr": [0.7, 0.75, 0.8, 0.9], "score": [1, 1, 1, 1]})
+    assert area_table(apart)["auc"].isna().all()
+
+
+def test_the_leaderboard_gains_score_at_85_pr_from_curves_beside_it(tmp_path):
+    full = write_run(tmp_path / "fullkv", [record("fullkv", t, s) for t, s in [("a1", 0.8), ("b1", 0.7)]])
+    a = write_run(tmp_path / "a", [record("a", t, s, pr=0.9) for t, s in [("a1", 0.5), ("b1", 0.4)]])
+    b = write_run(tmp_path / "b", [record("b", t, s, pr=0.9) for t, s in [("a1", 0.6), ("b1", 0.5)]])
+    out = tmp_path / "board"
+    out.mkdir()
+    CURVES.to_csv(out / "curves.csv", index=False)
+    write_reports([full, a, b], out)
+    board = pd.read_csv(out / "leaderboard.csv").set_index("method")
+    assert board.loc["a", "score_at_85pr"] == pytest.approx(0.5)
+    assert board.loc["b", "score_at_85pr"] == pytest.approx(0.8 - 0.2 * 0.5)
+    assert math.isnan(board.loc["fullkv", "score_at_85pr"])  # no curve
+    md = (out / "leaderboard.md").read_text()
+    assert "| Score @ 85% PR |" in md and "| a | 0.4500 ± " in md and " | 0.5000 | 90.00% |" in md
+    assert "interpolated linearly at realised PR 85%" in md and "| fullkv | 0.7500 ± 0.6353 | — | 0.00% |" in md
+
+    # given explicitly; without curves the column is not there
+    elsewhere = tmp_path / "elsewhere.csv"
+    CURVES.assign(score=CURVES.score + 0.1).to_csv(elsewhere, index=False)
+    write_reports([full, a, b], out, curves=elsewhere)
+    assert pd.read_csv(out / "leaderboard.csv").set_index("method").loc["a", "score_at_85pr"] == pytest.approx(0.6)
+    (out / "curves.csv").unlink()
+    write_reports([full, a, b], out)
+    assert "score_at_85pr" not in pd.read_csv(out / "leaderboard.csv").columns
+    assert "Score @ 85% PR" not in (out / "leaderboard.md").read_text()
+
+
+def test_a_curves_file_without_its_columns_is_named(tmp_path):
+    from cmbench.report import ReportError
+
+    bad = tmp_path / "curves.csv"
+    pd.DataFrame({"method": ["a"], "score": [0.5]}).to_csv(bad, index=False)
+    with pytest.raises(ReportError, match=r"curves.csv: not a curves table: no column\(s\) test_pr"):
+        write_reports([write_run(tmp_path / "a", [record("a", "a1", 0.5)])], tmp_path / "out", curves=bad)
+
+
+@pytest.mark.slow
+def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_path, monkeypatch, capsys):
+    from cmbench.cli.main import main
+    from cmbench.report.leaderboard import leaderboard, load_runs
+    from test_run_command import SMALL_SUITE
+    from test_tiny_backbone import random_model
+
+    weights = tmp_path / "tiny.safetensors"
+    random_model(seed=3).save_pretrained(weights)
+    args = [f"data.root={tmp_path / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}", f"out_dir={tmp_path / 'runs'}",
+            "progress=false", "save_videos=false", "calibration.tasks=2", "limit=2"]
+    assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5,0.999]"]) == 0
+    assert "streaming: no point at PR 0.9990: target PR 0.9990 is outside what recent_chunks" in capsys.readouterr().err
+    out = tmp_path / "runs" / "miniworld" / "leaderboard"
+    curves = first = pd.read_csv(out / "curves.csv")
+    assert list(curves.columns) == CURVE_COLUMNS
+    gap = curves[curves.target_pr == 0.999]
+    assert gap.test_pr.isna().all() and gap.score.isna().all() and "is outside what recent_chunks" in gap.note.iloc[0]
+    curves = curves[curves.target_pr < 0.999]
+    assert list(curves.target_pr) == [0.5, 0.6] and list(curves.label) == ["streaming@pr50", "streaming@pr60"]
+    assert (curves.knob == "recent_chunks").all() and (curves.n_tasks == 2).all()
+    for row in curves.itertuples():  # each point is its run's leaderboard row, at the calibrated knob
+        (board,) = leaderboard(load_runs([row.run_dir])).to_dict("records")
+        assert row.test_pr == pytest.approx(board["pr"]) and row.score == pytest.approx(board["score"])
+        assert row.ci_low == pytest.approx(board["score"] - board["score_ci95"])
+        assert "/curves/miniworld/streaming__" in row.run_dir
+    areas = pd.read_csv(out / "auc.csv")
+    assert areas.loc[0, "auc"] == pytest.approx(area_table(curves).loc[0, "auc"], nan_ok=True)
+    assert (out / "curves.png").stat().st_size > 10_000
+    assert (tmp_path / "runs" / "calibration" / "method" / "streaming_pr60.yaml").is_file()
+    capsys.readouterr()
+    # a rerun reuses calibrations and runs: nothing is computed again
+    assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5,0.999]"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("reused (same calibration)") == 2 and "probe" not in text.split("reused")[0]
+    assert pd.read_csv(out / "curves.csv").equals(first)
+    # a method without a knob is refused before any work
+    assert main(["curves", *args, "methods=[streaming,fullkv]"]) == 1
