@@ -114,10 +114,15 @@ def test_an_integer_knob_lands_on_the_nearest_achievable_pr_and_says_so(setup, m
     out = capsys.readouterr().out
     log = json.loads(calibration_paths(tmp / "runs", "streaming", target)[1].read_text())
     assert not log["within_tolerance"] and log["value"] in (window, window + 1)
-    assert abs(log["calibration_pr"] - target) == pytest.approx(min(abs(p - target) for _, p in log["probes"]))
+    # the second target starts from the first's probes (same method, data, seed and code): none is
+    # measured again, and the two neighbouring windows are already known
+    assert log["reused_probes"] == sorted(first["probes"]) and log["probe_key"] == first["probe_key"]
+    assert not {v for v, _ in log["probes"]} & {v for v, _ in first["probes"]}
+    considered = log["probes"] + log["reused_probes"]
+    assert abs(log["calibration_pr"] - target) == pytest.approx(min(abs(p - target) for _, p in considered))
     assert log["note"].startswith("recent_chunks takes whole values and none lands within 0.0050 of PR")
     assert "nearest achievable PR" in log["note"] and f"note: {log['note']}" in out
-    assert {int(v) for v, _ in log["probes"]} >= {window, window + 1}
+    assert {int(v) for v, _ in considered} >= {window, window + 1}
     assert not math.isnan(log["calibration_pr"])
 
 

@@ -46,3 +46,23 @@ def test_unreachable_targets_say_what_range_the_knob_reaches():
         search_knob(Knob("gamma", 1e-4, 10.0, log=True), 0.99, threshold_pr)
     with pytest.raises(ConfigError, match="low > 0"):
         Knob("gamma", 0.0, 1.0, log=True)
+
+
+def test_probes_of_other_targets_are_reused_and_change_no_answer():
+    """A sweep's second target starts from the first's probes: the endpoints and bracket are known, so
+    it measures fewer values, and a value already within tolerance is the answer without a measurement."""
+    knob = Knob("gamma", 1e-4, 10.0, increasing=True, log=True)
+    first = search_knob(knob, 0.80, threshold_pr, tolerance=0.005)
+    known = dict(first.log)
+    cold = search_knob(knob, 0.85, threshold_pr, tolerance=0.005)
+    warm = search_knob(knob, 0.85, threshold_pr, tolerance=0.005, known=known)
+    assert abs(warm.pr - 0.85) <= 0.005 and abs(threshold_pr(warm.value) - warm.pr) < 1e-12
+    assert not set(dict(warm.log)) & set(known)  # nothing measured twice
+    assert len(warm.log) < len(cold.log)
+    again = search_knob(knob, 0.80, threshold_pr, tolerance=0.005, known=known)
+    assert again.log == [] and (again.value, again.pr) == (first.value, first.pr)
+    # the same (value, PR) pairs as known probes or as fresh measurements: one answer
+    counts = Knob("k", 0, 1000, increasing=False, integer=True)
+    base = search_knob(counts, 0.70, lambda k: 1.0 - k / 1000)
+    warm_counts = search_knob(counts, 0.85, lambda k: 1.0 - k / 1000, known=dict(base.log))
+    assert warm_counts.value == 150 and warm_counts.pr == pytest.approx(0.85)

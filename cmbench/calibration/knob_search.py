@@ -11,7 +11,7 @@ decades, over integers for counts.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cmbench.errors import ConfigError
@@ -85,7 +85,7 @@ class SearchResult:
 
 
 def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float], tolerance: float = 0.002,
-                max_evaluations: int = 14) -> SearchResult:
+                max_evaluations: int = 14, known: Mapping[float, float] | None = None) -> SearchResult:
     """Bisect ``knob`` until ``measure(value)`` (the PR) is within ``tolerance`` of ``target_pr``.
 
     Parameters
@@ -99,11 +99,15 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
         Stop once a value's PR is this close to the target (absolute).
     max_evaluations : int
         Stop after this many calls to ``measure`` (integer knobs stop earlier, when the bracket closes).
+    known : mapping ``value -> PR``, optional
+        PRs measured before with the same ``measure`` (another target of one sweep): they are not measured
+        again, they narrow the starting bracket, and one of them is the answer when it is the closest.
 
     Returns
     -------
     SearchResult
-        The evaluated value whose PR is closest to the target, and the whole search log.
+        The value whose PR is closest to the target (measured now or known), and the log of the values
+        measured now.
 
     Raises
     ------
@@ -113,12 +117,18 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     if not 0.0 <= target_pr < 1.0:
         raise ConfigError(f"target PR must be in [0, 1), got {target_pr}")
     log: list[tuple[float, float]] = []
+    seen = {float(v): float(p) for v, p in (known or {}).items()}
 
     def evaluate(value: float) -> float:
         value = float(round(value)) if knob.integer else value
-        pr = float(measure(value))
-        log.append((value, pr))
-        return pr
+        if value not in seen:
+            seen[value] = float(measure(value))
+            log.append((value, seen[value]))
+        return seen[value]
+
+    def prunes_too_little(pr: float) -> bool:
+        """Whether the answer lies on the pruning side of a value with this PR."""
+        return (pr < target_pr) == knob.increasing
 
     low, high = knob.low, knob.high
     pr_low, pr_high = evaluate(low), evaluate(high)
@@ -128,15 +138,18 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
             f"target PR {target_pr:.4f} is outside what {knob.name} in [{knob.low:g}, {knob.high:g}] reaches on "
             f"the calibration data (PR {min(pr_low, pr_high):.4f} .. {max(pr_low, pr_high):.4f})"
         )
-    while len(log) < max_evaluations and min(abs(pr - target_pr) for _, pr in log) > tolerance:
+    for value, pr in seen.items():  # known values inside the range narrow the bracket
+        if low < value < high:
+            low, high = (value, high) if prunes_too_little(pr) else (low, value)
+    while len(log) < max_evaluations and min(abs(pr - target_pr) for pr in seen.values()) > tolerance:
         middle = knob.middle(low, high)
         if knob.integer and middle in (low, high):
             break
         pr = evaluate(middle)
-        below = pr < target_pr
-        if below == knob.increasing:  # more pruning needed: move towards the pruning end of the range
+        if prunes_too_little(pr):  # move towards the pruning end of the range
             low = middle
         else:
             high = middle
-    value, pr = min(log, key=lambda entry: (abs(entry[1] - target_pr), entry[0]))
+    in_range = [(v, p) for v, p in seen.items() if knob.low <= v <= knob.high]
+    value, pr = min(in_range, key=lambda entry: (abs(entry[1] - target_pr), entry[0]))
     return SearchResult(knob.name, value, pr, target_pr, log)

@@ -85,7 +85,7 @@ class Calibration:
     note : str
         What to know about the result (an integer knob that cannot land within the tolerance says so).
     probes : list of [value, PR]
-        Every measurement, in order.
+        Every measurement made for this target, in order.
     data : dict
         The calibration data: ``root``, ``world_seed`` (MiniWorld), ``task_ids``.
     code : dict
@@ -94,6 +94,11 @@ class Calibration:
         Hash of everything that decides the result; a rerun with the same key reuses the JSON.
     yaml, log : str
         The written method config and this log.
+    probe_key : str
+        Hash of what decides a probe's PR (``key`` without the target, tolerance and probe limit):
+        calibrations of one method to other targets with this key share their probes.
+    reused_probes : list of [value, PR]
+        Probes of those other calibrations the search started from (not measured again).
     cached : bool
         Read from an earlier calibration, not measured now (not written into the log).
     """
@@ -113,6 +118,8 @@ class Calibration:
     key: str
     yaml: str
     log: str
+    probe_key: str = ""
+    reused_probes: list[list[float]] = field(default_factory=list)
     cached: bool = field(default=False, compare=False)
 
     def to_json(self) -> str:
@@ -136,6 +143,21 @@ def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
         return (f"{knob.name} takes whole values and none lands within {tolerance:.4f} of PR {target:.4f}: "
                 f"{knob.name}={int(value)} gives the nearest achievable PR {pr:.4f}" + (f" ({others})" if others else ""))
     return f"the search stopped after {len(probes)} probes at PR {pr:.4f}, {abs(pr - target):.4f} from the target"
+
+
+def shared_probes(folder: Path, method: str, probe_key: str) -> dict[float, float]:
+    """``{value: PR}`` of every probe logged in ``folder`` by calibrations of ``method`` (to any target)
+    whose ``probe_key`` is ``probe_key``: the same method setting, calibration data, backbone, seed and
+    code, so the same value gives the same PR."""
+    known: dict[float, float] = {}
+    for path in sorted(folder.glob(f"{path_component(method, 'method.name')}_pr*.json")):
+        try:
+            logged = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(logged, dict) and logged.get("method") == method and logged.get("probe_key") == probe_key:
+            known.update({float(v): float(p) for v, p in logged.get("probes", [])})
+    return known
 
 
 def _write(path: Path, text: str) -> None:
@@ -192,10 +214,11 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}
     data = {"root": str(cal_cfg.data.root), "world_seed": OmegaConf.select(cal_cfg, "data.world_seed"),
             "task_ids": [t.task_id for t in tasks]}
-    key = config_hash({"method": setting, "knob": asdict(knob), "target_pr": target_pr, "tolerance": tolerance,
-                       "max_probes": max_probes, "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
-                       "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
-                       "seed": int(cfg.seed), "code": code.hash})
+    probe_key = config_hash({"method": setting, "knob": asdict(knob),
+                             "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
+                             "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
+                             "seed": int(cfg.seed), "code": code.hash})
+    key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
     if log_path.is_file() and yaml_path.is_file():
         try:
             earlier = Calibration(**json.loads(log_path.read_text()))
@@ -214,7 +237,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             on_probe(value, pr)
         return pr
 
-    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes)
+    known = shared_probes(log_path.parent, name, probe_key)
+    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known)
     value = knob_value(knob, found.value)
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)
@@ -223,8 +247,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr)}", knob=knob.name, value=value,
                          calibration_pr=found.pr, target_pr=target_pr, tolerance=tolerance,
                          within_tolerance=abs(found.error) <= tolerance,
-                         note=_note(knob, found.value, found.pr, target_pr, tolerance, found.log),
+                         note=_note(knob, found.value, found.pr, target_pr, tolerance, [*known.items(), *found.log]),
                          probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
-                         yaml=str(yaml_path), log=str(log_path))
+                         yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
+                         reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())])
     _write(log_path, result.to_json())
     return result

@@ -77,7 +77,9 @@ def describe(result: Calibration) -> list[str]:
     state = "reused (same calibration)" if result.cached else "found"
     lines = [f"{result.label}: {result.knob}={result.value} {state}: calibration PR {result.calibration_pr:.4f} "
              f"(target {result.target_pr:.4f}, {len(result.probes)} probes on {len(result.data['task_ids'])} tasks "
-             f"of {result.data['root']})"]
+             f"of {result.data['root']}"
+             + (f", {len(result.reused_probes)} more from calibrations to other targets" if result.reused_probes else "")
+             + ")"]
     if result.note:
         lines.append(f"note: {result.note}")
     lines.append(f"wrote {result.yaml} and {result.log}")
