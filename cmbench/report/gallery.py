@@ -2,7 +2,10 @@
 
 Frames smaller than :data:`MIN_SIDE` pixels (MiniWorld's 32x32) are upscaled by a whole factor with
 nearest-neighbour, so every source pixel stays a sharp square; frames larger than :data:`MAX_SIDE`
-are shrunk with area averaging. Boxes are drawn after scaling, so they stay thin.
+are shrunk with area averaging. Boxes are drawn after scaling, so they stay thin. Animations of small
+frames are stored at their own size, losslessly, and upscaled by the page (CSS ``image-rendering:
+pixelated`` at the display width): the same squares on screen for half the bytes of a stored upscale
+(generated frames are noisy, so a lossless upscale compresses poorly).
 
 What a record does not carry is derived here:
 
@@ -104,8 +107,8 @@ def write_animation(path: Path, frames: np.ndarray, fps: float, lossless: bool) 
 
     Parameters
     ----------
-    frames : ndarray, ``uint8 [F, H, W, 3]``, already at display size
-        More than :data:`MAX_ANIMATION_FRAMES` are subsampled evenly (each shown longer).
+    frames : ndarray, ``uint8 [F, H, W, 3]``, at display size, or small frames at their own size
+        (the page upscales them). More than :data:`MAX_ANIMATION_FRAMES` are subsampled evenly (each shown longer).
     fps : float
         Frame rate of ``frames``.
     lossless : bool
@@ -141,7 +144,8 @@ def continuation_images(
         The detected box in the best frame.
     """
     shown = fit_frames(frames)
-    write_animation(animation, shown, fps, lossless=shown.shape[1] > frames.shape[1])
+    small = shown.shape[1] > frames.shape[1]  # upscaled for display: the page upscales the animation
+    write_animation(animation, frames if small else shown, fps, lossless=small)
     frame = shown[-1 if best_index is None else best_index]
     write_png(best, frame if box is None else draw_box(frame, box, DETECTION_COLOUR))
     return animation, best
