@@ -56,8 +56,9 @@ __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "Rep
 REFERENCE_METHOD = "fullkv"
 MATCHED_COLUMN = "score_at_85pr"
 MATCHED_NOTE = ("Score @ 85% PR: the method's score-vs-PR curve (curves.csv from `python -m cmbench curves`: its own "
-                "knob calibrated to each target PR on calibration contexts, then run on this suite) interpolated "
-                "linearly at realised PR 85%; — where 85% lies outside its realised range or it has no curve.")
+                "knob calibrated to each target PR on calibration contexts, then run on the test suite: on as many of "
+                "its tasks as curves.csv's `n_tasks` says) interpolated linearly at realised PR 85%; — where 85% "
+                "lies outside its realised range or it has no curve.")
 REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
                 "paired_deltas.csv", "comparisons.csv", "leaderboard.md", "pareto.png")
 """Every file :func:`write_reports` writes (and removes, when a leaderboard fails, so that no older
