@@ -37,6 +37,7 @@ ROOT_KEYS: dict[str, Role] = {
     "seed": "identity",
     "label": "selection",
     "limit": "selection",
+    "sample_seed": "selection",
     "task_ids": "selection",
     "shard": "selection",
     "progress": "selection",

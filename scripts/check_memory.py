@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backbone = build_backbone(cfg.backbone)
         tasks = select_tasks(load_manifest(str(cfg.data.root), str(cfg.data.manifest)), limit=args.tasks,
-                             seed=int(cfg.seed))
+                             seed=int(cfg.sample_seed))
         check = MemoryCheck(backbone, generation_settings(cfg), tasks, int(cfg.seed))
     except CMBenchError as err:
         print(f"check_memory: error: {err}", file=sys.stderr)

@@ -406,3 +406,17 @@ def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_dete
         assert r["attention_flops"] > 0 and r["attention_keys_per_token"] > 0
         assert r["attention_flops"] == first[task_id]["attention_flops"]  # the same, however loaded the machine
         assert r["attention_keys_per_token"] == first[task_id]["attention_keys_per_token"]
+
+
+def test_a_seed_sweep_with_a_limit_runs_the_same_tasks_for_every_seed(setup, tmp_path):
+    """``limit=N`` draws its sample with ``sample_seed``, not the run's seed: a ``seed=2,6`` sweep is one
+    leaderboard row over the same tasks (the run's seed drawing it made the seeds cover different tasks,
+    and the sweep's leaderboard refused them: on this suite seeds 2 and 6 draw different pairs)."""
+    tmp, weights = setup
+    out = cmbench(tmp, weights, "-m", "method=streaming", "seed=2,6", "limit=2", f"out_dir={tmp_path / 'runs'}")
+    assert out.returncode == 0, out.stderr
+    runs = sorted((tmp_path / "runs" / "miniworld").glob("streaming__*"))
+    tasks = [sorted(r["task_id"] for r in read_all_records(run_dir)) for run_dir in runs]
+    assert len(runs) == 2 and len(tasks[0]) == 2 and tasks[0] == tasks[1]
+    row = next(line.split("|") for line in out.stdout.splitlines() if line.startswith("| streaming"))
+    assert row[8].strip().startswith("2 (sd ") and row[9].strip() == "4"

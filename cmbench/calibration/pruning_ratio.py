@@ -71,7 +71,7 @@ def calibration_tasks(cfg: DictConfig, n_tasks: int) -> list[Task]:
         raise ConfigError(f"calibration.tasks={n_tasks}: expected a positive number of calibration tasks")
     build_adapter(cfg.data).ensure()
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
-    return select_tasks(tasks, limit=n_tasks, seed=int(cfg.seed))
+    return select_tasks(tasks, limit=n_tasks, seed=int(cfg.sample_seed))
 
 
 class PRMeter:

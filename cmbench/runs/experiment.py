@@ -100,6 +100,8 @@ class RunOptions:
         Global seed (>= 0).
     limit : int or None
         A stratified sample of this many tasks (> 0), or all.
+    sample_seed : int
+        The seed of that sample (>= 0), not the run's: every ``seed`` of a sweep runs the same tasks.
     task_ids : list of str or None
     threads : int or None
         torch CPU threads (>= 1), or torch's default.
@@ -114,6 +116,7 @@ class RunOptions:
 
     seed: int
     limit: int | None
+    sample_seed: int
     task_ids: list[str] | None
     threads: int | None
     shard: tuple[int, int]
@@ -132,7 +135,7 @@ def _whole(cfg: DictConfig, key: str, minimum: int, what: str, optional: bool = 
 
 
 def run_options(cfg: DictConfig) -> RunOptions:
-    """Read and check ``seed``, ``limit``, ``task_ids``, ``threads`` and ``shard`` (or torchrun's
+    """Read and check ``seed``, ``limit``, ``sample_seed``, ``task_ids``, ``threads`` and ``shard`` (or torchrun's
     ``WORLD_SIZE`` / ``RANK``).
 
     Raises
@@ -159,6 +162,7 @@ def run_options(cfg: DictConfig) -> RunOptions:
     return RunOptions(
         seed=_whole(cfg, "seed", 0, "a whole number >= 0") or 0,
         limit=_whole(cfg, "limit", 1, "a positive whole number of tasks (or null for all)", optional=True),
+        sample_seed=_whole(cfg, "sample_seed", 0, "a whole number >= 0") or 0,
         task_ids=None if ids is None else [str(i) for i in ids],
         threads=_whole(cfg, "threads", 1, "a whole number of torch threads >= 1 (or null)", optional=True),
         shard=shard,
@@ -257,7 +261,7 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     run_dir = run_dir_for(cfg)
     build_adapter(cfg.data).ensure()
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
-    selected = select_tasks(tasks, task_ids=options.task_ids, limit=options.limit, seed=options.seed)
+    selected = select_tasks(tasks, task_ids=options.task_ids, limit=options.limit, seed=options.sample_seed)
     evaluator = ModelEvaluator(cfg, run_dir)
     code = run_identity(cfg, f"{evaluator.scorer_hash}/{evaluator.scorer.models_hash}")
     identity = {
