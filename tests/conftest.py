@@ -5,6 +5,18 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)  # tiny tensors: one thread is faster than two on a shared 2-core machine
+torch.set_num_threads(1)  # the session default, so module-scoped fixtures run on one thread too
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test on one torch thread, restored afterwards (a test or an in-process command may set
+    more): the tensors are tiny, and on a loaded 2-core machine every parallel region (e.g. CPU SDPA)
+    otherwise waits ~10 ms for its second thread to be scheduled."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

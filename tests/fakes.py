@@ -6,21 +6,10 @@ generation tests exercise the real contract.
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from cmbench.backbones.base import Geometry
 from cmbench.cache.rope import RopeAxis, RopeSpec, apply_rotary
-
-
-@pytest.fixture
-def single_thread():
-    """Run a test on one torch thread: these tensors are tiny, and on a loaded 2-core machine every
-    parallel region (e.g. CPU SDPA) otherwise waits ~10 ms for its second thread to be scheduled."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def fake_geometry(num_layers: int = 2, num_heads: int = 2, head_dim: int = 12, channels: int = 3,

@@ -8,9 +8,8 @@ import torch
 from cmbench.generation import continue_task, prefill
 from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
 from cmbench.methods import build_method
-from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)
+from fakes import AttentionBackbone, fake_geometry
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 G = fake_geometry(num_layers=2, num_heads=2, head_dim=12)  # 4 layer-heads; chunks of 2 frames x 4 tokens = 8
 BACKBONE = AttentionBackbone(G, seed=1)

@@ -13,11 +13,9 @@ from cmbench.benchmarks import speed as bench_speed
 from cmbench.generation import continue_task, prefill
 from cmbench.methods.oracle import OracleMask
 from cmbench.methods.registry import build_method
-from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)
+from fakes import AttentionBackbone, fake_geometry
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_speed.py"
-
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_cost_model_interpolates_and_extrapolates_the_measured_points():

@@ -12,7 +12,7 @@ import torch
 
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import build_method
-from fakes import ScriptedBackbone, fake_geometry, single_thread, timeline  # noqa: F401 (fixture)
+from fakes import ScriptedBackbone, fake_geometry, timeline
 
 G = fake_geometry()
 CTX, GEN = 40, 8

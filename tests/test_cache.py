@@ -7,9 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from cmbench.cache import HeadGroup, KVCache, PRLedger
-from fakes import single_thread, fake_geometry  # noqa: F401 (fixture)
+from fakes import fake_geometry
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 G = fake_geometry(num_layers=2, num_heads=4, head_dim=12)
 T = G.tokens_per_frame  # 4

@@ -10,9 +10,8 @@ from cmbench.cache.rope import apply_rotary
 from cmbench.generation import continue_task, prefill
 from cmbench.methods.fullkv import FullKV
 from cmbench.methods.streaming import Streaming
-from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)
+from fakes import AttentionBackbone, fake_geometry
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 G = fake_geometry(num_layers=2, num_heads=4, head_dim=12)
 L = G.tokens_per_chunk  # 8

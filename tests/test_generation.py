@@ -11,9 +11,8 @@ from cmbench.errors import ConfigError
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods import build_method
 from cmbench.methods.decoprune import DeCoPrune
-from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)
+from fakes import AttentionBackbone, fake_geometry
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 G = fake_geometry(num_layers=2, num_heads=2, head_dim=12)
 BACKBONE = AttentionBackbone(G, seed=1)

@@ -30,7 +30,6 @@ from cmbench.errors import ConfigError
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods.registry import build_method
 
-torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 DIT = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=3, text_dim=16,
                 camera_dim=384)

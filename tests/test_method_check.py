@@ -11,9 +11,7 @@ from cmbench.backbones.tiny import DEFAULT_WEIGHTS
 from cmbench.cache import KVCache
 from cmbench.method_check import check_method, format_results
 from cmbench.methods import ChunkSignals, Method, ScoredMethod, method_class, method_names
-from fakes import single_thread  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 HEAD_MAP = DEFAULT_WEIGHTS.with_name("tiny_miniworld_head_map.json")
 
 

@@ -23,9 +23,8 @@ from cmbench.methods.base import ChunkSignals
 from cmbench.methods.forcingkv import patch_bounds
 from cmbench.methods.head_map import HeadMap
 from cmbench.methods.tempdiff import block_index
-from fakes import single_thread, AttentionBackbone, ScriptedBackbone, fake_geometry, survivors, timeline  # noqa: F401 (fixture)
+from fakes import AttentionBackbone, ScriptedBackbone, fake_geometry, survivors, timeline
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 G = fake_geometry()
 CTX, GEN = 6, 6

@@ -10,9 +10,7 @@ from cmbench.calibration.head_map import calibrate_head_scores
 from cmbench.generation import continue_task, prefill
 from cmbench.methods.fullkv import FullKV
 from cmbench.methods.head_map import HeadMap, static_scores
-from fakes import AttentionBackbone, fake_geometry, single_thread  # noqa: F401 (fixture)
-
-pytestmark = pytest.mark.usefixtures("single_thread")
+from fakes import AttentionBackbone, fake_geometry
 
 
 def test_json_round_trip_in_forcingkv_format(tmp_path):

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from cmbench.benchmarks.pr_at_scale import PLAN, UNIFORM, Scale, measure, proportional_head_map
-from fakes import single_thread  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 SMALL = Scale(token_rows=6, token_cols=13, pixel_frames=161)  # 41 latent frames -> 44; 78 tokens per frame
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "pr_at_scale.py"

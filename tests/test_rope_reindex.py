@@ -1,13 +1,11 @@
 """RoPE re-indexing: the mapping's values and the phase correction of cached keys."""
 
-import pytest
 import torch
 
 from cmbench.cache import KVCache
 from cmbench.cache.rope import apply_rotary, reindex_frames
-from fakes import single_thread, fake_geometry, token_positions  # noqa: F401 (fixture)
+from fakes import fake_geometry, token_positions
 
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 G = fake_geometry(num_layers=1, num_heads=2, head_dim=12, chunk_frames=4)
 

@@ -24,15 +24,6 @@ from cmbench.scoring.stages import Target
 from cmbench.scoring.tiny_models import tiny_deep_scorer_config
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine threads contend badly."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory):
     return tiny_deep_scorer_config(tmp_path_factory.mktemp("tiny_models"))

@@ -6,7 +6,6 @@ import weakref
 
 import numpy as np
 import pytest
-import torch
 from omegaconf import OmegaConf
 
 from cmbench.config_paths import CONFIG_DIR
@@ -42,14 +41,6 @@ class RecordingFrames:
 
     def _release(self, n: int) -> None:
         self.alive -= n
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def _background(seed: int, h: int = 40, w: int = 56) -> np.ndarray:

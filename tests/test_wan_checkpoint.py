@@ -19,7 +19,6 @@ from cmbench.backbones.wan.synthetic import save_components, save_lingbot_dit, w
 from cmbench.cache.kv_cache import KVCache
 from cmbench.errors import ConfigError
 
-torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"dim": 24, "ffn_dim": 32, "num_heads": 2, "num_layers": 2, "text_dim": 16}  # scaled-down shapes
 FRAME = 32  # pixels: latent 4x4, 2x2 tokens per latent frame

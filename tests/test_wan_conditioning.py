@@ -24,7 +24,6 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods.registry import build_method
 
-torch.set_num_threads(1)
 LINGBOT_TINY = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=2,
                          text_dim=16, camera_dim=384)
 

@@ -22,7 +22,6 @@ from cmbench.errors import ConfigError
 from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.runs.evaluator import generation_settings
 
-torch.set_num_threads(1)
 LINGBOT_TINY = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=2,
                          text_dim=16, camera_dim=384)
 LINGBOT_CONFIGS = ("lingbot_world_v2_14b", "lingbot_world_v2_1_3b")
