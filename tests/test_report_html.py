@@ -484,3 +484,31 @@ def test_report_shows_the_leaderboards_paired_comparisons(made_runs):
     plain = build_report([full, deco], tmp / "plain").index.read_text()
     section = re.search(r'<section class="table-block" id="comparisons">.*?</section>', plain, re.DOTALL).group(0)
     assert "No rows." in section
+
+
+def test_gallery_of_a_seed_sweep_shows_each_record_with_its_own_video(made_runs):
+    """An entry made of several seeds' runs shows one seed in the gallery (its lowest), and each
+    shown record's continuation is read from the run folder that record came from."""
+    tmp, data, _, _ = made_runs
+    tasks = [("syn_a_reappear_01", "a"), ("syn_a_revisit_01", "a"), ("real_b_reappear_01", "b")]
+    runs = []
+    for label, seed, score, best, colour_seed in (("deco", 3, 0.6, 1, 5), ("deco", 2, 0.3, 3, 0),
+                                                  ("fullkv", 2, 0.9, 2, 0), ("fullkv", 3, 0.8, 2, 5)):
+        rows = [record(label, t, c, score, best, seed=seed, run_seed=seed, setup_hash=f"setup-{label}",
+                       code_hash="code1") for t, c in tasks]
+        run = write_run(tmp / "seeds", f"{label}_seed{seed}", data, rows, lossless=True)
+        for r in rows:  # each seed's own continuation: its square has its own colour
+            write_lossless_video(run / r["video"], continuation_frames(colour_seed), 16.0)
+        runs.append(run)  # deco's later seed first
+    out = tmp / "report"
+    text = build_report(runs, out).index.read_text()
+    assert [(r["method"], r["score"]) for r in table_rows(text, "leaderboard")] == [("fullkv", "0.8500"), ("deco", "0.4500")]
+    card = re.search(r'<article class="task" id="task-syn_a_reappear_01".*?</article>', text, re.DOTALL).group(0)
+    deco = re.search(r'data-method="deco".*?</figure>', card, re.DOTALL).group(0)
+    assert "score <span class=\"score\">0.3000</span>" in deco and "best frame 3" in deco and "seed 2" in deco
+    first = np.asarray(Image.open(out / re.search(r'src="([^"]+\.webp)"', deco).group(1)).convert("RGB"))
+    assert tuple(first[5, 3]) == (200, 40, 40)  # seed 2's video (seed 3's square is (200, 190, 40))
+    fullkv = re.search(r'data-method="fullkv".*?</figure>', card, re.DOTALL).group(0)
+    assert "score <span class=\"score\">0.9000</span>" in fullkv and "seed 2" in fullkv
+    one_seed = build_report([runs[1]], tmp / "one").index.read_text()
+    assert "seed 2" not in one_seed  # a one-seed entry needs no seed note

@@ -263,7 +263,8 @@ def continuation_video(folder: Path, record: dict[str, Any]) -> Path | None:
 def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_number: int, out: Path) -> dict[str, Any]:
     """A method's view of one task: images (written here) and the numbers shown under them."""
     cell: dict[str, Any] = {"method": run.label, "status": record.get("status", "ok"),
-                            "score": _score_text(record.get("score")), "error": "", "animation": None, "best": None}
+                            "score": _score_text(record.get("score")), "error": "", "animation": None, "best": None,
+                            "seed": None}
     if cell["status"] != "ok":
         error = record.get("error")
         lines = [] if _missing(error) else str(error).strip().splitlines()
@@ -272,7 +273,9 @@ def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_numbe
     best, box = _best_frame(record)
     rate: Any = record.get("detection_rate")
     cell.update(best_frame=best, detection_rate="—" if _missing(rate) else f"{100 * float(rate):.0f}%")
-    video = continuation_video(run.path, record)
+    if len(run.seeds) > 1:
+        cell["seed"] = record.get("run_seed")
+    video = continuation_video(Path(record["folder"]), record)
     if video is None:
         cell["error"] = "no video saved (save_videos=false?)"
         return cell
@@ -405,7 +408,7 @@ def build_report(
     with_adapters = sorted(tasks.values(), key=lambda item: item[0].task_id)
     task_list = [task for task, _ in with_adapters]
     references = _reference_views(with_adapters, out)
-    records = {run.label: {r["task_id"]: r for r in run.frame.to_dict("records")} for run in runs}
+    records = {run.label: run.gallery_records() for run in runs}
     cards = []
     for number, task in enumerate(task_list):
         cells = []

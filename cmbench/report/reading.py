@@ -54,7 +54,7 @@ class RunRecords:
         The leaderboard name.
     frame : DataFrame
         One row per task and seed (the latest record), a column per task-record field; ``run_seed`` is
-        the global seed of the run each row came from.
+        the global seed of the run each row came from, ``folder`` its run directory.
     metric : str
         What ``score`` measures (``DINO``, a scorer's name, or ``Score`` when unnamed).
     manifest : Path or None
@@ -95,6 +95,13 @@ class RunRecords:
     def seeds(self) -> list[int]:
         """The global seeds of the entry's runs (empty when unknown)."""
         return sorted(int(s) for s in self.frame["run_seed"].dropna().unique())
+
+    def gallery_records(self) -> dict[str, dict[str, Any]]:
+        """One record per task for a gallery, ``{task_id: record}``: the lowest run seed's (an entry of
+        several seeds shows one seed, the same for every task that seed has; a task it lacks shows the
+        next seed's record). Each record's ``folder`` is the run directory it came from."""
+        ordered = self.frame.sort_values("run_seed", kind="stable", na_position="last")
+        return {str(r["task_id"]): r for r in ordered.drop_duplicates("task_id").to_dict("records")}
 
     @property
     def other_code_tasks(self) -> list[str]:
@@ -166,6 +173,7 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
     named = frame["label"].dropna()
     label = str(run.get("label") or (named.iloc[-1] if len(named) else _default_label(run_dir)))
     frame["label"] = label
+    frame["folder"] = str(run_dir)
     seed = run.get("run_seed", _folder_files(run_dir)[0].get("seed"))
     if seed is not None:
         frame["run_seed"] = frame["run_seed"].fillna(int(seed))
