@@ -9,7 +9,8 @@ Sections (cmbench/benchmarks/scorer.py holds the code):
 - ``--preprocess``: preprocessing milliseconds per frame of ``--size`` with the tiny models, at
   their own preprocessing sizes and at the released models' (the models do not run: the sizes are
   what costs), the scorer's previous host path (``old``) vs transformers' / PIL's processors one
-  image at a time (``reference``) vs the batched device path (``new``), best of the same rounds.
+  image at a time (``reference``) vs the batched device path (``new``), best of the same rounds;
+  on a CPU the time is CPU time (robust to other jobs on a shared machine), on a GPU wall time.
 - ``--memory``: peak RSS of a fresh process that scores one task whose reference is near the end of
   a generated context video (one minute and ten seconds of 720p at 24 fps by default), tiny models,
   its RSS before the task, what decoding the whole context took before (computed), and where the
@@ -96,7 +97,8 @@ def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
                  else "tiny models' sizes: OWL 64, SAM 2 128, DINOv2 64/56")
         timings = tiny_preprocessing_timings(tmp / str(released), height, width, args.preprocess_frames, args.rounds,
                                              device=device, released=released)
-        print(f"\npreprocessing, ms per frame of {args.size}, {sizes}; {device}, {torch.get_num_threads()} thread(s), "
+        clock = "wall time" if device == "cuda" else "CPU time"
+        print(f"\npreprocessing, ms of {clock} per frame of {args.size}, {sizes}; {device}, {torch.get_num_threads()} thread(s), "
               f"best of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
         print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
         for r in timings:
@@ -104,7 +106,7 @@ def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
         setting = f"{args.size} frames; {'released' if released else 'tiny'} preprocessing sizes; {device} threads={torch.get_num_threads()}"
         rows += [{"section": "preprocess", "item": r["stage"], "old": round(r["old_ms"], 4),
                   "reference": round(r["reference_ms"], 4), "new": round(r["new_ms"], 4),
-                  "ratio": round(r["old_over_new"], 2), "unit": "ms/frame", "setting": setting} for r in timings]
+                  "ratio": round(r["old_over_new"], 2), "unit": f"ms/frame ({clock})", "setting": setting} for r in timings]
     print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT); old: previous host code (OWL-ViT processor, OpenCV "
           "resize without antialiasing for SAM 2, OpenCV padded square for DINOv2); reference: transformers / PIL processors")
     return rows

@@ -301,6 +301,7 @@ def test_bench_script_preprocessing_and_memory_sections(tmp_path):
     assert [r["item"] for r in preprocess] == ["owl", "sam2", "dinov2", "owlv2", "total"] * 2
     assert {r["setting"].split("; ")[1] for r in preprocess} == {"tiny preprocessing sizes", "released preprocessing sizes"}
     for r in preprocess:
+        assert r["unit"] == "ms/frame (CPU time)"
         assert float(r["new"]) > 0 and float(r["ratio"]) == pytest.approx(float(r["old"]) / float(r["new"]), rel=0.01, abs=0.006)
     memory = [r for r in rows if r["section"] == "memory"]
     assert [r["item"] for r in memory] == ["peak_rss_score_one_task", "rss_before_task", "task_adds"] * 2
@@ -313,3 +314,21 @@ def test_bench_script_preprocessing_and_memory_sections(tmp_path):
     assert parts["continuation"] + parts["references"] + parts["scoring"] == pytest.approx(
         adds, abs=0.6)
     assert parts["runtime"] > 100  # torch alone is more than that
+
+
+def test_preprocessing_time_on_a_cpu_is_cpu_time_not_time_taken_by_other_jobs():
+    import time
+
+    import torch
+
+    from cmbench.benchmarks.scorer import _per_frame_ms
+
+    waiting = _per_frame_ms(lambda: time.sleep(0.2), 2, torch.device("cpu"))  # as if another job held the core
+    assert waiting < 5.0  # wall time would say 100 ms per frame
+
+    def work():
+        end = time.process_time() + 0.05
+        while time.process_time() < end:
+            pass
+
+    assert 20.0 <= _per_frame_ms(work, 2, torch.device("cpu")) < 60.0

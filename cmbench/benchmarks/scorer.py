@@ -177,10 +177,16 @@ def object_crops(frames: np.ndarray, seed: int = 0) -> tuple[list[np.ndarray], l
 
 
 def _per_frame_ms(fn: Callable[[], Any], n_frames: int, device: torch.device) -> float:
+    """Milliseconds per frame of ``fn()``: on a CPU, the process's CPU time (the work itself: time
+    that other jobs on a shared machine take from it is not counted; with several threads, their sum);
+    on a GPU, wall time up to the device's finishing."""
+    if device.type != "cuda":
+        start = time.process_time()
+        fn()
+        return (time.process_time() - start) * 1000.0 / n_frames
     start = time.perf_counter()
     fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    torch.cuda.synchronize(device)
     return (time.perf_counter() - start) * 1000.0 / n_frames
 
 
@@ -204,8 +210,9 @@ def preprocessing_timings(
     """Preprocessing milliseconds per frame of a deep scorer's stages, old / reference / new.
 
     Each round times every path once on the same frames (one masked object crop per frame for
-    DINOv2); the best (fastest) round of each path is reported, the round least disturbed by other
-    jobs on a shared machine (medians swing by several times there between identical runs). The
+    DINOv2), timed by :func:`_per_frame_ms` (CPU time on a CPU: wall time on a shared machine swung
+    the old / new ratio between 4.5x and 11.6x in identical runs, CPU time by a few per cent); the
+    best (fastest) round of each path is reported, the round least disturbed by other jobs. The
     ``total`` row is the scorer's three stages; an OWLv2 detector, when given, is reported beside it.
 
     Parameters
