@@ -239,17 +239,21 @@ def check_method(method_cfg: Mapping[str, Any] | Method, *, seed: int = 0, conte
     results.append(CheckResult("PR accounted", abs(recount - pr) <= PR_TOLERANCE,
                                f"ledger {pr:.6f}, recounted from the banks {recount:.6f}"))
 
-    results.append(_budget_check(method, pr, seen))
+    results.append(_budget_check(method, pr, seen, context_chunks))
     return results
 
 
-def _budget_check(method: Method, pr: float, seen: _Observed) -> CheckResult:
+def _budget_check(method: Method, pr: float, seen: _Observed, context_chunks: int) -> CheckResult:
     notes, ok = [], True
     target = getattr(method, "target_pr", None)
     if target is not None:
         met = pr >= target - BUDGET_SLACK
         ok &= met
-        notes.append(f"target_pr {target:.3f}: realised {pr:.4f}{'' if met else ' (BELOW the target)'}")
+        notes.append(f"target_pr {target:.3f}: realised {pr:.4f}" + ("" if met else (
+            f" (BELOW the target; the chunks a method never prunes, such as its sink, recent and delayed-window "
+            f"chunks, are a large share of a {context_chunks}-chunk context: rerun with more context, e.g. "
+            f"check.context_chunks={max(30, 2 * context_chunks)}, to tell a target this run cannot reach from one "
+            f"the method ignores)")))
     caps = {"token_budget": (getattr(method, "token_budget", None), seen.largest_budgeted_bank),
             "max_history_tokens": (method.max_history_tokens, seen.largest_bank)}
     for knob, (cap, sizes) in caps.items():

@@ -85,6 +85,15 @@ def test_broken_methods_fail_the_check_that_names_their_fault():
     assert results["budget"] is False and results["decisions only"] is True
 
 
+def test_a_target_a_short_run_cannot_reach_fails_with_the_longer_run_that_meets_it():
+    short = next(r for r in check_method(config_for("decoprune", target_pr=0.85), continuation_chunks=2)
+                 if r.name == "budget")
+    assert not short.passed and "BELOW the target" in short.detail and "check.context_chunks=30" in short.detail
+    longer = next(r for r in check_method(config_for("decoprune", target_pr=0.85), context_chunks=30,
+                                          continuation_chunks=2) if r.name == "budget")
+    assert longer.passed and longer.detail.startswith("target_pr 0.850: realised 0.8")
+
+
 def test_a_config_error_is_reported_as_the_failed_build():
     results = check_method({"name": "decoprune", "gamma": "abc", "probe_step": 7})
     assert [(r.name, r.passed) for r in results] == [("builds", False)]
