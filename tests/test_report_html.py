@@ -510,5 +510,10 @@ def test_gallery_of_a_seed_sweep_shows_each_record_with_its_own_video(made_runs)
     assert tuple(first[5, 3]) == (200, 40, 40)  # seed 2's video (seed 3's square is (200, 190, 40))
     fullkv = re.search(r'data-method="fullkv".*?</figure>', card, re.DOTALL).group(0)
     assert "score <span class=\"score\">0.9000</span>" in fullkv and "seed 2" in fullkv
+    # where deco loses most: one row per task, the mean paired drop over the seeds both ran
+    panel = re.search(r'<section class="losses" data-method="deco".*?</section>', text, re.DOTALL).group(0)
+    assert re.findall(r'href="#task-([^"]+)"', panel) == ["real_b_reappear_01", "syn_a_reappear_01", "syn_a_revisit_01"]
+    assert "+0.4000" in panel and "0.8500" in panel and "0.4500" in panel  # (0.9 - 0.3 + 0.8 - 0.6) / 2
+    assert "mean over the 2 seeds" in panel
     one_seed = build_report([runs[1]], tmp / "one").index.read_text()
     assert "seed 2" not in one_seed  # a one-seed entry needs no seed note

@@ -291,7 +291,8 @@ def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_numbe
 
 
 def _losses(runs: list[RunRecords]) -> dict[str, list[dict[str, Any]]]:
-    """Per method, the tasks with the largest paired score drop against FullKV, largest first."""
+    """Per method, the tasks with the largest paired score drop against FullKV, largest first: one
+    row per task, its scores and drop the means over the seeds both finished (``seeds``: how many)."""
     reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
     if reference is None:
         return {}
@@ -303,9 +304,11 @@ def _losses(runs: list[RunRecords]) -> dict[str, list[dict[str, Any]]]:
         ok = run.frame[run.frame["status"] == "ok"][["task_id", "seed", "score"]]
         pairs = ok.merge(ref, on=["task_id", "seed"], suffixes=("", "_ref"))
         pairs["drop"] = pairs["score_ref"] - pairs["score"]
-        worst = pairs.sort_values(["drop", "task_id"], ascending=[False, True], kind="stable").head(LOSSES_SHOWN)
+        tasks = pairs.groupby("task_id", as_index=False).agg(score=("score", "mean"), score_ref=("score_ref", "mean"),
+                                                             drop=("drop", "mean"), seeds=("drop", "size"))
+        worst = tasks.sort_values(["drop", "task_id"], ascending=[False, True], kind="stable").head(LOSSES_SHOWN)
         out[run.label] = [{"task_id": r.task_id, "reference": _score_text(r.score_ref), "score": _score_text(r.score),
-                           "drop": f"{r.drop:+.4f}"} for r in worst.itertuples()]
+                           "drop": f"{r.drop:+.4f}", "seeds": int(r.seeds)} for r in worst.itertuples()]
     return out
 
 
