@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cmbench.calibration.knob_search import Knob
-from cmbench.calibration.matched_pr import calibration_paths, method_knob, pr_tag
+from cmbench.calibration.matched_pr import calibration_paths, calibration_probe_key, method_knob, pr_tag
 from cmbench.calibration.pruning_ratio import calibration_config
 from cmbench.cli.main import main
 from cmbench.errors import ConfigError
@@ -180,3 +180,17 @@ def test_the_calibration_world_is_never_the_test_suite():
         calibration_config(official)
     official.calibration.root = "/x/CMBench_calibration"
     assert calibration_config(official).data.root == "/x/CMBench_calibration"
+
+
+def test_a_calibration_is_keyed_by_what_files_hold_not_where_cmbench_is_installed(monkeypatch):
+    import cmbench.runs.identity as identity
+
+    def key(root: Path, weights: str = "backbones/weights/tiny_miniworld.safetensors") -> str:
+        return calibration_probe_key({"method": {"name": "decoprune"}, "backbone": {"path": str(root / weights)},
+                                      "data": {"root": "data/miniworld_calibration"}, "seed": 2})
+
+    here = key(identity.PACKAGE_ROOT)
+    monkeypatch.setattr(identity, "PACKAGE_ROOT", Path("/another/checkout/cmbench"))
+    assert key(Path("/another/checkout/cmbench")) == here  # the same weights of another checkout
+    assert key(Path("/another/checkout/cmbench"), "backbones/weights/other.safetensors") != here
+    assert key(Path("/elsewhere")) != here  # weights outside the package stay absolute

@@ -167,6 +167,16 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def calibration_probe_key(setting: dict[str, Any]) -> str:
+    """The key of what a calibration's probes measured (method without its knob, knob, calibration data
+    and tasks, backbone, generation, seed, code identity), with paths inside the installed package
+    written relative to it (:func:`cmbench.runs.identity.portable`), as run identities are: another
+    checkout or a moved install reuses the calibrations, as it reuses the runs."""
+    from cmbench.runs.identity import portable
+
+    return config_hash(portable(setting))
+
+
 def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
                      max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None) -> Calibration:
     """Find ``cfg.method``'s knob value for ``target_pr`` on calibration tasks; write its yaml and log.
@@ -214,10 +224,10 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}
     data = {"root": str(cal_cfg.data.root), "world_seed": OmegaConf.select(cal_cfg, "data.world_seed"),
             "task_ids": [t.task_id for t in tasks]}
-    probe_key = config_hash({"method": setting, "knob": asdict(knob),
-                             "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
-                             "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
-                             "seed": int(cfg.seed), "code": code.hash})
+    probe_key = calibration_probe_key({"method": setting, "knob": asdict(knob),
+                                       "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
+                                       "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
+                                       "seed": int(cfg.seed), "code": code.hash})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
     if log_path.is_file() and yaml_path.is_file():
         try:
