@@ -44,6 +44,7 @@ from cmbench.benchmarks.scorer import (  # noqa: E402
     memory_breakdown,
     peak_rss_one_task,
     pipeline_fps,
+    timing_clock,
     tiny_preprocessing_timings,
     worst_case_scorer,
     write_context_video,
@@ -97,7 +98,7 @@ def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
                  else "tiny models' sizes: OWL 64, SAM 2 128, DINOv2 64/56")
         timings = tiny_preprocessing_timings(tmp / str(released), height, width, args.preprocess_frames, args.rounds,
                                              device=device, released=released)
-        clock = "wall time" if device == "cuda" else "CPU time"
+        clock = timing_clock(device)
         print(f"\npreprocessing, ms of {clock} per frame of {args.size}, {sizes}; {device}, {torch.get_num_threads()} thread(s), "
               f"best of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
         print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")

@@ -176,11 +176,16 @@ def object_crops(frames: np.ndarray, seed: int = 0) -> tuple[list[np.ndarray], l
     return crops, masks
 
 
+def timing_clock(device: str | torch.device) -> str:
+    """What :func:`_per_frame_ms` measures on ``device``: ``"wall time"`` on a GPU, else ``"CPU time"``."""
+    return "wall time" if torch.device(device).type == "cuda" else "CPU time"
+
+
 def _per_frame_ms(fn: Callable[[], Any], n_frames: int, device: torch.device) -> float:
     """Milliseconds per frame of ``fn()``: on a CPU, the process's CPU time (the work itself: time
     that other jobs on a shared machine take from it is not counted; with several threads, their sum);
     on a GPU, wall time up to the device's finishing."""
-    if device.type != "cuda":
+    if timing_clock(device) == "CPU time":
         start = time.process_time()
         fn()
         return (time.process_time() - start) * 1000.0 / n_frames
@@ -211,7 +216,7 @@ def preprocessing_timings(
 
     Each round times every path once on the same frames (one masked object crop per frame for
     DINOv2), timed by :func:`_per_frame_ms` (CPU time on a CPU: wall time on a shared machine swung
-    the old / new ratio between 4.5x and 11.6x in identical runs, CPU time by a few per cent); the
+    the old / new ratio between 4.5x and 11.6x in identical runs, CPU time by about 10%); the
     best (fastest) round of each path is reported, the round least disturbed by other jobs. The
     ``total`` row is the scorer's three stages; an OWLv2 detector, when given, is reported beside it.
 
