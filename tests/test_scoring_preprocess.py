@@ -22,12 +22,13 @@ from PIL import Image
 
 from cmbench.benchmarks.scorer import object_crops, synthetic_frames
 from cmbench.scoring import build_scorer
-from cmbench.scoring.host_preprocess import dino_pixels, processor_pixels, sam2_pixels
+from cmbench.scoring.host_preprocess import blank_background, dino_pixels, processor_pixels, sam2_pixels
 from cmbench.scoring.imagenet import IMAGENET_STD, imagenet_normalize
 from cmbench.scoring.owl import OwlVitDetector
 from cmbench.scoring.preprocess import (
     ImageSpec,
     Owlv2Spec,
+    blank_outside,
     frames_input,
     masked_crops_input,
     resize_two_pass,
@@ -140,6 +141,18 @@ def test_dino_input_matches_the_host_reference(scorer, tmp_path, crop_mode):
     diff = _grey_levels(ours, ref, embedder.spec.std)
     assert ours.shape == ref.shape == (5, 3, 56, 56)
     assert diff.max() < 2.01 and diff.mean() < 0.2
+
+
+@pytest.mark.parametrize("background", [0, 17])
+def test_blank_outside_keeps_the_mask_and_fills_the_rest(background):
+    frame = synthetic_frames(1, 60, 80)[0]
+    crop = frame[7:40, 11:70]  # a strided view into the frame, as the pipeline's crops are
+    mask = np.random.default_rng(0).random(crop.shape[:2]) < 0.5
+    out = blank_outside(crop, mask, background)
+    np.testing.assert_array_equal(out, blank_background(crop, mask, background))
+    np.testing.assert_array_equal(crop, frame[7:40, 11:70])  # the frame is not written to
+    with pytest.raises(ValueError, match=r"mask shape \(33, 58\) does not match the crop's \(33, 59\)"):
+        blank_outside(crop, mask[:, :-1], background)
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:

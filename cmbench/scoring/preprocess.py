@@ -2,7 +2,9 @@
 
 Frames arrive as ``uint8 [B, H, W, 3]`` arrays. They are uploaded once, as uint8, and every step
 after that (resize, centre crop, pad, normalise) is a batched torch op on the device the model runs
-on, so a GPU never waits for one-image-at-a-time host preprocessing.
+on, so a GPU never waits for one-image-at-a-time host preprocessing. (The one host step is the
+blanking of DINOv2's crops outside their masks, :func:`blank_outside`: a single OpenCV pass per crop,
+before its upload.)
 
 The reference each step reproduces (``tests/test_scoring_preprocess.py`` pins the agreement):
 
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -277,8 +280,9 @@ def masked_crops_input(
     square: bool,
     device: torch.device,
 ) -> torch.Tensor:
-    """Model input of masked crops: pixels outside the mask set to ``background``, optionally padded
-    to a centred square of ``background`` (:func:`pad_square`), then ``spec``.
+    """Model input of masked crops: pixels outside the mask set to ``background`` on the host
+    (:func:`blank_outside`), optionally padded to a centred square of ``background`` on the device
+    (:func:`pad_square`), then ``spec``.
 
     Parameters
     ----------
@@ -297,13 +301,33 @@ def masked_crops_input(
     """
     images = []
     for crop, mask in zip(crops, masks):
-        pixels = upload(crop[None], device)[0]
-        keep = torch.from_numpy(np.ascontiguousarray(mask)).to(device)
-        pixels = pixels * keep  # background 0 ...
-        if background:
-            pixels += (~keep).to(torch.uint8) * background  # ... or the fill value
+        pixels = upload(blank_outside(crop, mask, background)[None], device)[0]
         images.append(pad_square(pixels, background) if square else pixels)
     return spec.batch(images)
+
+
+def blank_outside(crop: np.ndarray, mask: np.ndarray, background: int) -> np.ndarray:
+    """The crop's pixels inside ``mask``, ``background`` outside, on the host.
+
+    OpenCV's masked copy does it in one pass; a broadcast multiply of ``[h, w, 3]`` by ``[h, w, 1]``
+    (numpy or torch on a CPU) does not vectorise over the 3-channel innermost axis and took about 10x
+    longer, as long as the crop's resize.
+
+    Parameters
+    ----------
+    crop : ndarray, ``uint8 [h, w, 3]`` (may be a strided view into a frame)
+    mask : ndarray, ``bool [h, w]``
+    background : int
+        0..255.
+
+    Returns
+    -------
+    ndarray, ``uint8 [h, w, 3]``, a new array
+    """
+    if mask.shape != crop.shape[:2]:
+        raise ValueError(f"mask shape {mask.shape} does not match the crop's {crop.shape[:2]}")
+    canvas = np.full(crop.shape, background, dtype=np.uint8)
+    return cv2.copyTo(crop, np.ascontiguousarray(mask).view(np.uint8), canvas)
 
 
 def pad_square(image: torch.Tensor, background: int) -> torch.Tensor:
