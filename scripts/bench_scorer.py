@@ -101,14 +101,15 @@ def preprocess_rows(args, height: int, width: int, tmp: Path) -> list[dict]:
         clock = timing_clock(device)
         print(f"\npreprocessing, ms of {clock} per frame of {args.size}, {sizes}; {device}, {torch.get_num_threads()} thread(s), "
               f"best of {args.rounds} rounds of {args.preprocess_frames} frames (one object crop per frame for DINOv2):")
-        print(f"{'stage':<8} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
+        print(f"{'stage':<14} {'old':>8} {'reference':>10} {'new':>8} {'old/new':>8}")
         for r in timings:
-            print(f"{r['stage']:<8} {r['old_ms']:8.3f} {r['reference_ms']:10.3f} {r['new_ms']:8.3f} {r['old_over_new']:7.1f}x")
+            print(f"{r['stage']:<14} {r['old_ms']:8.3f} {r['reference_ms']:10.3f} {r['new_ms']:8.3f} {r['old_over_new']:7.1f}x")
         setting = f"{args.size} frames; {'released' if released else 'tiny'} preprocessing sizes; {device} threads={torch.get_num_threads()}"
         rows += [{"section": "preprocess", "item": r["stage"], "old": round(r["old_ms"], 4),
                   "reference": round(r["reference_ms"], 4), "new": round(r["new_ms"], 4),
                   "ratio": round(r["old_over_new"], 2), "unit": f"ms/frame ({clock})", "setting": setting} for r in timings]
-    print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT); old: previous host code (OWL-ViT processor, OpenCV "
+    print("total = owl + sam2 + dinov2 (the default scorer, OWL-ViT, every frame detected: SAM 2 preprocesses the batch as one "
+          "array; sam2_scattered: detections with gaps, frame by frame); old: previous host code (OWL-ViT processor, OpenCV "
           "resize without antialiasing for SAM 2, OpenCV padded square for DINOv2); reference: transformers / PIL processors")
     return rows
 

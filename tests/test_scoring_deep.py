@@ -18,6 +18,7 @@ from cmbench.scoring import build_scorer
 from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.errors import ModelLoadError, ScorerConfigError
 from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
+from cmbench.scoring.pipeline import frames_of
 from cmbench.scoring.runtime import Runtime, resolve_runtime
 from cmbench.scoring.sam2_hf import Sam2Segmenter
 from cmbench.scoring.stages import Target
@@ -170,6 +171,24 @@ def test_segmenter_handles_mixed_frame_sizes_and_box_prompts(tiny_config):
     assert all(m.dtype == bool and m.all() for m in masks)
 
 
+def test_segmenter_gives_the_same_masks_for_an_array_and_for_its_frames(tiny_config):
+    segmenter = Sam2Segmenter(tiny_config["segmenter"]["model"], resolve_runtime("cpu", batch_size=3))
+    frames = _frames(3, n=5, h=40, w=72)
+    boxes = np.array([[4, 5, 40, 30], [0, 0, 72, 40], [10, 2, 30, 38], [50, 10, 70, 35], [1, 1, 9, 9]], dtype=float)
+    torch.testing.assert_close(segmenter.preprocess(frames), segmenter.preprocess(list(frames)), rtol=0, atol=0)
+    for a, b in zip(segmenter.segment(frames, boxes), segmenter.segment(list(frames), boxes)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_detected_frames_are_segmented_from_a_view_when_consecutive():
+    frames = _frames(4, n=6)
+    run = frames_of(frames, np.array([2, 3, 4]))
+    assert isinstance(run, np.ndarray) and np.shares_memory(run, frames) and run.shape == (3, 48, 64, 3)
+    gaps = frames_of(frames, np.array([0, 2, 5]))
+    assert isinstance(gaps, list) and [np.shares_memory(f, frames) for f in gaps] == [True] * 3
+    np.testing.assert_array_equal(np.stack(gaps), frames[[0, 2, 5]])
+
+
 @pytest.mark.parametrize("crop_mode, image_size", [("pad_square", 56), ("processor", None)])
 def test_dino_ignores_pixels_outside_the_mask(tiny_config, crop_mode, image_size):
     embedder = Dinov2Embedder(tiny_config["embedder"]["model"], resolve_runtime("cpu"), crop_mode=crop_mode,
@@ -298,7 +317,7 @@ def test_bench_script_preprocessing_and_memory_sections(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     rows = list(csv.DictReader(out.open()))
     preprocess = [r for r in rows if r["section"] == "preprocess"]
-    assert [r["item"] for r in preprocess] == ["owl", "sam2", "dinov2", "owlv2", "total"] * 2
+    assert [r["item"] for r in preprocess] == ["owl", "sam2", "sam2_scattered", "dinov2", "owlv2", "total"] * 2
     assert {r["setting"].split("; ")[1] for r in preprocess} == {"tiny preprocessing sizes", "released preprocessing sizes"}
     for r in preprocess:
         assert r["unit"] == "ms/frame (CPU time)"

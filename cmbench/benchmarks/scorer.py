@@ -218,7 +218,9 @@ def preprocessing_timings(
     DINOv2), timed by :func:`_per_frame_ms` (CPU time on a CPU: wall time on a shared machine swung
     the old / new ratio between 4.5x and 11.6x in identical runs, CPU time by about 10%); the
     best (fastest) round of each path is reported, the round least disturbed by other jobs. The
-    ``total`` row is the scorer's three stages; an OWLv2 detector, when given, is reported beside it.
+    ``total`` row is the scorer's three stages with every frame detected (the worst case: SAM 2 gets
+    the batch's frames as one array); ``sam2_scattered`` is SAM 2 for detections with gaps (frame by
+    frame); an OWLv2 detector, when given, is reported beside them.
 
     Parameters
     ----------
@@ -246,7 +248,12 @@ def preprocessing_timings(
         "sam2": {
             "old": lambda: _pre_change_sam2(frames, segmenter.input_size),
             "reference": lambda: sam2_pixels(frames, segmenter.input_size),
-            "new": lambda: segmenter.preprocess(list(frames)),
+            "new": lambda: segmenter.preprocess(frames),  # consecutive detections: one array (pipeline.frames_of)
+        },
+        "sam2_scattered": {
+            "old": lambda: _pre_change_sam2(frames, segmenter.input_size),
+            "reference": lambda: sam2_pixels(frames, segmenter.input_size),
+            "new": lambda: segmenter.preprocess(list(frames)),  # detections with gaps: frame by frame
         },
         "dinov2": {
             "old": lambda: _pre_change_dino(crops, masks, square),

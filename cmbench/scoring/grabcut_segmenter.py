@@ -34,12 +34,12 @@ class GrabCutSegmenter:
         self.iterations = int(iterations)
         self.seed = int(seed)
 
-    def segment(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
+    def segment(self, frames: np.ndarray | Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
         """Masks of the object in each box.
 
         Parameters
         ----------
-        frames : sequence of ``uint8 [H_i, W_i, 3]``
+        frames : sequence of ``uint8 [H_i, W_i, 3]`` (or an array ``uint8 [N, H, W, 3]``)
         boxes : ndarray, ``float [N, 4]`` pixel boxes
 
         Returns

@@ -414,11 +414,30 @@ class Scorer:
         kept: list[tuple[int, np.ndarray, np.ndarray]] = []
         for start in range(0, len(candidates), SEGMENT_CHUNK):  # a chunk's full-frame masks at a time
             chunk = candidates[start : start + SEGMENT_CHUNK]
-            for i, mask in zip(chunk, self.segmenter.segment([frames[i] for i in chunk], boxes[chunk])):
+            for i, mask in zip(chunk, self.segmenter.segment(frames_of(frames, chunk), boxes[chunk])):
                 if mask.any():
                     crop, crop_mask = masked_crop(frames[i], mask)
                     kept.append((int(i), crop, crop_mask.copy()))
         return boxes, np.asarray(detections.scores, dtype=np.float64), kept
+
+
+def frames_of(frames: np.ndarray, indices: np.ndarray) -> np.ndarray | list[np.ndarray]:
+    """Some frames of a batch without copying them: a view for a run of consecutive indices (every
+    frame detected, the common case; a segmenter then preprocesses them as one batch), else a list.
+
+    Parameters
+    ----------
+    frames : ndarray, ``uint8 [B, H, W, 3]``
+    indices : ndarray, ``int [N]``, increasing, N >= 1
+
+    Returns
+    -------
+    ``uint8 [N, H, W, 3]`` view, or list of N ``uint8 [H, W, 3]`` views
+    """
+    first, last = int(indices[0]), int(indices[-1])
+    if last - first + 1 == len(indices):
+        return frames[first : last + 1]
+    return [frames[i] for i in indices]
 
 
 def _check_batch(frames: np.ndarray, size: tuple[int, ...] | None) -> None:

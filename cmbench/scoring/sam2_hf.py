@@ -47,26 +47,28 @@ class Sam2Segmenter:
         """Content identity of the model (see :func:`model_identity`)."""
         return self._identity
 
-    def preprocess(self, frames: Sequence[np.ndarray]) -> torch.Tensor:
-        """Model input of frames of any sizes.
+    def preprocess(self, frames: np.ndarray | Sequence[np.ndarray]) -> torch.Tensor:
+        """Model input of frames: one batched pass for an array, frame by frame for a sequence
+        (whose frames may differ in size).
 
         Parameters
         ----------
-        frames : sequence of ``uint8 [H_i, W_i, 3]``
+        frames : ``uint8 [N, H, W, 3]`` array, or a sequence of ``uint8 [H_i, W_i, 3]``
 
         Returns
         -------
         Tensor, ``float32 [N, 3, S, S]`` on the model's device (S = the model's input size)
         """
-        return frames_input(self.spec, list(frames), self.runtime.device)
+        return frames_input(self.spec, frames if isinstance(frames, np.ndarray) else list(frames), self.runtime.device)
 
     @torch.inference_mode()
-    def segment(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
+    def segment(self, frames: np.ndarray | Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
         """Masks of the object in each box.
 
         Parameters
         ----------
-        frames : sequence of ``uint8 [H_i, W_i, 3]`` (sizes may differ)
+        frames : ``uint8 [N, H, W, 3]`` array (preprocessed a batch at a time), or a sequence of
+            ``uint8 [H_i, W_i, 3]`` (sizes may differ; preprocessed frame by frame)
         boxes : ndarray, ``float [N, 4]`` pixel boxes, one per frame
 
         Returns
@@ -76,7 +78,7 @@ class Sam2Segmenter:
         size = self.input_size
         masks: list[np.ndarray] = []
         for start in range(0, len(frames), self.runtime.batch_size):
-            batch = list(frames[start : start + self.runtime.batch_size])
+            batch = frames[start : start + self.runtime.batch_size]
             batch_boxes = np.asarray(boxes[start : start + len(batch)], dtype=np.float64)
             scales = np.array([[size / f.shape[1], size / f.shape[0]] * 2 for f in batch])
             prompts = torch.from_numpy(batch_boxes * scales).float()[:, None, :]  # [B, 1, 4]

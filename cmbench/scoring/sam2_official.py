@@ -68,7 +68,7 @@ class OfficialSam2Segmenter:
         self.predictor = predictor_cls(sam, mask_threshold=mask_threshold)
 
     @torch.inference_mode()
-    def segment(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
+    def segment(self, frames: np.ndarray | Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
         """Masks ``bool [H_i, W_i]`` for frames ``uint8 [H_i, W_i, 3]`` and pixel boxes ``[N, 4]``."""
         masks = []
         half = self.runtime.precision == "fp16"

@@ -81,8 +81,9 @@ class Detector(Protocol):
 class Segmenter(Protocol):
     """Segments the object inside a box prompt."""
 
-    def segment(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
-        """Masks ``bool [H_i, W_i]`` for frames ``uint8 [H_i, W_i, 3]`` and pixel boxes ``[N, 4]``."""
+    def segment(self, frames: np.ndarray | Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
+        """Masks ``bool [H_i, W_i]`` for frames ``uint8 [H_i, W_i, 3]`` (a sequence, or an array
+        ``uint8 [N, H, W, 3]`` of equal frames) and pixel boxes ``[N, 4]``."""
         ...
 
 
