@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npreprocessing ms per frame at {args.frames} frames of 480x832 (old: previous host code; reference: "
           "transformers / PIL processors; new: device path):")
     for r in report.timings["preprocess_ms_per_frame"]:
-        print(f"  {r['stage']:<8} old {r['old_ms']:8.3f}  reference {r['reference_ms']:8.3f}  new {r['new_ms']:8.3f}  "
+        print(f"  {r['stage']:<14} old {r['old_ms']:8.3f}  reference {r['reference_ms']:8.3f}  new {r['new_ms']:8.3f}  "
               f"old/new {r['old_over_new']:6.1f}x")
     if "peak_gpu_memory_mb" in report.timings:
         print(f"peak GPU memory {report.timings['peak_gpu_memory_mb']:.0f} MB")

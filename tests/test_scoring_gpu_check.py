@@ -26,12 +26,12 @@ def test_gpu_check_runs_at_tiny_shapes(tmp_path):
     report = json.loads(out.read_text())
     checks = {c["name"]: c for c in report["checks"]}
     for name in ("preprocess_detector_max_grey_levels", "preprocess_segmenter_max_grey_levels",
-                 "preprocess_embedder_max_grey_levels", "embedding_cosine_fp32_vs_bf16", "positive_fp32_finite"):
+                 "preprocess_segmenter_scattered_max_grey_levels", "preprocess_embedder_max_grey_levels", "embedding_cosine_fp32_vs_bf16", "positive_fp32_finite"):
         assert checks[name]["asserted"] and checks[name]["passed"], name
     for name in ("positive_score", "positive_minus_negative", "mask_iou_fp32_vs_bf16", "positive_score_fp32_vs_bf16"):
         assert not checks[name]["asserted"], name  # random weights: reported only
     assert set(report["scores"]) == {"positive_fp32", "negative_fp32", "positive_bf16", "negative_bf16"}
-    assert {r["stage"] for r in report["timings"]["preprocess_ms_per_frame"]} == {"owl", "sam2", "dinov2", "total"}
+    assert {r["stage"] for r in report["timings"]["preprocess_ms_per_frame"]} == {"owl", "sam2", "sam2_scattered", "dinov2", "total"}
     assert set(report["timings"]["positive_fp32_ms_per_frame"]) == {"total", "detect", "segment", "embed"}
 
 

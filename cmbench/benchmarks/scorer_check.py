@@ -121,7 +121,8 @@ def _preprocess_agreement(report: CheckReport, scorer: Scorer, frames: np.ndarra
     crops, masks = object_crops(frames)
     pairs = {
         "detector": (detector.preprocess(frames), processor_pixels(detector.image_processor, frames), detector.spec.std),
-        "segmenter": (segmenter.preprocess(list(frames)), sam2_pixels(frames, segmenter.input_size), segmenter.spec.std),
+        "segmenter": (segmenter.preprocess(frames), sam2_pixels(frames, segmenter.input_size), segmenter.spec.std),
+        "segmenter_scattered": (segmenter.preprocess(list(frames)), sam2_pixels(frames, segmenter.input_size), segmenter.spec.std),
         "embedder": (embedder.preprocess(crops, masks),
                      dino_pixels(crops, masks, embedder.background, processor=embedder.image_processor), embedder.spec.std),
     }
