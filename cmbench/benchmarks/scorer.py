@@ -239,22 +239,18 @@ def preprocessing_timings(
     dev = segmenter.runtime.device
     n = len(frames)
     square = (embedder.spec.crop or embedder.spec.size or (224, 224))[0]
+    sam2_host = {
+        "old": lambda: _pre_change_sam2(frames, segmenter.input_size),
+        "reference": lambda: sam2_pixels(frames, segmenter.input_size),
+    }
     paths: dict[str, dict[str, Callable[[], Any]]] = {
         "owl": {
             "old": lambda: processor_pixels(detector.image_processor, frames),
             "reference": lambda: processor_pixels(detector.image_processor, frames),
             "new": lambda: detector.preprocess(frames),
         },
-        "sam2": {
-            "old": lambda: _pre_change_sam2(frames, segmenter.input_size),
-            "reference": lambda: sam2_pixels(frames, segmenter.input_size),
-            "new": lambda: segmenter.preprocess(frames),  # consecutive detections: one array (pipeline.frames_of)
-        },
-        "sam2_scattered": {
-            "old": lambda: _pre_change_sam2(frames, segmenter.input_size),
-            "reference": lambda: sam2_pixels(frames, segmenter.input_size),
-            "new": lambda: segmenter.preprocess(list(frames)),  # detections with gaps: frame by frame
-        },
+        "sam2": {**sam2_host, "new": lambda: segmenter.preprocess(frames)},  # consecutive detections: one array
+        "sam2_scattered": {**sam2_host, "new": lambda: segmenter.preprocess(list(frames))},  # with gaps: frame by frame
         "dinov2": {
             "old": lambda: _pre_change_dino(crops, masks, square),
             "reference": lambda: dino_pixels(crops, masks, embedder.background, processor=embedder.image_processor),

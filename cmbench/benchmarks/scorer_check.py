@@ -119,10 +119,11 @@ def _preprocess_agreement(report: CheckReport, scorer: Scorer, frames: np.ndarra
     """The device path of every stage against the host reference, on the scorer's device."""
     detector, segmenter, embedder = deep_stages(scorer)
     crops, masks = object_crops(frames)
+    sam2_reference = sam2_pixels(frames, segmenter.input_size)
     pairs = {
         "detector": (detector.preprocess(frames), processor_pixels(detector.image_processor, frames), detector.spec.std),
-        "segmenter": (segmenter.preprocess(frames), sam2_pixels(frames, segmenter.input_size), segmenter.spec.std),
-        "segmenter_scattered": (segmenter.preprocess(list(frames)), sam2_pixels(frames, segmenter.input_size), segmenter.spec.std),
+        "segmenter": (segmenter.preprocess(frames), sam2_reference, segmenter.spec.std),  # one array
+        "segmenter_scattered": (segmenter.preprocess(list(frames)), sam2_reference, segmenter.spec.std),  # frame by frame
         "embedder": (embedder.preprocess(crops, masks),
                      dino_pixels(crops, masks, embedder.background, processor=embedder.image_processor), embedder.spec.std),
     }

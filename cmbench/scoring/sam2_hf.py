@@ -59,7 +59,7 @@ class Sam2Segmenter:
         -------
         Tensor, ``float32 [N, 3, S, S]`` on the model's device (S = the model's input size)
         """
-        return frames_input(self.spec, frames if isinstance(frames, np.ndarray) else list(frames), self.runtime.device)
+        return frames_input(self.spec, frames, self.runtime.device)
 
     @torch.inference_mode()
     def segment(self, frames: np.ndarray | Sequence[np.ndarray], boxes: np.ndarray) -> list[np.ndarray]:
