@@ -32,6 +32,8 @@ from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
 from cmbench.methods.registry import canonical_method_config, config_class, method_names
+from cmbench.runs.identity import code_identity, portable
+from cmbench.runs.labels import resolve_method_class
 from cmbench.runs.paths import path_component
 
 CALIBRATION_DIR = "calibration"
@@ -172,8 +174,6 @@ def calibration_probe_key(setting: dict[str, Any]) -> str:
     and tasks, backbone, generation, seed, code identity), with paths inside the installed package
     written relative to it (:func:`cmbench.runs.identity.portable`), as run identities are: another
     checkout or a moved install reuses the calibrations, as it reuses the runs."""
-    from cmbench.runs.identity import portable
-
     return config_hash(portable(setting))
 
 
@@ -206,9 +206,6 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     ConfigError
         No knob, budget mode, a target the knob's range cannot reach, bad calibration data.
     """
-    from cmbench.runs.identity import code_identity
-    from cmbench.runs.labels import resolve_method_class
-
     if not 0.0 <= target_pr < 1.0:
         raise ConfigError(f"target_pr={target_pr}: expected a pruning ratio in [0, 1)")
     if not 0.0 < tolerance < 1.0:
