@@ -1,4 +1,4 @@
-"""Where configs live: the package's ``configs/`` plus user folders named in ``CMBENCH_CONFIG_PATH``.
+"""Where configs live: CMBench's ``configs/`` (:mod:`cmbench.shipped`) plus user folders named in ``CMBENCH_CONFIG_PATH``.
 
 A user folder has the same group layout (``method/``, ``backbone/``, ...). Configs placed there are
 found by every command and listed by ``ls``, so a method defined outside CMBench plugs in without
@@ -13,8 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
-CONFIG_DIR = PACKAGE_ROOT / "configs"
+from cmbench.shipped import PACKAGE_ROOT, shipped_dir
+
+CONFIG_DIR = shipped_dir("configs")
 GROUPS = ("data", "method", "backbone", "scorer", "experiment")
 
 # `${package_root:}` in a config is the installed cmbench package, so shipped files (weights, head

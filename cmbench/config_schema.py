@@ -39,6 +39,7 @@ ROOT_KEYS: dict[str, Role] = {
     "limit": "selection",
     "sample_seed": "selection",
     "task_ids": "selection",
+    "subset": "selection",
     "shard": "selection",
     "progress": "selection",
     "progress_every": "selection",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CMBench installs as a package, not only as an editable checkout: build a wheel, install it into a fresh
 # virtualenv outside the repository, and run `ls`, a 2-task MiniWorld run and its HTML report from another
-# directory (configs, dataset specs, the tiny model's weights and the report's templates must all come from
+# directory (configs/, data_manifests/, the tiny model's weights and the report's templates must all come from
 # inside the wheel).
 # Usage: bash scripts/check_wheel.sh        (about 2 minutes; CI runs it)
 set -euo pipefail
@@ -26,6 +26,8 @@ PY
 grep -q "decoprune" "$work/ls.txt" && grep -q "miniworld" "$work/ls.txt"
 HF_HUB_OFFLINE=1 "$py" -m cmbench run limit=2 progress=false | tee "$work/run.txt"
 grep -q "2/2 tasks ok" "$work/run.txt"
+"$py" -m cmbench validate | tee "$work/validate.txt"  # the dataset spec and task subsets come from the wheel too
+grep -q "miniworld: OK, 116 valid task" "$work/validate.txt"
 "$py" -m cmbench report | tee "$work/report.txt"  # the report's templates come from the wheel too
 grep -q "report: 1 method x 2 tasks" "$work/report.txt"
 echo "check_wheel: OK (wheel installed into a fresh venv; ls, a 2-task run and its report from $PWD)"

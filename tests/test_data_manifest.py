@@ -187,7 +187,7 @@ def test_task_ids_must_be_safe_file_names(tmp_path):
 def _miniworld_data(root: Path, **over):
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "cmbench/configs/data/miniworld.yaml")
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "configs/data/miniworld.yaml")
     cfg.root = str(root)
     cfg.sources = {"synthetic": {"videos": 1, "reappear": 1, "revisit": 1}, "real": {"videos": 1, "reappear": 1,
                                                                                     "revisit": 0}}

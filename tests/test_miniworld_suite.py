@@ -36,7 +36,7 @@ from cmbench.miniworld.readers import data_file
 from cmbench.miniworld.suite import SuiteConfig, episode_stats, expected_counts, suite_plan
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_CFG = REPO / "cmbench" / "configs" / "data" / "miniworld.yaml"
+DATA_CFG = REPO / "configs" / "data" / "miniworld.yaml"
 OFFICIAL = {
     "videos": 58,
     "tasks": 116,

@@ -64,7 +64,7 @@ def random_state(shapes, seed=0):
 
 
 def yaml_config(name: str):
-    return OmegaConf.load(REPO / "cmbench" / "configs" / "backbone" / f"{name}.yaml")
+    return OmegaConf.load(REPO / "configs" / "backbone" / f"{name}.yaml")
 
 
 def small_fields(name: str) -> dict:

@@ -2,8 +2,9 @@
 
 Each problem prints as ``file:line: field: what is wrong``; the official counts (58 videos, 116 tasks)
 are checked against the dataset spec unless ``data.check_counts=false``; the dataset's adapter adds
-its own checks (MiniWorld: the npz files every row names, read as ``run`` reads them). Exit 0 when
-clean.
+its own checks (MiniWorld: the npz files every row names, read as ``run`` reads them), and every
+named task subset of the dataset (``data_manifests/subsets/``) must name only its valid tasks. Exit 0
+when clean.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from omegaconf import DictConfig
 from cmbench.data.adapter import build_adapter
 from cmbench.data.manifest import validate_manifest
 from cmbench.data.spec import check_counts, counts, load_spec
+from cmbench.data.subsets import check_subset, subsets_of
 
 
 def execute(cfg: DictConfig) -> int:
@@ -30,6 +32,10 @@ def execute(cfg: DictConfig) -> int:
         expected = load_spec(str(data.spec)).get("expected")
         if expected:
             problems += check_counts(str(root / str(data.manifest)), tasks, expected)
+    if readable and data.get("check_counts", True):  # a complete manifest: every named subset must be in it
+        known = {t.task_id for t in tasks}
+        for subset in subsets_of(str(data.name)):
+            problems += check_subset(subset, known)
     got = counts(tasks)
     summary = f"{got['tasks']} valid task(s) over {got['videos']} video(s) ({got['reappear']} reappear, {got['revisit']} revisit)"
     if problems:

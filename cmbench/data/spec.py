@@ -1,4 +1,4 @@
-"""Dataset specs (``cmbench/data/specs/<name>.yaml``): provenance, layout and expected counts.
+"""Dataset specs (``data_manifests/<name>.yaml``): provenance, layout and expected counts.
 
 A spec's ``expected`` block gives the counts a complete copy of the dataset must have::
 
@@ -23,8 +23,9 @@ from omegaconf import OmegaConf
 from cmbench.data.manifest import Problem
 from cmbench.data.task import Task
 from cmbench.errors import ConfigError
+from cmbench.shipped import shipped_dir
 
-SPEC_DIR = Path(__file__).resolve().parent / "specs"
+SPEC_DIR = shipped_dir("data_manifests")
 COUNT_KEYS = ("videos", "tasks", "reappear", "revisit")
 
 

@@ -32,6 +32,7 @@ from cmbench.config_paths import to_dict
 from cmbench.config_schema import BACKBONE_KEYS, ROOT_KEYS, SCORER_KEYS, keys_with_role
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
+from cmbench.data.subsets import load_subset
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
 from cmbench.methods.registry import build_method, canonical_method_config, full_method_config
@@ -103,6 +104,7 @@ class RunOptions:
     sample_seed : int
         The seed of that sample (>= 0), not the run's: every ``seed`` of a sweep runs the same tasks.
     task_ids : list of str or None
+        Exactly these tasks (``task_ids``, or the ids of the named ``subset``), or every task.
     threads : int or None
         torch CPU threads (>= 1), or torch's default.
     shard : (count, index)
@@ -135,7 +137,7 @@ def _whole(cfg: DictConfig, key: str, minimum: int, what: str, optional: bool = 
 
 
 def run_options(cfg: DictConfig) -> RunOptions:
-    """Read and check ``seed``, ``limit``, ``sample_seed``, ``task_ids``, ``threads`` and ``shard`` (or torchrun's
+    """Read and check ``seed``, ``limit``, ``sample_seed``, ``task_ids`` / ``subset``, ``threads`` and ``shard`` (or torchrun's
     ``WORLD_SIZE`` / ``RANK``).
 
     Raises
@@ -148,6 +150,14 @@ def run_options(cfg: DictConfig) -> RunOptions:
         ids = [ids]
     elif ids is not None and not isinstance(ids, ListConfig):
         raise ConfigError(f"task_ids={ids!r}: expected a list of task ids, e.g. task_ids=[syn_001_reappear_01]")
+    subset_name = cfg.get("subset")
+    if subset_name is not None:
+        if ids is not None:
+            raise ConfigError(f"subset={subset_name} and task_ids both select tasks: set one of them")
+        subset = load_subset(str(subset_name))
+        if subset.dataset != str(cfg.data.name):
+            raise ConfigError(f"subset={subset_name} lists {subset.dataset} tasks ({subset.path}), not {cfg.data.name}'s")
+        ids = list(subset.task_ids)
     try:
         shard = shard_from_env(int(cfg.shard.count), int(cfg.shard.index))
     except (TypeError, ValueError) as err:

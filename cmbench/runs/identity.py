@@ -64,6 +64,7 @@ RESULT_CODE = ("backbones", "cache", "data", "generation", "methods", "miniworld
 
 HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "calibration", "cli", "config_paths.py",
                 "config_schema.py", "doc_examples.py", "errors.py", "method_check.py", "provenance.py", "registry.py",
+                "shipped.py",
                 "report",
                 "runs/__init__.py", "runs/experiment.py", "runs/identity.py", "runs/labels.py", "runs/lock.py",
                 "runs/paths.py", "runs/progress.py", "runs/records.py", "runs/runner.py", "runs/score_videos.py",
