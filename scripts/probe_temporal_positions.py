@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cmbench.backbones.tiny import TinyWorldModel  # noqa: E402
-from train_tiny_backbone import make_batch, noisy_predictions, per_category_mse  # noqa: E402
+from train_tiny_backbone import DataRecipe, make_batch, noisy_predictions, per_category_mse  # noqa: E402
 
 FRAMES = 32  # 8 clean chunks of 4 frames, as in training
 
@@ -47,7 +47,7 @@ def layouts(rng: np.random.Generator) -> dict[str, np.ndarray]:
 def probe(model: TinyWorldModel, n_batches: int, seed: int) -> tuple[dict[str, list[float]], list[tuple[float, float]]]:
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
-    batches = [make_batch(rng, model.config, 3, FRAMES // model.config.chunk_frames, 0.25, gen) for _ in range(n_batches)]
+    batches = [make_batch(rng, model.config, 3, FRAMES // model.config.chunk_frames, DataRecipe(), gen) for _ in range(n_batches)]
     out: dict[str, list[float]] = {}
     for name, pos in layouts(np.random.default_rng(seed)).items():
         acc = np.zeros(3)
