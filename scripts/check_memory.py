@@ -17,13 +17,18 @@ it, by construction of the suite).
 Printed: FullKV, Streaming (sink 1 + recent 2 chunks), No context (sink only) and DeCoPrune at its
 defaults; then DeCoPrune (the paper's online procedure, budget mode), Random (DeCoPrune's per-chunk
 keep counts of the same task) and Reverse (budget mode) at PR 0.80 / 0.85 / 0.90, with paired
-per-task win counts. Required: FullKV - Streaming >= 0.2, and No context below FullKV and DeCoPrune
+per-task win counts and the paired 95% interval of DeCoPrune - Random. With ``--rope-ablation``:
+FullKV, Streaming, DeCoPrune and Random (DeCoPrune's counts) at ``--ablation-pr``, each with and
+without the temporal RoPE re-index (``generation.rope_reindex``), and the paired drop of each.
+Required: FullKV - Streaming >= 0.2, and No context below FullKV and DeCoPrune
 and not above Streaming by more than 2 paired standard errors (neither holds any of the target, so
 their order is noise); the exit code is 1 if either fails.
 
 Usage (arguments after the script's own are Hydra overrides of configs/config.yaml)::
 
     python scripts/check_memory.py --tasks 30 --json runs/check_memory.json backbone.path=/my/weights.safetensors
+    python scripts/check_memory.py --data miniworld_static backbone=tiny_static   # the static world and weights
+    python scripts/check_memory.py --tasks 12 --prs 0.85 --rope-ablation          # a smaller, cheaper run
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from cmbench.benchmarks.memory_check import (  # noqa: E402
     method_config,
     no_context_lowest,
     paired_difference,
+    paired_interval,
     summary,
     wins,
 )
@@ -63,12 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=30, help="size of the fixed, stratified task sample")
     parser.add_argument("--sweep", action=argparse.BooleanOptionalAction, default=True,
                         help="also run DeCoPrune / Random / Reverse at PR 0.80, 0.85, 0.90")
+    parser.add_argument("--prs", type=float, nargs="+", default=list(PRS), help="pruning ratios of the sweep")
+    parser.add_argument("--rope-ablation", action="store_true",
+                        help="also run FullKV, Streaming, DeCoPrune and Random without the RoPE re-index")
+    parser.add_argument("--ablation-pr", type=float, default=0.85, help="DeCoPrune / Random PR of the ablation")
+    parser.add_argument("--data", default="miniworld", help="the MiniWorld data config (built beforehand by prepare)")
     parser.add_argument("--json", type=Path, help="write every per-task number here")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 is fastest for 256-token chunks, and on a shared machine)")
     args, overrides = parser.parse_known_args(argv)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="config", overrides=["data=miniworld", *overrides])
+        cfg = compose(config_name="config", overrides=[f"data={args.data}", *overrides])
+        no_reindex = generation_settings(compose(config_name="config", overrides=[
+            f"data={args.data}", *overrides, "generation.rope_reindex=false"]))
     torch.set_num_threads(args.threads)
     try:
         backbone = build_backbone(cfg.backbone)
@@ -83,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, dict[str, Outcome]] = {}
 
-    def run(label: str, method_cfg: dict, counts=None) -> None:
+    def run(label: str, method_cfg: dict, counts=None, settings=None) -> None:
         start = time.perf_counter()
-        results[label] = check.run(method_cfg, counts)
+        results[label] = check.run(method_cfg, counts, settings)
         mean, se, pr = summary(results[label])
         print(f"  {label:<22} similarity {mean:.3f} +- {se:.3f}   PR {100 * pr:5.1f}%   "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
@@ -94,12 +107,27 @@ def main(argv: list[str] | None = None) -> int:
     run("Streaming", method_config("streaming"))
     run("No context (sink)", method_config("streaming", recent_chunks=0))
     run("DeCoPrune (default)", method_config("decoprune"))
-    if args.sweep:
-        for pr in PRS:
-            run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", target_pr=pr))
-            counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f}"].items()}
-            run(f"Random @ {pr:.2f}", method_config("random"), counts)
-            run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", target_pr=pr))
+    prs = args.prs if args.sweep else []
+    for pr in prs:
+        run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", target_pr=pr))
+        counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f}"].items()}
+        run(f"Random @ {pr:.2f}", method_config("random"), counts)
+        run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", target_pr=pr))
+    ablation: dict[str, tuple[str, str]] = {}
+    if args.rope_ablation:
+        pr = args.ablation_pr
+        on = {"FullKV": "FullKV", "Streaming": "Streaming", "DeCoPrune": f"DeCoPrune @ {pr:.2f}",
+              "Random": f"Random @ {pr:.2f}"}
+        if on["DeCoPrune"] not in results:
+            run(on["DeCoPrune"], method_config("decoprune", target_pr=pr))
+            counts = {k: o.kept_tokens for k, o in results[on["DeCoPrune"]].items()}
+            run(on["Random"], method_config("random"), counts)
+        run("FullKV (no re-index)", method_config("fullkv"), settings=no_reindex)
+        run("Streaming (no re-index)", method_config("streaming"), settings=no_reindex)
+        run(f"DeCoPrune @ {pr:.2f} (no re-index)", method_config("decoprune", target_pr=pr), settings=no_reindex)
+        counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f} (no re-index)"].items()}
+        run(f"Random @ {pr:.2f} (no re-index)", method_config("random"), counts, settings=no_reindex)
+        ablation = {name: (label, f"{label} (no re-index)") for name, label in on.items()}
 
     print("\n| method | target-region similarity | +- s.e. | PR |\n|---|---|---|---|")
     for label, res in results.items():
@@ -108,11 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     print("\npaired per-task wins (first / tie / second):")
     print(f"  FullKV vs Streaming: {wins(results['FullKV'], results['Streaming'])}")
     print(f"  DeCoPrune (default) vs FullKV: {wins(results['DeCoPrune (default)'], results['FullKV'])}")
-    if args.sweep:
-        for pr in PRS:
-            d = results[f"DeCoPrune @ {pr:.2f}"]
-            print(f"  PR {pr:.2f}: DeCoPrune vs Random {wins(d, results[f'Random @ {pr:.2f}'])}, "
-                  f"DeCoPrune vs Reverse {wins(d, results[f'Reverse @ {pr:.2f}'])}")
+    for pr in prs:
+        d, r = results[f"DeCoPrune @ {pr:.2f}"], results[f"Random @ {pr:.2f}"]
+        mean, low, high = paired_interval(d, r)
+        print(f"  PR {pr:.2f}: DeCoPrune vs Random {wins(d, r)} (DeCoPrune - Random {mean:+.3f}, "
+              f"95% CI {low:+.3f}..{high:+.3f}), DeCoPrune vs Reverse {wins(d, results[f'Reverse @ {pr:.2f}'])}")
+    if ablation:
+        print("\nRoPE re-index ablation (with - without; paired over tasks):")
+        for name, (with_label, without_label) in ablation.items():
+            mean, low, high = paired_interval(results[with_label], results[without_label])
+            print(f"  {name:<10} {summary(results[with_label])[0]:.3f} -> {summary(results[without_label])[0]:.3f}  "
+                  f"drop {mean:+.3f} (95% CI {low:+.3f}..{high:+.3f})")
 
     full, stream = (summary(results[k])[0] for k in ("FullKV", "Streaming"))
     above, se = paired_difference(results["No context (sink)"], results["Streaming"])

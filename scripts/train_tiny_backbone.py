@@ -55,7 +55,12 @@ from cmbench.backbones.tiny import (  # noqa: E402
     default_config,
     space_to_depth,
 )
-from cmbench.backbones.tiny_training import learning_rate, load_initial_dit, random_frame_positions  # noqa: E402
+from cmbench.backbones.tiny_training import (  # noqa: E402
+    clip_frame_positions,
+    learning_rate,
+    load_initial_dit,
+    random_frame_positions,
+)
 from cmbench.miniworld import render_video, sample_camera_path, sample_scene  # noqa: E402
 
 SCHEDULE = (0.999, 0.957, 0.899, 0.702)  # the sampler's noise levels (timesteps / 1000)
@@ -95,14 +100,32 @@ def chunk_categories(camera_x: np.ndarray, chunk: int, chunk_frames: int, world_
     return cat
 
 
-def sample_sequence(rng: np.random.Generator, n_frames: int, cfg: TinyConfig, p_real: float,
-                    max_span: float | None = None) -> Sequence:
-    """Render one random training sequence (temporal span at most ``max_span`` positions if given)."""
-    source = "real" if rng.random() < p_real else "synthetic"
-    scene = sample_scene(rng, source, cfg.world_width)
+@dataclass(frozen=True)
+class DataRecipe:
+    """What a training sequence is made of.
+
+    ``dynamic``: scenes with movers and lighting (:mod:`cmbench.miniworld.dynamics`) or static ones;
+    ``positions``: ``"true"`` (stride 1, as a real model sees one clip) or ``"random-stride"``
+    (:func:`random_frame_positions`, with ``max_span``).
+    """
+
+    p_real: float = 0.25
+    dynamic: bool = False
+    positions: str = "random-stride"
+    max_span: float | None = None
+
+
+def sample_sequence(rng: np.random.Generator, n_frames: int, cfg: TinyConfig, recipe: DataRecipe) -> Sequence:
+    """Render one random training sequence."""
+    source = "real" if rng.random() < recipe.p_real else "synthetic"
+    scene = sample_scene(rng, source, cfg.world_width, recipe.dynamic)
     cams = sample_camera_path(rng, n_frames, cfg.world_width, revisit_gap=6, p_dwell=0.2, p_revisit=0.7)
     frames = render_video(scene, cams, first_frame=int(rng.integers(0, 1000)))
-    return Sequence(space_to_depth(torch.from_numpy(frames))[0], cams, random_frame_positions(rng, n_frames, cfg.chunk_frames, max_span))
+    if recipe.positions == "true":
+        positions = clip_frame_positions(rng, n_frames)
+    else:
+        positions = random_frame_positions(rng, n_frames, cfg.chunk_frames, recipe.max_span)
+    return Sequence(space_to_depth(torch.from_numpy(frames))[0], cams, positions)
 
 
 def sample_noise_level(rng: np.random.Generator) -> float:
@@ -121,8 +144,8 @@ class Batch:
     categories: np.ndarray  # [B, F_noisy, 8] token-column category of the noisy frames
 
 
-def make_batch(rng: np.random.Generator, cfg: TinyConfig, batch: int, n_chunks: int, p_real: float,
-               gen: torch.Generator, max_span: float | None = None) -> Batch:
+def make_batch(rng: np.random.Generator, cfg: TinyConfig, batch: int, n_chunks: int, recipe: DataRecipe,
+               gen: torch.Generator) -> Batch:
     """Teacher-forced batch: ``n_chunks`` clean chunks, then a noisy copy of each of chunks 1..n-1.
 
     Every noisy copy has its own noise level (:func:`sample_noise_level`).
@@ -133,7 +156,7 @@ def make_batch(rng: np.random.Generator, cfg: TinyConfig, batch: int, n_chunks: 
     frames = np.arange(cf, n_chunks * cf)
     xs, ts, x0s, cams, poss, cats = [], [], [], [], [], []
     for _ in range(batch):
-        seq = sample_sequence(rng, n_chunks * cf, cfg, p_real, max_span)
+        seq = sample_sequence(rng, n_chunks * cf, cfg, recipe)
         x0 = seq.latents[:, frames]
         levels = np.repeat([sample_noise_level(rng) for _ in noisy], cf)
         lv = torch.tensor(levels, dtype=torch.float32)[None, :, None, None]
@@ -183,7 +206,8 @@ class ValCase:
     mask: np.ndarray  # bool [chunk_frames, 8]: retrieval token columns of that chunk
 
 
-def validation_cases(cfg: TinyConfig, n: int, seed: int, context_chunks: int = 24, gap_frames: int = 32) -> list[ValCase]:
+def validation_cases(cfg: TinyConfig, n: int, seed: int, context_chunks: int = 24, gap_frames: int = 32,
+                     dynamic: bool = False) -> list[ValCase]:
     """Fixed long sequences, each with a chunk that revisits places last seen >= ``gap_frames`` ago.
 
     The chosen chunk (at or after ``context_chunks // 2``) shows, for at least half of its token
@@ -195,7 +219,7 @@ def validation_cases(cfg: TinyConfig, n: int, seed: int, context_chunks: int = 2
     cases: list[ValCase] = []
     while len(cases) < n:
         source = "real" if len(cases) % 4 == 3 else "synthetic"
-        scene = sample_scene(rng, source, cfg.world_width)
+        scene = sample_scene(rng, source, cfg.world_width, dynamic)
         cams = sample_camera_path(rng, context_chunks * cf, cfg.world_width, revisit_gap=64, p_revisit=0.5)
         cols = token_columns(cams, world_tokens)
         for j in range(context_chunks // 2, context_chunks):
@@ -282,14 +306,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-temporal-span", type=float, default=None,
                     help="largest temporal RoPE offset inside a training sequence (positions); default: "
                          "unlimited strides up to 8 frames per frame (spans of 200+ frames)")
+    ap.add_argument("--world", choices=("static", "dynamic"), default="static",
+                    help="MiniWorld scenes to train on: static, or with movers and lighting that change with time")
+    ap.add_argument("--positions", choices=("random-stride", "true"), default="random-stride",
+                    help="temporal positions of a training sequence: random piecewise strides, or true time "
+                         "(stride 1, as a real model sees one short clip)")
+    ap.add_argument("--keys", choices=("world", "screen"), default="world",
+                    help="the w rotary axis: world column (retrieval by position) or screen column "
+                         "(the real models' design: retrieval by content, camera only through the camera map)")
+    ap.add_argument("--time-theta", type=float, default=10000.0, help="base of the temporal rotary frequencies")
+    ap.add_argument("--new-rope", action="store_true",
+                    help="with --init-weights: allow initial weights trained under other rotary frequencies")
     args = ap.parse_args(argv)
     if args.start_step and args.init_weights is None:
         ap.error("--start-step needs --init-weights")
+    recipe = DataRecipe(args.p_real, args.world == "dynamic", args.positions, args.max_temporal_span)
 
     torch.set_num_threads(args.threads)
     args.log_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = args.log_dir / "checkpoint.pt"
-    cfg = default_config()
+    cfg = default_config(keys=args.keys, time_theta=args.time_theta)
     torch.manual_seed(args.seed)
     model = TinyWorldModel(cfg)
     ema = copy.deepcopy(model.dit).requires_grad_(False)
@@ -299,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     step, elapsed_before, cpu_before = 0, 0.0, 0.0
     init_record = None
     if args.init_weights is not None:
-        model.dit.load_state_dict(load_initial_dit(args.init_weights, cfg).state_dict())
+        model.dit.load_state_dict(load_initial_dit(args.init_weights, cfg, args.new_rope).state_dict())
         ema.load_state_dict(model.dit.state_dict())
         init_record = json.loads(args.init_weights.with_suffix(".json").read_text()).get("training")
         step = args.start_step
@@ -321,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     n_params = sum(p.numel() for p in model.dit.parameters())
     print(f"tiny model: {n_params / 1e6:.3f} M parameters", flush=True)
 
-    cases = validation_cases(cfg, args.eval_cases, seed=10_000 + args.seed)
+    cases = validation_cases(cfg, args.eval_cases, seed=10_000 + args.seed, dynamic=recipe.dynamic)
     ema_model = TinyWorldModel(cfg, ema)
     loss_file = (args.log_dir / "loss.csv").open("a", newline="")
     eval_file = (args.log_dir / "eval.csv").open("a", newline="")
@@ -368,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                            args.rewarmup if args.init_weights is not None else 0)
         for g in opt.param_groups:
             g["lr"] = lr
-        batch = make_batch(rng, cfg, args.batch, args.chunks, args.p_real, gen, args.max_temporal_span)
+        batch = make_batch(rng, cfg, args.batch, args.chunks, recipe, gen)
         pred = noisy_predictions(model, batch)
         loss = weighted_loss(pred, batch.x0, batch.categories, args.retrieval_weight)
         opt.zero_grad(set_to_none=True)

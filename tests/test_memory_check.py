@@ -30,3 +30,11 @@ def test_no_context_may_tie_streaming_within_noise_but_not_exceed_it():
     assert not no_context_lowest(results([0.15, 0.16, 0.14, 0.15, 0.15], [0.05, 0.06, 0.04, 0.05, 0.05]))
     # below Streaming but not below DeCoPrune: fails
     assert not no_context_lowest(results([0.05] * 5, [0.06] * 5, decoprune=0.04))
+
+
+def test_paired_interval_by_hand():
+    from cmbench.benchmarks.memory_check import paired_interval
+
+    mean, low, high = paired_interval(outcomes(0.3, 0.5, 0.4), outcomes(0.1, 0.2, 0.3))
+    se = 0.1 / 3 ** 0.5
+    assert mean == pytest.approx(0.2) and low == pytest.approx(0.2 - 1.96 * se) and high == pytest.approx(0.2 + 1.96 * se)

@@ -109,12 +109,37 @@ def test_full_suite_validates_with_exact_counts(full_suite):
 def test_every_row_matches_the_renderer(full_suite):
     """References, lossless frames, camera plans and ground truth all agree with a fresh render."""
     root, rows = full_suite
+    assert not any(row["miniworld"]["dynamic"] for row in rows)
+    _check_rows_against_the_renderer(root, rows)
+
+
+def test_a_dynamic_suite_keeps_every_target_guarantee_and_changes_with_time(tmp_path):
+    """Same schema, targets and plans as the static suite of the same seeds; only the pixels move."""
+    static = build_suite(_small(tmp_path / "static"))
+    dynamic = build_suite(_small(tmp_path / "dynamic", dynamic=True))
+    rows = [json.loads(line) for line in (dynamic / "metadata.jsonl").read_text().splitlines()]
+    static_rows = [json.loads(line) for line in (static / "metadata.jsonl").read_text().splitlines()]
+    assert all(row["miniworld"]["dynamic"] for row in rows)
+    for row, twin in zip(rows, static_rows, strict=True):  # same tasks, references and plans
+        assert {k: v for k, v in row["miniworld"].items() if k != "dynamic"} == {
+            k: v for k, v in twin["miniworld"].items() if k != "dynamic"}
+        assert {k: v for k, v in row.items() if k != "miniworld"} == {k: v for k, v in twin.items() if k != "miniworld"}
+    _check_rows_against_the_renderer(dynamic, rows)
+    ext = rows[0]["miniworld"]
+    frames = np.load(dynamic / ext["context_frames"])["frames"]
+    assert not np.array_equal(frames, np.load(static / ext["context_frames"])["frames"])
+    cams = np.asarray(ext["context_camera_x"])
+    held = np.flatnonzero(cams[1:] == cams[:-1])  # frames where the camera rests: the image still changes
+    assert len(held) > 10 and all(not np.array_equal(frames[i], frames[i + 1]) for i in held)
+
+
+def _check_rows_against_the_renderer(root: Path, rows: list[dict]) -> None:
     scenes = {}
     for row in rows:
         ext = row["miniworld"]
         key = (ext["scene_seed"], row["type"])
         if key not in scenes:
-            scenes[key] = scene_from_seed(ext["scene_seed"], row["type"], ext["panorama_width"])
+            scenes[key] = scene_from_seed(ext["scene_seed"], row["type"], ext["panorama_width"], ext["dynamic"])
         scene, target = scenes[key], ext["target_object_id"]
         obj = scene.objects[target]
         assert row["target_label"] == obj.category and ext["target_description"] == obj.description
@@ -221,7 +246,10 @@ def test_build_is_cached_and_rebuilt_when_a_knob_changes(tmp_path):
     assert build_suite(_small(root)) == root
     assert manifest.stat().st_mtime_ns == stamp  # nothing rewritten
     build_suite(_small(root, min_target_frames=5))
-    assert json.loads((root / "build.json").read_text())["build_hash"] != first
+    second = json.loads((root / "build.json").read_text())["build_hash"]
+    assert second != first
+    build_suite(_small(root, min_target_frames=5, dynamic=True))
+    assert json.loads((root / "build.json").read_text())["build_hash"] not in (first, second)
     assert manifest.stat().st_mtime_ns != stamp
     assert not (tmp_path / ".mw.building").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mw"]  # no staging folder, no lock file left
@@ -242,6 +270,8 @@ def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
         build_suite(_small(tmp_path / "b", height=64))
     with pytest.raises(ConfigError, match="panorama width"):
         build_suite(_small(tmp_path / "c", panorama_width=200))
+    with pytest.raises(ConfigError, match="data.dynamic must be true or false, got 'yes'"):
+        build_suite(_small(tmp_path / "e", dynamic="yes"))
     with pytest.raises(ConfigError, match="sources"):
         build_suite(_data_cfg(tmp_path / "d", sources={"cartoon": {"videos": 1, "reappear": 1, "revisit": 0}}))
 

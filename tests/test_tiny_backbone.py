@@ -76,6 +76,23 @@ def test_positions_use_world_columns_that_wrap_around():
     assert pos[64:].reshape(8, 8, 3)[0, :, 2].tolist() == list(range(2, 10))
 
 
+def test_screen_keys_put_the_screen_column_on_the_w_axis_whatever_the_camera():
+    """The real models' layout: the camera reaches the model only through the camera map."""
+    from cmbench.backbones.tiny import default_config
+
+    cfg = default_config(keys="screen")
+    assert cfg.keys == "screen" and cfg.rope_spec().t.dim == 16 and cfg.rope_spec().w.period == 16
+    model = TinyWorldModel.random(0, cfg)
+    pos = model.positions(np.array([252, 8]), np.array([7.0, 8.0])).reshape(2, 8, 8, 3)
+    assert pos[0, 0, :, 2].tolist() == list(range(8)) and torch.equal(pos[0, ..., 1:], pos[1, ..., 1:])
+    assert not torch.equal(model.camera_map(np.array([252])), model.camera_map(np.array([8])))
+    with pytest.raises(ConfigError, match="keys must be"):
+        TinyConfig.from_dict({**cfg.to_dict(), "keys": "panorama"})
+    legacy = default_config().to_dict()
+    del legacy["keys"]  # weights saved before the field existed used world keys
+    assert TinyConfig.from_dict(legacy).keys == "world"
+
+
 def test_camera_map_is_the_viewing_ray_on_the_cylinder():
     model = random_model()
     cam = model.camera_map(np.array([0, 128]))

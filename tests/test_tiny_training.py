@@ -15,6 +15,7 @@ from cmbench.backbones.tiny import TinyConfig, TinyWorldModel
 from cmbench.backbones.tiny_training import (
     MAX_STRIDE,
     MIN_STRIDE,
+    clip_frame_positions,
     learning_rate,
     load_initial_dit,
     random_frame_positions,
@@ -121,9 +122,45 @@ def test_learning_rate_schedule_and_rewarm_up_from_a_start_step():
 def test_temporal_probe_reports_every_layout_and_the_temporal_energy_share():
     import probe_temporal_positions as probe
 
-    torch.manual_seed(0)
-    model = TinyWorldModel(train_tiny_backbone.default_config())
-    losses, shares = probe.probe(model, n_batches=1, seed=0)
+    model = TinyWorldModel.random(0, train_tiny_backbone.default_config())
+    losses, shares = probe.probe(model, n_batches=1, seed=0, dynamic=True)
     assert list(losses) == list(probe.layouts(np.random.default_rng(0)))
-    assert all(len(v) == 3 and all(np.isfinite(v)) for v in losses.values())
+    assert all(len(v) == len(probe.COLUMNS) == 4 and all(np.isfinite(v)) for v in losses.values())
+    # a random model still reads its temporal positions: the probe sees the change
+    assert losses["permuted"][0] != losses["true (stride 1)"][0]
     assert len(shares) == model.config.dit.num_layers and all(0 < q < 1 and 0 < k < 1 for q, k in shares)
+
+
+def test_clip_positions_are_true_time_from_a_random_offset():
+    rng = np.random.default_rng(4)
+    starts = []
+    for _ in range(200):
+        pos = clip_frame_positions(rng, 32)
+        assert np.allclose(np.diff(pos), 1.0, rtol=0, atol=1e-9)
+        starts.append(pos[0])
+    assert 0 <= min(starts) and max(starts) < 200 and np.std(starts) > 30
+
+
+def test_a_true_time_dynamic_batch_has_clip_positions_and_moving_frames():
+    cfg = train_tiny_backbone.default_config()
+    recipe = train_tiny_backbone.DataRecipe(p_real=0.0, dynamic=True, positions="true")
+    batch = train_tiny_backbone.make_batch(np.random.default_rng(5), cfg, 2, 4, recipe, torch.Generator().manual_seed(0))
+    clean = batch.frame_positions[:, :16]
+    assert np.allclose(np.diff(clean, axis=1), 1.0)  # stride 1 over the 16 clean frames
+    assert np.array_equal(batch.frame_positions[:, 16:], clean[:, 4:])  # noisy copies sit at their chunks' times
+
+
+def test_weights_start_under_new_rotary_frequencies_only_when_asked(tmp_path):
+    cfg = small_config()
+    torch.manual_seed(0)
+    path = tmp_path / "w.safetensors"
+    TinyWorldModel(cfg).save_pretrained(path)
+    faster = TinyConfig(dit=cfg.dit, rope={**cfg.rope, "t": {"dim": 4, "kind": "log", "theta": 100.0}})
+    with pytest.raises(ConfigError, match="rope"):
+        load_initial_dit(path, faster)
+    loaded = load_initial_dit(path, faster, new_rope=True)
+    saved = load_file(str(path))
+    assert all(torch.equal(value, saved[key]) for key, value in loaded.state_dict().items())
+    screen = TinyConfig(dit=cfg.dit, rope={**cfg.rope, "w": {"dim": 8, "kind": "periodic", "period": 16.0}}, keys="screen")
+    with pytest.raises(ConfigError, match="keys"):  # world and screen keys are different networks
+        load_initial_dit(path, screen, new_rope=True)

@@ -22,15 +22,20 @@ from cmbench.miniworld.metrics import target_region_similarity
 EPISODE_SEEDS = (101, 202)
 
 
-@pytest.fixture(scope="module")
-def similarities() -> dict[str, list[float]]:
+# each committed set of weights on the world it was trained for
+WEIGHTS = {"static": (DEFAULT_WEIGHTS, False), "dynamic": (DEFAULT_WEIGHTS.with_name("tiny_miniworld_dynamic.safetensors"), True)}
+
+
+@pytest.fixture(scope="module", params=sorted(WEIGHTS))
+def similarities(request) -> dict[str, list[float]]:
+    weights, dynamic = WEIGHTS[request.param]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small chunk-sized ops: one thread is fastest
     try:
-        model = TinyWorldModel.from_pretrained(DEFAULT_WEIGHTS)
+        model = TinyWorldModel.from_pretrained(weights)
         out: dict[str, list[float]] = {"fullkv": [], "sink_only": []}
         for seed in EPISODE_SEEDS:
-            scene = scene_from_seed(seed, "synthetic", model.config.world_width)
+            scene = scene_from_seed(seed, "synthetic", model.config.world_width, dynamic)
             episode = plan_episode(scene, ["revisit", "reappear"], np.random.default_rng(seed))
             context = model.encode(torch.from_numpy(render_video(scene, episode.context_x)))
             n_context = len(episode.context_x)

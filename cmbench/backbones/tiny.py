@@ -61,6 +61,11 @@ class TinyConfig:
         Panorama width ``W`` in pixels (a multiple of 4).
     chunk_frames : int
         Latent frames per AR chunk.
+    keys : {"world", "screen"}
+        What the ``w`` rotary axis of a token holds: its world column ``(camera_x / 4 + col) mod
+        (W / 4)`` (the axis must then be periodic with period ``W / 4``), or its column on the
+        screen (0..7), as real video models do (the camera then reaches the model only through the
+        injected camera map, and earlier views must be found by content).
     training : dict
         How the weights were trained (informational: script settings, steps, seed).
     """
@@ -69,13 +74,16 @@ class TinyConfig:
     rope: dict
     world_width: int = 256
     chunk_frames: int = 4
+    keys: str = "world"
     training: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.world_width % TOKEN_PX:
             raise ConfigError(f"world_width must be a multiple of {TOKEN_PX}, got {self.world_width}")
+        if self.keys not in ("world", "screen"):
+            raise ConfigError(f"keys must be 'world' or 'screen', got {self.keys!r}")
         spec = self.rope_spec()
-        if spec.w.kind != "periodic" or spec.w.period != self.world_width / TOKEN_PX:
+        if self.keys == "world" and (spec.w.kind != "periodic" or spec.w.period != self.world_width / TOKEN_PX):
             raise ConfigError(
                 f"the world-column rope axis must be periodic with period {self.world_width // TOKEN_PX} "
                 f"(world_width / {TOKEN_PX}), got kind={spec.w.kind!r} period={spec.w.period}"
@@ -94,6 +102,7 @@ class TinyConfig:
             "rope": self.rope,
             "world_width": self.world_width,
             "chunk_frames": self.chunk_frames,
+            "keys": self.keys,
             "training": self.training,
         }
 
@@ -104,19 +113,28 @@ class TinyConfig:
         return cls(**d)
 
 
-def default_config(world_width: int = 256) -> TinyConfig:
+def default_config(world_width: int = 256, keys: str = "world", time_theta: float = 10000.0) -> TinyConfig:
     """The tiny model: 4 layers, width 128, 4 heads of 32 channels.
 
-    Head channels: 4 temporal (log rule), 8 row (periodic, period 16 > 8 rows, so no aliasing),
-    20 world column (periodic with the panorama's period ``W / 4`` tokens: harmonics 1..10).
+    Head channels with world keys: 4 temporal (log rule, base ``time_theta``), 8 row (periodic,
+    period 16 > 8 rows, so no aliasing), 20 world column (periodic with the panorama's period
+    ``W / 4`` tokens: harmonics 1..10). With screen keys (the real models' layout): 16 temporal,
+    8 row, 8 screen column (periodic, period 16 > 8 columns).
     """
     dit = DiTConfig(in_channels=12, out_channels=12, dim=128, ffn_dim=512, num_heads=4, num_layers=4, camera_dim=3)
-    rope = {
-        "t": {"dim": 4, "kind": "log", "theta": 10000.0},
-        "h": {"dim": 8, "kind": "periodic", "period": 16.0},
-        "w": {"dim": 20, "kind": "periodic", "period": float(world_width // TOKEN_PX)},
-    }
-    return TinyConfig(dit=dit, rope=rope, world_width=world_width, chunk_frames=4)
+    if keys == "screen":
+        rope = {
+            "t": {"dim": 16, "kind": "log", "theta": time_theta},
+            "h": {"dim": 8, "kind": "periodic", "period": 16.0},
+            "w": {"dim": 8, "kind": "periodic", "period": 16.0},
+        }
+    else:
+        rope = {
+            "t": {"dim": 4, "kind": "log", "theta": time_theta},
+            "h": {"dim": 8, "kind": "periodic", "period": 16.0},
+            "w": {"dim": 20, "kind": "periodic", "period": float(world_width // TOKEN_PX)},
+        }
+    return TinyConfig(dit=dit, rope=rope, world_width=world_width, chunk_frames=4, keys=keys)
 
 
 @dataclass(frozen=True)
@@ -310,11 +328,15 @@ class TinyWorldModel:
 
         Returns
         -------
-        Tensor ``float32 [F * 64, 3]``: (t, row, world column), frame-major, then row, then column.
+        Tensor ``float32 [F * 64, 3]``: (t, row, world column or screen column, see
+        :class:`TinyConfig` ``keys``), frame-major, then row, then column.
         """
         g = self.geometry
-        period = self.config.world_width // TOKEN_PX
-        cols = (np.asarray(camera_x)[:, None] // TOKEN_PX + np.arange(g.token_cols)[None, :]) % period
+        screen = np.arange(g.token_cols)[None, :]
+        if self.config.keys == "screen":
+            cols = np.broadcast_to(screen, (len(camera_x), g.token_cols))
+        else:
+            cols = (np.asarray(camera_x)[:, None] // TOKEN_PX + screen) % (self.config.world_width // TOKEN_PX)
         f = len(camera_x)
         t = np.broadcast_to(np.asarray(frame_positions, dtype=np.float64)[:, None, None], (f, g.token_rows, g.token_cols))
         h = np.broadcast_to(np.arange(g.token_rows)[None, :, None], (f, g.token_rows, g.token_cols))

@@ -3,6 +3,8 @@
 - :func:`random_frame_positions`: the temporal RoPE positions of one training sequence (random
   piecewise strides), optionally limited to a maximum temporal span, the way real video models only
   ever see the temporal offsets of their short training clips;
+- :func:`clip_frame_positions`: true time instead (stride 1 from a random offset), as a real model
+  sees the frames of one short clip;
 - :func:`load_initial_dit` and :func:`learning_rate`: start training from saved weights at a step of
   the schedule, with a fresh optimiser state (the script's ``--init-weights``, ``--start-step``).
 """
@@ -64,6 +66,14 @@ def random_frame_positions(
     return np.cumsum(steps)
 
 
+def clip_frame_positions(rng: np.random.Generator, n_frames: int) -> np.ndarray:
+    """Temporal positions of a short clip in true time: ``offset + [0, 1, ..., n_frames - 1]``.
+
+    The offset is uniform in ``[0, 200)`` (RoPE only sees differences). Returns ``float [n_frames]``.
+    """
+    return rng.uniform(0, 200) + np.arange(n_frames, dtype=np.float64)
+
+
 def learning_rate(step: int, total: int, base: float, warmup: int, start: int = 0, rewarmup: int = 0) -> float:
     """Learning rate at ``step``: linear warm-up, then cosine from ``base`` to 5% of it at ``total``.
 
@@ -80,11 +90,12 @@ def learning_rate(step: int, total: int, base: float, warmup: int, start: int = 
     return lr
 
 
-def load_initial_dit(path: str | Path, config: TinyConfig) -> CausalWanDiT:
+def load_initial_dit(path: str | Path, config: TinyConfig, new_rope: bool = False) -> CausalWanDiT:
     """A transformer of ``config`` holding the weights saved at ``path`` (``.safetensors``).
 
-    The config saved beside the weights must describe the same network (``dit``, ``rope``, ``world_width``, ``chunk_frames``);
-    its ``training`` record may differ.
+    The config saved beside the weights must describe the same network (``dit``, ``rope``, ``world_width``,
+    ``chunk_frames``, ``keys``); its ``training`` record may differ. With ``new_rope`` the rotary
+    frequencies may differ (they have no parameters: the weights then start training under the new ones).
 
     Raises
     ------
@@ -97,8 +108,10 @@ def load_initial_dit(path: str | Path, config: TinyConfig) -> CausalWanDiT:
         raise ConfigError(f"initial weights need {path} and {config_path}")
     saved = json.loads(config_path.read_text())
     wanted = json.loads(json.dumps(config.to_dict()))  # tuples as JSON lists, like the saved file
-    if any(saved.get(k) != wanted[k] for k in ("dit", "rope", "world_width", "chunk_frames")):
-        raise ConfigError(f"{path}: its network (dit / rope / geometry config) differs from the one being trained")
+    saved.setdefault("keys", "world")  # weights saved before the keys field existed used world keys
+    fields = ("dit", "world_width", "chunk_frames", "keys") if new_rope else ("dit", "rope", "world_width", "chunk_frames", "keys")
+    if any(saved.get(k) != wanted[k] for k in fields):
+        raise ConfigError(f"{path}: its network ({' / '.join(fields)} config) differs from the one being trained")
     dit = CausalWanDiT(config.dit, config.rope_spec())
     missing, unexpected = dit.load_state_dict(load_file(str(path), device="cpu"), strict=False)
     if missing or unexpected:

@@ -62,12 +62,16 @@ class MemoryCheck:
                 self.latents[task.context_id] = backbone.encode(torch.from_numpy(np.ascontiguousarray(frames)))
             self.contexts[task.context_id].append(TaskData(task, backbone.condition(task), load_ground_truth(task)))
 
-    def run(self, method_cfg: dict, task_counts: dict[str, dict[int, int]] | None = None) -> dict[str, Outcome]:
+    def run(self, method_cfg: dict, task_counts: dict[str, dict[int, int]] | None = None,
+            settings: GenerationSettings | None = None) -> dict[str, Outcome]:
         """One method over every task.
 
         ``task_counts`` (Random) gives each task its own per-chunk keep counts (another method's
         final counts for that task, context chunks included), so each such task gets its own prefill.
+        ``settings`` replaces the check's generation settings for this method (e.g. without the RoPE
+        re-index).
         """
+        settings = settings or self.settings
         out = {}
         for context_id, items in self.contexts.items():
             groups = [[item] for item in items] if task_counts is not None else [items]
@@ -77,7 +81,7 @@ class MemoryCheck:
                     cfg["keep_counts"] = task_counts[group[0].task.task_id]
                 method = build_method(cfg)
                 pre = prefill(self.backbone, method, self.latents[context_id], group[0].cond,
-                              task_seed(self.seed, context_id), self.settings)
+                              task_seed(self.seed, context_id), settings)
                 for item in group:
                     n_frames = len(item.truth["frames"])
                     cont = continue_task(self.backbone, pre, item.cond, n_frames,
@@ -100,6 +104,12 @@ def paired_difference(a: dict[str, Outcome], b: dict[str, Outcome]) -> tuple[flo
     """Mean per-task similarity difference ``a - b`` and its standard error (paired over tasks)."""
     diff = np.array([a[k].similarity - b[k].similarity for k in a])
     return float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+
+
+def paired_interval(a: dict[str, Outcome], b: dict[str, Outcome], z: float = 1.96) -> tuple[float, float, float]:
+    """Mean paired difference ``a - b`` and its normal-approximation interval ``(low, high)`` (95% by default)."""
+    mean, se = paired_difference(a, b)
+    return mean, mean - z * se, mean + z * se
 
 
 def no_context_lowest(results: dict[str, dict[str, Outcome]], z: float = 2.0) -> bool:

@@ -2,7 +2,8 @@
 
 The camera pose of a frame is one integer, the horizontal offset ``x`` of a 32x32 window into the
 panorama (wrapping around). A frame is a crop of the panorama, so rendering is a single gather for a
-whole camera path. For the ``real`` source, frame ``f`` is then scaled by the exposure drift and gets
+whole camera path; a dynamic scene then gets its movers and lighting at the absolute frame index
+(:mod:`cmbench.miniworld.dynamics`). For the ``real`` source, frame ``f`` is then scaled by the exposure drift and gets
 its own sensor noise (seeded by ``(scene.noise_seed, f)``), so pass the absolute frame index of the
 first frame (``first_frame``) when rendering a later part of a video.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cmbench.miniworld.dynamics import draw_dynamics
 from cmbench.miniworld.scene import FRAME, Scene
 
 _WINDOW = np.arange(FRAME)
@@ -61,13 +63,17 @@ def render_video(scene: Scene, camera_x, first_frame: int = 0) -> np.ndarray:
     camera_x : array-like of int, ``[F]``
         Horizontal camera offset of each frame, pixels (taken modulo the panorama width).
     first_frame : int
-        Absolute index of the first frame (drives the ``real`` source's noise and exposure drift).
+        Absolute index of the first frame (drives a dynamic scene's movers and lighting and the
+        ``real`` source's noise and exposure drift).
 
     Returns
     -------
     ndarray, ``uint8 [F, 32, 32, 3]`` RGB
     """
-    frames = scene.panorama[:, window_columns(scene, camera_x)].transpose(1, 0, 2, 3)
+    columns = window_columns(scene, camera_x)
+    frames = scene.panorama[:, columns].transpose(1, 0, 2, 3)
+    if scene.dynamics is not None:
+        frames = draw_dynamics(scene.dynamics, scene.labels, frames, columns, first_frame)
     return np.ascontiguousarray(sensor_effects(scene, frames, first_frame))
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
+from cmbench.miniworld.dynamics import Dynamics, sample_dynamics
 from cmbench.miniworld.appearance import photo_appearance, photo_background, synthetic_appearance, synthetic_background
 from cmbench.miniworld.shapes import CATEGORIES, shape_mask
 
@@ -100,6 +101,9 @@ class Scene:
         synthetic).
     noise_seed : int
         Seeds the per-frame noise (frame ``f`` uses ``default_rng([noise_seed, f])``).
+    dynamics : Dynamics or None
+        Movers and lighting that change with time (:mod:`cmbench.miniworld.dynamics`); None for a
+        static world.
     """
 
     source: str
@@ -112,6 +116,7 @@ class Scene:
     exposure_period: float
     exposure_phase: float
     noise_seed: int
+    dynamics: Dynamics | None = None
 
     @property
     def width(self) -> int:
@@ -144,8 +149,12 @@ def check_width(width: int) -> None:
         )
 
 
-def sample_scene(rng: np.random.Generator, source: str = "synthetic", width: int = 256) -> Scene:
-    """Draw a scene: background, one object per place, same-category twins.
+def sample_scene(rng: np.random.Generator, source: str = "synthetic", width: int = 256, dynamic: bool = False) -> Scene:
+    """Draw a scene: background, one object per place, same-category twins (and, if ``dynamic``,
+    movers and lighting that change with time).
+
+    The dynamics are drawn after everything else, so a dynamic scene has exactly the panorama and
+    objects of the static scene of the same generator state.
 
     Parameters
     ----------
@@ -154,6 +163,8 @@ def sample_scene(rng: np.random.Generator, source: str = "synthetic", width: int
     source : {"synthetic", "real"}
     width : int
         Panorama width in pixels (multiple of 32, at least 128).
+    dynamic : bool
+        Add :class:`~cmbench.miniworld.dynamics.Dynamics` (moving entities on a schedule, lighting).
 
     Returns
     -------
@@ -205,9 +216,10 @@ def sample_scene(rng: np.random.Generator, source: str = "synthetic", width: int
     panorama.setflags(write=False)
     labels.setflags(write=False)
     noise_seed = int(rng.integers(2**62))
-    return Scene(source, panorama, labels, tuple(objects), background_words, noise_std, *exposure, noise_seed)
+    dynamics = sample_dynamics(rng, FRAME, width) if dynamic else None
+    return Scene(source, panorama, labels, tuple(objects), background_words, noise_std, *exposure, noise_seed, dynamics)
 
 
-def scene_from_seed(seed: int, source: str = "synthetic", width: int = 256) -> Scene:
-    """``sample_scene(numpy.random.default_rng(seed), source, width)``: the scene a suite row names."""
-    return sample_scene(np.random.default_rng(seed), source, width)
+def scene_from_seed(seed: int, source: str = "synthetic", width: int = 256, dynamic: bool = False) -> Scene:
+    """``sample_scene(numpy.random.default_rng(seed), source, width, dynamic)``: the scene a suite row names."""
+    return sample_scene(np.random.default_rng(seed), source, width, dynamic)

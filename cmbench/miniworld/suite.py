@@ -69,6 +69,7 @@ class SuiteConfig:
     world_seed: int = 0
     fps: int = 16
     panorama_width: int = 256
+    dynamic: bool = False
     episode: EpisodeConfig = field(default_factory=EpisodeConfig)
     sources: dict[str, SourceCounts] = field(
         default_factory=lambda: {"synthetic": SourceCounts(50, 67, 35), "real": SourceCounts(8, 10, 4)}
@@ -94,6 +95,7 @@ class SuiteConfig:
                 world_seed=int(raw.get("world_seed", 0)),
                 fps=int(raw.get("fps", 16)),
                 panorama_width=int(raw.get("panorama_width", 256)),
+                dynamic=_flag(raw.get("dynamic", False)),
                 episode=episode,
                 sources=sources,
             )
@@ -107,6 +109,13 @@ class SuiteConfig:
 
     def build_hash(self) -> str:
         return json_digest({"version": BUILD_VERSION, "config": asdict(self)})[:16]
+
+
+def _flag(value: Any) -> bool:
+    """A yes/no build knob (a YAML boolean; a string or number is refused rather than guessed)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"data.dynamic must be true or false, got {value!r}")
+    return value
 
 
 def expected_counts(cfg: SuiteConfig) -> dict[str, Any]:
@@ -145,6 +154,7 @@ def _task_row(
         "scene_seed": scene_seed,
         "source": source,
         "panorama_width": scene.width,
+        "dynamic": scene.dynamics is not None,
         "fps": cfg.fps,
         "clip_frames": cfg.episode.clip_frames,
         "context_camera_x": episode.context_x.tolist(),
@@ -221,7 +231,7 @@ def _build_into(out: Path, cfg: SuiteConfig) -> dict[str, Any]:
         for number, task_types in enumerate(contexts, start=1):
             context_id = f"{ID_PREFIX[source]}_{number:03d}"
             scene_seed = sequence_seed(cfg.world_seed, index, number, 1)
-            scene = scene_from_seed(scene_seed, source, cfg.panorama_width)
+            scene = scene_from_seed(scene_seed, source, cfg.panorama_width, cfg.dynamic)
             rng = np.random.default_rng(sequence_seed(cfg.world_seed, index, number, 2))
             episode = plan_episode(scene, task_types, rng, ep)
             stats.append(episode_stats(scene, episode))
