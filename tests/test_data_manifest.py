@@ -293,3 +293,15 @@ def test_hostile_rows_are_one_line_problems_never_tracebacks(tmp_path, case):
     assert "\n" not in hit and len(hit) < 400 + len(str(tmp_path)), hit
     assert len(problems) == 1
     assert [t.task_id for t in tasks if t.line == 1] == ["t1"]
+
+
+def test_frame_index_must_be_below_the_frame_count(tmp_path):
+    """The context video has 32 frames (0 .. 31): index 31 is its last frame, 32 is one past it."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    ref = lambda i: [{"timestamp_seconds": 1.9, "frame_index": i, "bbox_xyxy_normalized": [0, 0, 1, 1]}]  # noqa: E731
+    write_manifest(tmp_path, [official_row("last", video, references=ref(31)),
+                              official_row("past", video, references=ref(32))])
+    problems = _problems(tmp_path)
+    assert _one(problems, ":2:", "references[0].frame_index", "is 32, past the last frame", "(32 frames)")
+    assert len(problems) == 1

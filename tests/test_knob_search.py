@@ -66,3 +66,19 @@ def test_probes_of_other_targets_are_reused_and_change_no_answer():
     base = search_knob(counts, 0.70, lambda k: 1.0 - k / 1000)
     warm_counts = search_knob(counts, 0.85, lambda k: 1.0 - k / 1000, known=dict(base.log))
     assert warm_counts.value == 150 and warm_counts.pr == pytest.approx(0.85)
+
+
+def test_a_target_within_tolerance_of_the_reachable_range_is_accepted():
+    """The knob reaches PR 0.10 .. 0.90 here: a target a little past either end (within the tolerance) is the
+    end itself, found without refusing; one past the tolerance is refused."""
+
+    def kept_pr(k: float) -> float:
+        return 0.9 - 0.8 * k / 100
+
+    knob = Knob("k", 0, 100, increasing=False, integer=True)
+    high = search_knob(knob, 0.9015, kept_pr, tolerance=0.002)
+    assert high.value == 0 and high.pr == pytest.approx(0.9)
+    low = search_knob(knob, 0.0985, kept_pr, tolerance=0.002)
+    assert low.value == 100 and low.pr == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match=r"target PR 0\.9030 is outside .* \(PR 0\.1000 \.\. 0\.9000\)"):
+        search_knob(knob, 0.903, kept_pr, tolerance=0.002)
