@@ -305,3 +305,16 @@ def test_frame_index_must_be_below_the_frame_count(tmp_path):
     problems = _problems(tmp_path)
     assert _one(problems, ":2:", "references[0].frame_index", "is 32, past the last frame", "(32 frames)")
     assert len(problems) == 1
+
+
+def test_lines_are_counted_at_newlines_only(tmp_path):
+    """JSON strings may hold U+2028, U+0085 (legal unescaped in JSON); a stray U+001E is not a line break
+    either: the row loads whole and later rows keep the line numbers an editor shows."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    first = json.dumps(official_row("a", video, continue_prompt="turn\u2028back\x85now"), ensure_ascii=False)
+    (tmp_path / "metadata.jsonl").write_text(f"{first}\n\x1e0\r\n{json.dumps(official_row('c', video, scene=3))}\n",
+                                             encoding="utf-8")
+    tasks, problems = validate_manifest(tmp_path)
+    assert [(t.task_id, t.line, t.continue_prompt) for t in tasks] == [("a", 1, "turn\u2028back\x85now")]
+    assert [(p.line, p.field) for p in problems] == [(2, "<json>"), (3, "scene")]

@@ -271,7 +271,9 @@ def read_manifest(path: Path, root: Path, problems: list[Problem]) -> list[Task]
     tasks: list[Task] = []
     file = str(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # lines end at "\n" only (str.splitlines also breaks at U+2028, U+0085, U+001E..., which JSON
+        # strings may hold, and would shift every later line number)
+        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8").split("\n")]
     except (OSError, UnicodeDecodeError) as err:
         problems.append(Problem(file, None, "<file>", f"cannot read manifest: {err}"))
         return tasks
