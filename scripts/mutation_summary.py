@@ -6,6 +6,7 @@ Usage (scripts/mutation_test.sh calls these; see docs/testing.md):
     python scripts/mutation_summary.py tests --targets scripts/mutation_targets.txt MODULE
     python scripts/mutation_summary.py configure COPY/pyproject.toml MODULE TEST...
     python scripts/mutation_summary.py summarize COPY MODULE --equivalent FILE [--csv FILE] [--seconds S] [--tests T...]
+    python scripts/mutation_summary.py survivors COPY MODULE                 (the mutants not killed, for --rerun)
     python scripts/mutation_summary.py table results/mutation/baseline.csv      (the markdown table of a CSV)
 """
 
@@ -78,7 +79,7 @@ def _statuses(copy: Path, module: str) -> dict[str, str]:
 
 
 def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path | None, seconds: int,
-              tests: list[str]) -> int:
+              tests: list[str], commit: str) -> int:
     """Print the score of one module's mutmut run and each unexplained survivor's diff; 1 if any survived."""
     statuses = _statuses(copy, module)
     killed = sum(s in ("killed", "timeout", "caught by type check", "segfault") for s in statuses.values())
@@ -99,7 +100,6 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
         for line in diff:
             print(f"      {line}")
     if out_csv is not None:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         new = not out_csv.exists()
         with out_csv.open("a", newline="") as f:
             writer = csv.DictWriter(f, CSV_FIELDS)
@@ -108,7 +108,7 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
             writer.writerow({"module": module, "tests": " ".join(tests), "mutants": len(statuses), "killed": killed,
                              "survived": len(survivors) - len(listed), "no_tests": no_tests,
                              "equivalent": len(listed), "score": f"{score:.3f}", "seconds": seconds,
-                             "commit": commit})
+                             "commit": commit.strip()})
     return 1 if unexplained else 0
 
 
@@ -147,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--csv", type=Path)
     p.add_argument("--seconds", type=int, default=0)
     p.add_argument("--tests", nargs="*", default=[])
+    p.add_argument("--commit", default="")
+    p = sub.add_parser("survivors")
+    p.add_argument("copy", type=Path)
+    p.add_argument("module")
     p = sub.add_parser("table")
     p.add_argument("csv", type=Path)
     args = parser.parse_args(argv)
@@ -160,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "configure":
         configure(args.pyproject, args.module, args.tests)
     elif args.command == "summarize":
-        return summarize(args.copy, args.module, read_equivalent(args.equivalent), args.csv, args.seconds, args.tests)
+        return summarize(args.copy, args.module, read_equivalent(args.equivalent), args.csv, args.seconds, args.tests,
+                         args.commit)
+    elif args.command == "survivors":
+        statuses = _statuses(args.copy, args.module)
+        print("\n".join(n for n, s in statuses.items() if s not in ("killed", "timeout", "caught by type check", "segfault")))
     else:
         print(table(args.csv))
     return 0

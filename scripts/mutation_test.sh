@@ -16,6 +16,8 @@
 #   --csv FILE      append one row per module to FILE (results/mutation/baseline.csv is made this way)
 #   --workdir DIR   scratch folder for the copies (default ${TMPDIR:-/tmp}/cmbench-mutation)
 #   --keep          keep each module's copy (then `cd DIR/<module> && mutmut browse` explores the mutants)
+#   --rerun         in a kept copy, run again only the mutants that were not killed, against the repository's
+#                   current tests (after adding tests; a change to the module itself needs a full run)
 # Environment: PYTHON (default: .venv/bin/python of the repository, else python3) must have mutmut and the
 # `test` extra installed.
 set -euo pipefail
@@ -25,7 +27,7 @@ py="${PYTHON:-}"
 if [ -z "$py" ]; then
   if [ -x .venv/bin/python ]; then py="$repo/.venv/bin/python"; else py="$(command -v python3)"; fi
 fi
-since="" all=0 jobs=1 csv="" keep=0 modules=()
+since="" all=0 jobs=1 csv="" keep=0 rerun=0 modules=()
 workdir="${TMPDIR:-/tmp}/cmbench-mutation"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -35,6 +37,7 @@ while [ $# -gt 0 ]; do
     --csv) csv="$(realpath -m "$2")"; shift 2 ;;
     --workdir) workdir="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
+    --rerun) rerun=1; keep=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "mutation_test.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) modules+=("$1"); shift ;;
@@ -59,15 +62,26 @@ status=0
 for module in "${modules[@]}"; do
   mapfile -t tests < <("${helper[@]}" tests --targets "$targets" "$module")
   copy="$workdir/$(echo "${module%.py}" | tr '/' '.')"
-  rm -rf "$copy" && mkdir -p "$copy"
-  git ls-files -co --exclude-standard -z | xargs -0 tar cf - | tar xf - -C "$copy"
-  "${helper[@]}" configure "$copy/pyproject.toml" "$module" "${tests[@]}"
-  echo "== $module (tests: ${tests[*]})"
+  names=()
+  if [ $rerun -eq 1 ]; then
+    [ -d "$copy/mutants" ] || { echo "mutation_test.sh: no kept copy of $module in $copy (run with --keep first)" >&2; status=1; continue; }
+    for dest in "$copy/tests" "$copy/mutants/tests"; do rm -rf "$dest" && cp -r "$repo/tests" "$dest"; done
+    mapfile -t names < <(cd "$copy" && "${helper[@]}" survivors "$copy" "$module")
+    if [ ${#names[@]} -eq 0 ]; then echo "== $module: no mutant left to rerun"; continue; fi
+    echo "== $module: rerunning ${#names[@]} mutant(s) that were not killed (tests: ${tests[*]})"
+  else
+    rm -rf "$copy" && mkdir -p "$copy"
+    git ls-files -co --exclude-standard -z | xargs -0 tar cf - | tar xf - -C "$copy"
+    git rev-parse --short HEAD > "$copy/.commit"
+    git diff --quiet HEAD -- cmbench tests || echo "+changes" >> "$copy/.commit"
+    "${helper[@]}" configure "$copy/pyproject.toml" "$module" "${tests[@]}"
+    echo "== $module (tests: ${tests[*]})"
+  fi
   start=$(date +%s)
   # mutmut's exit status says nothing about survivors; its progress line goes to the log
-  (cd "$copy" && nice -n 10 "$py" -m mutmut run --max-children "$jobs" > mutmut.log 2>&1) \
+  (cd "$copy" && nice -n 10 "$py" -m mutmut run --max-children "$jobs" "${names[@]}" > mutmut.log 2>&1) \
     || { echo "mutmut failed on $module, see $copy/mutmut.log" >&2; tail -5 "$copy/mutmut.log" >&2; status=1; continue; }
-  "${helper[@]}" summarize "$copy" "$module" --seconds $(( $(date +%s) - start )) \
+  "${helper[@]}" summarize "$copy" "$module" --seconds $(( $(date +%s) - start )) --commit "$(tr '\n' ' ' < "$copy/.commit")" \
     --equivalent "$repo/results/mutation/equivalent.txt" ${csv:+--csv "$csv"} --tests "${tests[@]}" || status=1
   [ $keep -eq 1 ] || rm -rf "$copy"
 done
