@@ -61,7 +61,8 @@ def select(targets: dict[str, list[str]], changed: list[str], everything: bool) 
 
 def configure(pyproject: Path, module: str, tests: list[str]) -> None:
     """Point the ``[tool.mutmut]`` table of a copy's pyproject.toml at one module and its tests."""
-    lines = pyproject.read_text().splitlines()
+    keys = ("only_mutate =", "pytest_add_cli_args_test_selection =")
+    lines = [line for line in pyproject.read_text().splitlines() if not line.startswith(keys)]  # a rerun's new tests
     try:
         at = lines.index("[tool.mutmut]")
     except ValueError:

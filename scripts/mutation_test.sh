@@ -66,6 +66,8 @@ for module in "${modules[@]}"; do
   if [ $rerun -eq 1 ]; then
     [ -d "$copy/mutants" ] || { echo "mutation_test.sh: no kept copy of $module in $copy (run with --keep first)" >&2; status=1; continue; }
     for dest in "$copy/tests" "$copy/mutants/tests"; do rm -rf "$dest" && cp -r "$repo/tests" "$dest"; done
+    "${helper[@]}" configure "$copy/pyproject.toml" "$module" "${tests[@]}"
+    cp "$copy/pyproject.toml" "$copy/mutants/pyproject.toml"
     mapfile -t names < <(cd "$copy" && "${helper[@]}" survivors "$copy" "$module")
     if [ ${#names[@]} -eq 0 ]; then echo "== $module: no mutant left to rerun"; continue; fi
     echo "== $module: rerunning ${#names[@]} mutant(s) that were not killed (tests: ${tests[*]})"
