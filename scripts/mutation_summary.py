@@ -72,11 +72,18 @@ def configure(pyproject: Path, module: str, tests: list[str]) -> None:
 
 
 def _statuses(copy: Path, module: str) -> dict[str, str]:
+    """Each mutant's status; after a ``--rerun``, the mutants it did not run keep the status they had before
+    it (mutmut resets them to "not checked" when the tests change)."""
     from mutmut.stats import status_by_exit_code
 
     meta = copy / "mutants" / f"{module}.meta"
-    data = json.loads(meta.read_text())
-    return {name: status_by_exit_code[code] for name, code in data["exit_code_by_key"].items()}
+    now = {n: status_by_exit_code[c] for n, c in json.loads(meta.read_text())["exit_code_by_key"].items()}
+    before_path = meta.with_name(meta.name + ".before")
+    if not before_path.is_file():
+        return now
+    before = {n: status_by_exit_code[c] for n, c in json.loads(before_path.read_text())["exit_code_by_key"].items()}
+    return {n: now[n] if now.get(n, "not checked") != "not checked" else before.get(n, "not checked")
+            for n in {**before, **now}}
 
 
 def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path | None, seconds: int,

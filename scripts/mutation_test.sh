@@ -69,6 +69,8 @@ for module in "${modules[@]}"; do
     "${helper[@]}" configure "$copy/pyproject.toml" "$module" "${tests[@]}"
     cp "$copy/pyproject.toml" "$copy/mutants/pyproject.toml"
     mapfile -t names < <(cd "$copy" && "${helper[@]}" survivors "$copy" "$module")
+    meta="$copy/mutants/$module.meta"
+    [ -f "$meta.before" ] || cp "$meta" "$meta.before"  # the full run's results, for the mutants not rerun
     if [ ${#names[@]} -eq 0 ]; then echo "== $module: no mutant left to rerun"; continue; fi
     echo "== $module: rerunning ${#names[@]} mutant(s) that were not killed (tests: ${tests[*]})"
   else
