@@ -132,3 +132,14 @@ def test_ties_go_to_the_smaller_value_on_a_knob_that_prunes_less_when_larger():
     prs = {0.0: 0.75, 8.0: 0.25, 4.0: 0.5, 2.0: 0.625, 6.0: 0.375}
     tied = search_knob(Knob("k", 0, 8, increasing=False), 0.5625, prs.__getitem__, tolerance=0.01, max_evaluations=4)
     assert [v for v, _ in tied.log] == [0.0, 8.0, 4.0, 2.0] and tied.value == 2.0 and tied.pr == 0.625
+
+
+def test_the_search_stops_after_max_evaluations_and_accepts_a_target_exactly_at_the_tolerance():
+    """A PR that jumps never comes within the tolerance: the default budget of 14 evaluations ends the
+    search. A target exactly one tolerance past either end of the reachable range (exact binary values) is
+    still accepted."""
+    jump = search_knob(Knob("g", 0.0, 10.0), 0.5, lambda v: 0.0 if v < 5.0 else 1.0)
+    assert len(jump.log) == 14
+    linear = lambda v: 0.25 + v / 16  # noqa: E731  PR 0.25 .. 0.75 over [0, 8]
+    assert search_knob(Knob("k", 0, 8), 0.875, linear, tolerance=0.125).value == 8.0
+    assert search_knob(Knob("k", 0, 8), 0.125, linear, tolerance=0.125).value == 0.0
