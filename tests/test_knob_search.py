@@ -143,3 +143,16 @@ def test_the_search_stops_after_max_evaluations_and_accepts_a_target_exactly_at_
     linear = lambda v: 0.25 + v / 16  # noqa: E731  PR 0.25 .. 0.75 over [0, 8]
     assert search_knob(Knob("k", 0, 8), 0.875, linear, tolerance=0.125).value == 8.0
     assert search_knob(Knob("k", 0, 8), 0.125, linear, tolerance=0.125).value == 0.0
+
+
+def test_probes_are_reused_on_a_knob_that_prunes_less_when_larger():
+    """The known endpoints of a decreasing knob must not narrow the bracket onto themselves."""
+    knob = Knob("k", 0, 1000, increasing=False, integer=True)
+
+    def kept_pr(k: float) -> float:
+        return 1.0 - k / 1000
+
+    first = search_knob(knob, 0.80, kept_pr)
+    warm = search_knob(knob, 0.85, kept_pr, known=dict(first.log))
+    assert warm.value == 150 and warm.pr == pytest.approx(0.85)
+    assert not set(dict(warm.log)) & set(dict(first.log))
