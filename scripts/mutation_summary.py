@@ -110,7 +110,7 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
     if out_csv is not None:
         new = not out_csv.exists()
         with out_csv.open("a", newline="") as f:
-            writer = csv.DictWriter(f, CSV_FIELDS)
+            writer = csv.DictWriter(f, CSV_FIELDS, lineterminator="\n")
             if new:
                 writer.writeheader()
             writer.writerow({"module": module, "tests": " ".join(tests), "mutants": len(statuses), "killed": killed,
