@@ -1,6 +1,7 @@
 """KVCache: attention over physical history, compaction, probes, forks, stats, growth."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -375,3 +376,18 @@ def test_ledger_by_hand_with_head_groups():
     assert summary["visible_tokens"] == 176 and summary["full_tokens"] == 192
     assert summary["chunks"][2] == {"chunk": 2, "frame_start": 4, "visible": 112, "full": 128, "min_head": 8, "max_head": 16}
     assert math.isnan(PRLedger("context").pruning_ratio())
+
+
+def test_the_ledger_peak_is_the_running_maximum_when_memory_falls():
+    """Compaction frees memory: the peak stays at the largest size seen, not the last one."""
+    ledger = PRLedger("generation")
+    for stored in (100, 300, 200, 50):
+        ledger.note_memory(SimpleNamespace(stored_bytes=lambda stored=stored: stored))
+    assert ledger.peak_stored_bytes == 300
+    assert ledger.summary()["peak_stored_bytes"] == 300
+
+
+def test_the_ledger_records_only_an_open_chunk():
+    cache = KVCache.from_geometry(G)
+    with pytest.raises(RuntimeError, match=r"^the ledger records an open chunk; call begin_chunk first$"):
+        PRLedger("context").record(cache)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -46,6 +47,32 @@ def test_validate_lists_every_problem_and_fails(tmp_path):
     assert "Traceback" not in err
     subset = cmbench("validate", "data=cmbench", f"data.root={tmp_path}", "data.check_counts=false")
     assert subset.returncode == 1 and "<counts>" not in subset.stderr
+
+
+def test_validate_survives_hostile_rows_and_counts_only_valid_ones(tmp_path):
+    """A NUL byte, an over-long path, 100k-deep nesting, 10**400 and a 5000-digit integer are each one
+    ``file:line: field: reason`` line; the summary counts the rows without problems and those with."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    good = json.dumps(official_row("a", video))
+    rows = [
+        good,
+        official_row("b", "videos/x\x00.mp4"),
+        official_row("c", "v/" + "a" * 5000 + ".mp4"),
+        "[" * 100_000 + "]" * 100_000,
+        good.replace('"task_id": "a"', '"task_id": "e"').replace('"timestamp_seconds": 0.5', '"timestamp_seconds": 1' + "0" * 400),
+        good.replace('"task_id": "a"', '"task_id": "f"').replace('"frame_index": 8', '"frame_index": 1' + "0" * 5000),
+        official_row("a", video),  # a duplicate: parsed, but not a valid task
+        official_row("h", video),
+    ]
+    write_manifest(tmp_path, rows)
+    out = cmbench("validate", "data=cmbench", f"data.root={tmp_path}", "data.check_counts=false")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    m = f"{tmp_path}/metadata.jsonl"
+    for line, field in [(2, "video"), (3, "video"), (4, "<json>"), (5, "references[0].timestamp_seconds"),
+                        (6, "<json>"), (7, "task_id")]:
+        assert re.search(rf"^  {re.escape(m)}:{line}: {re.escape(field)}: .+$", out.stderr, re.M), (line, out.stderr)
+    assert "cmbench: 2 valid task(s) over 1 video(s) (2 reappear, 0 revisit); 6 row(s) with problems" in out.stderr
 
 
 def test_ls_lists_groups_and_user_configs(tmp_path):

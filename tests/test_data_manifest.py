@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -253,3 +254,67 @@ def test_miniworld_adapter_rebuilds_on_a_changed_knob_and_validates_its_npz_file
     assert len(problems) == 2
     path_only = [str(p) for p in adapter.problems(load_manifest(root), open_files=False)]
     assert len(path_only) == 1 and "context_frames" in path_only[0]
+
+
+def _hostile_rows(video: str) -> dict[str, tuple[str, str, str]]:
+    """Rows a received manifest may hold that once crashed ``validate``: name -> (line, field, reason)."""
+    row = lambda **o: json.dumps(official_row("t2", video, **o))  # noqa: E731
+    ref = {"timestamp_seconds": 0.5, "frame_index": 8, "bbox_xyxy_normalized": [0.1, 0.2, 0.5, 0.6]}
+    return {
+        "nul_in_video": (json.dumps(official_row("t2", "videos/x\x00.mp4")), "video", "NUL"),
+        "5000_character_path": (json.dumps(official_row("t2", "v/" + "a" * 5000 + ".mp4")), "video", "longer than"),
+        "260_character_component": (json.dumps(official_row("t2", "v/" + "b" * 260 + ".mp4")), "video", "longer than"),
+        "250_character_components": (json.dumps(official_row("t2", "/".join(["c" * 250] * 20) + ".mp4")), "video",
+                                     "longer than"),
+        "deep_array": ("[" * 100_000 + "]" * 100_000, "<json>", "nested"),
+        "deep_object": ('{"a": ' * 100_000 + "1" + "}" * 100_000, "<json>", "nested"),
+        "timestamp_10_pow_400": (row().replace('"timestamp_seconds": 0.5', '"timestamp_seconds": 1' + "0" * 400),
+                                 "references[0].timestamp_seconds", "expected a finite number >= 0"),
+        "box_10_pow_400": (row(references=[{**ref, "bbox_xyxy_normalized": [0, 0, 10**400, 1]}]),
+                           "references[0].bbox_xyxy_normalized", "expected a list of 4 numbers"),
+        "5000_digit_integer": (row().replace('"frame_index": 8', '"frame_index": 1' + "0" * 5000), "<json>",
+                               "digits"),
+        "frame_index_10_pow_400": (row(references=[{**ref, "frame_index": 10**400}]), "references[0].frame_index",
+                                   "past the last frame"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_hostile_rows("v.mp4")))
+def test_hostile_rows_are_one_line_problems_never_tracebacks(tmp_path, case):
+    """NUL bytes, over-long paths, deep nesting and huge numbers: a ``file:line: field: reason`` problem of a
+    readable length, and the good row beside it still loads."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    text, field, reason = _hostile_rows(video)[case]
+    write_manifest(tmp_path, [official_row("t1", video), text])
+    tasks, found = validate_manifest(tmp_path)
+    problems = [str(p) for p in found]
+    hit = _one(problems, f"metadata.jsonl:2: {field}: ", reason)
+    assert "\n" not in hit and len(hit) < 400 + len(str(tmp_path)), hit
+    assert len(problems) == 1
+    assert [t.task_id for t in tasks if t.line == 1] == ["t1"]
+
+
+def test_frame_index_must_be_below_the_frame_count(tmp_path):
+    """The context video has 32 frames (0 .. 31): index 31 is its last frame, 32 is one past it."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    ref = lambda i: [{"timestamp_seconds": 1.9, "frame_index": i, "bbox_xyxy_normalized": [0, 0, 1, 1]}]  # noqa: E731
+    write_manifest(tmp_path, [official_row("last", video, references=ref(31)),
+                              official_row("past", video, references=ref(32))])
+    problems = _problems(tmp_path)
+    assert _one(problems, ":2:", "references[0].frame_index", "is 32, past the last frame", "(32 frames)")
+    assert len(problems) == 1
+
+
+def test_lines_are_counted_at_newlines_only(tmp_path):
+    """JSON strings may hold U+2028, U+0085 (legal unescaped in JSON); a stray U+001E is not a line break
+    either: the row loads whole and later rows keep the line numbers an editor shows."""
+    video = "videos/synthetic/syn_001.mp4"
+    write_context_video(tmp_path / video, 0)
+    first = json.dumps(official_row("a", video, continue_prompt="turn\u2028back\x85now"), ensure_ascii=False)
+    (tmp_path / "metadata.jsonl").write_text(f"{first}\n\x1e0\r\n{json.dumps(official_row('c', video, scene=3))}\n",
+                                             encoding="utf-8")
+    tasks, problems = validate_manifest(tmp_path)
+    assert [(t.task_id, t.line, t.continue_prompt) for t in tasks] == [("a", 1, "turn\u2028back\x85now")]
+    assert [(p.line, p.field) for p in problems] == [(2, "<json>"), (3, "scene")]

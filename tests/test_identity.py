@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 import textwrap
@@ -168,3 +169,21 @@ def test_a_label_is_not_part_of_the_run_identity_and_seeds_share_a_setup():
     assert setup_hash(compose_config("decoprune", ["seed=3"])) == setup_hash(plain)
     assert setup_hash(compose_config("decoprune", ["method.gamma=0.2"])) != setup_hash(plain)
     assert run_dir_for(plain).name.startswith("decoprune__tiny__light__")
+
+
+def test_only_paths_inside_the_package_are_made_portable():
+    """A sibling folder whose name starts with the package's (``<root>_weights/``) is not inside it."""
+    root = str(PACKAGE_ROOT)
+    assert identity.portable(f"{root}/backbones/w.safetensors") == "${package_root:}/backbones/w.safetensors"
+    assert identity.portable(root) == "${package_root:}"
+    assert identity.portable(f"{root}_weights/w.safetensors") == f"{root}_weights/w.safetensors"
+    assert identity.portable({"a": [f"{root}x"], "b": 3}) == {"a": [f"{root}x"], "b": 3}
+
+
+def test_a_label_lists_the_changed_knobs_in_the_class_field_order_not_alphabetically():
+    """DeCoPrune declares ``probe_step``, ``score``, then ``post_prune``: the label keeps that order whatever
+    order the overrides come in (alphabetically ``post_prune`` would come first)."""
+    fields = [f.name for f in dataclasses.fields(DeCoPrune)]
+    assert fields.index("probe_step") < fields.index("score") < fields.index("post_prune")
+    cfg = compose_config("decoprune", ["method.post_prune=true", "method.score=chunk_normalised", "method.probe_step=1"])
+    assert run_label(cfg) == "decoprune@probe_step=1,score=chunk_normalised,post_prune=true"

@@ -66,3 +66,93 @@ def test_probes_of_other_targets_are_reused_and_change_no_answer():
     base = search_knob(counts, 0.70, lambda k: 1.0 - k / 1000)
     warm_counts = search_knob(counts, 0.85, lambda k: 1.0 - k / 1000, known=dict(base.log))
     assert warm_counts.value == 150 and warm_counts.pr == pytest.approx(0.85)
+
+
+def test_a_target_within_tolerance_of_the_reachable_range_is_accepted():
+    """The knob reaches PR 0.10 .. 0.90 here: a target a little past either end (within the tolerance) is the
+    end itself, found without refusing; one past the tolerance is refused."""
+
+    def kept_pr(k: float) -> float:
+        return 0.9 - 0.8 * k / 100
+
+    knob = Knob("k", 0, 100, increasing=False, integer=True)
+    high = search_knob(knob, 0.9015, kept_pr, tolerance=0.002)
+    assert high.value == 0 and high.pr == pytest.approx(0.9)
+    low = search_knob(knob, 0.0985, kept_pr, tolerance=0.002)
+    assert low.value == 100 and low.pr == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match=r"target PR 0\.9030 is outside .* \(PR 0\.1000 \.\. 0\.9000\)"):
+        search_knob(knob, 0.903, kept_pr, tolerance=0.002)
+
+
+def test_the_middle_of_a_bracket_by_hand():
+    """Linear: the mean; log: the geometric mean; integer: a whole value strictly inside, or ``a`` when none is."""
+    assert Knob("g", 0.0, 8.0).middle(2.0, 6.0) == 4.0
+    assert Knob("g", 1e-4, 10.0, log=True).middle(1.0, 100.0) == pytest.approx(10.0)
+    count = Knob("k", 0, 100, integer=True)
+    assert [count.middle(0, 10), count.middle(0, 3), count.middle(0, 2), count.middle(4, 5)] == [5.0, 1.0, 1.0, 4.0]
+    log_count = Knob("k", 1, 100, log=True, integer=True)
+    assert log_count.middle(1, 5) == 2.0  # sqrt 5 = 2.24 -> 2
+    assert log_count.middle(1, 3) == 2.0  # sqrt 3 = 1.73 -> 1, but 1 is not strictly inside: 2
+    assert log_count.middle(1, 2) == 1.0
+
+
+def test_knob_ranges_and_targets_are_checked_with_the_reason():
+    with pytest.raises(ConfigError, match=r"^knob k: low \(3\) must be below high \(3\)$"):
+        Knob("k", 3, 3)
+    with pytest.raises(ConfigError, match=r"^target PR must be in \[0, 1\), got 1\.0$"):
+        search_knob(Knob("k", 0, 10), 1.0, lambda v: v / 10)
+    assert search_knob(Knob("k", 0, 10, increasing=True), 0.0, lambda v: v / 10).value == 0.0
+    result = search_knob(Knob("k", 0, 10, increasing=True), 0.5, lambda v: v / 10)
+    assert result.knob == "k" and result.value == 5.0 and result.target_pr == 0.5
+
+
+def test_an_integer_knob_measures_whole_values_only_even_from_fractional_bounds():
+    seen = []
+
+    def kept_pr(k: float) -> float:
+        seen.append(k)
+        return 1.0 - k / 100
+
+    result = search_knob(Knob("k", 0.4, 99.6, increasing=False, integer=True), 0.85, kept_pr)
+    assert seen[:2] == [0.0, 100.0] and all(float(v).is_integer() for v in seen)
+    assert result.value == 15.0
+
+
+def test_ties_go_to_the_smaller_value_and_the_search_stops_within_tolerance():
+    """Two values equally close to the target: the smaller wins; a PR exactly at the tolerance is close enough."""
+    prs = {0.0: 0.25, 8.0: 0.75, 4.0: 0.5, 2.0: 0.375, 6.0: 0.625}
+    result = search_knob(Knob("k", 0, 8, increasing=True), 0.5 + 0.0625, prs.__getitem__, tolerance=0.0625)
+    assert [v for v, _ in result.log] == [0.0, 8.0, 4.0] and result.value == 4.0
+    tied = search_knob(Knob("k", 0, 8, increasing=True), 0.4375, prs.__getitem__, tolerance=0.01,
+                       max_evaluations=4)
+    assert [v for v, _ in tied.log] == [0.0, 8.0, 4.0, 2.0] and tied.value == 2.0
+
+
+def test_ties_go_to_the_smaller_value_on_a_knob_that_prunes_less_when_larger():
+    prs = {0.0: 0.75, 8.0: 0.25, 4.0: 0.5, 2.0: 0.625, 6.0: 0.375}
+    tied = search_knob(Knob("k", 0, 8, increasing=False), 0.5625, prs.__getitem__, tolerance=0.01, max_evaluations=4)
+    assert [v for v, _ in tied.log] == [0.0, 8.0, 4.0, 2.0] and tied.value == 2.0 and tied.pr == 0.625
+
+
+def test_the_search_stops_after_max_evaluations_and_accepts_a_target_exactly_at_the_tolerance():
+    """A PR that jumps never comes within the tolerance: the default budget of 14 evaluations ends the
+    search. A target exactly one tolerance past either end of the reachable range (exact binary values) is
+    still accepted."""
+    jump = search_knob(Knob("g", 0.0, 10.0), 0.5, lambda v: 0.0 if v < 5.0 else 1.0)
+    assert len(jump.log) == 14
+    linear = lambda v: 0.25 + v / 16  # noqa: E731  PR 0.25 .. 0.75 over [0, 8]
+    assert search_knob(Knob("k", 0, 8), 0.875, linear, tolerance=0.125).value == 8.0
+    assert search_knob(Knob("k", 0, 8), 0.125, linear, tolerance=0.125).value == 0.0
+
+
+def test_probes_are_reused_on_a_knob_that_prunes_less_when_larger():
+    """The known endpoints of a decreasing knob must not narrow the bracket onto themselves."""
+    knob = Knob("k", 0, 1000, increasing=False, integer=True)
+
+    def kept_pr(k: float) -> float:
+        return 1.0 - k / 1000
+
+    first = search_knob(knob, 0.80, kept_pr)
+    warm = search_knob(knob, 0.85, kept_pr, known=dict(first.log))
+    assert warm.value == 150 and warm.pr == pytest.approx(0.85)
+    assert not set(dict(warm.log)) & set(dict(first.log))

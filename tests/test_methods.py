@@ -476,3 +476,27 @@ def test_invariants_for_every_method(name, tmp_path):
     cont = continue_task(backbone, pre, None, 8, 4, on_chunk_end=checked)
     assert checks == list(range(8))
     assert torch.isfinite(cont.latents).all()
+
+
+def test_dummyforcing_normalises_over_all_layer_heads_not_per_layer():
+    """Layer 0 attends to the context far less than layer 1 (masses 0.01 vs 0.6): normalised over all four
+    layer-heads, both heads of layer 0 have the lowest max(first, middle) and become dummy; normalised per
+    layer, each layer's masses would sum to 1 and layer 1's heads would be the dummy ones."""
+    method = build_method(DUMMY)
+    regions = method.regions(G, ChunkInfo(2, 4, 2, 16, 8))
+    mass = torch.zeros(2, 2, 6)
+    mass[0, 0, [0, 4]] = torch.tensor([0.01, 0.99])  # first 0.01, middle 0
+    mass[0, 1, [3, 4]] = torch.tensor([0.01, 0.99])  # first 0, middle 0.01
+    mass[1, 0, [0, 3, 4]] = torch.tensor([0.50, 0.10, 0.40])  # first 0.5 > middle 0.1 -> first
+    mass[1, 1, [2, 3, 5]] = torch.tensor([0.10, 0.50, 0.40])  # middle 0.5 > first 0.1 -> middle
+    assert method.classify(mass, regions).tolist() == [[2, 2], [0, 1]]
+
+
+def test_random_draws_depend_on_the_run_seed_as_well_as_the_seed_knob():
+    """Seeds of one setup must draw different tokens (else every seed of a sweep repeats one draw), while a
+    rerun of one seed draws the same."""
+    first = survivors(run(build_method({"name": "random"}), seed=0)[1].cache)
+    again = survivors(run(build_method({"name": "random"}), seed=0)[1].cache)
+    other = survivors(run(build_method({"name": "random"}), seed=3)[1].cache)
+    assert first == again != other
+    assert len(first) == len(other)  # the count is DeCoPrune's either way

@@ -158,3 +158,20 @@ def test_every_method_refuses_a_mistyped_or_negative_knob_by_name():
         build_method({"name": "decoprune", "gamma": -1})
     with pytest.raises(ConfigError, match=r"^method random: max_history_tokens must be a whole number >= 0 \(or null\)"):
         build_method({"name": "random", "max_history_tokens": 2.5})
+
+
+def test_booleans_are_not_numbers_for_any_knob():
+    """YAML's ``true`` is a Python ``bool``, itself an ``int``: every int or float knob of every method refuses
+    it by name, and a bool knob takes it."""
+    checked = 0
+    for name in method_names():
+        cls = method_class(name)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if hints[f.name] in (int, float, int | None, float | None):
+                with pytest.raises(ConfigError, match=f"^method {name}: {f.name} must be .*, got True$"):
+                    build_method({"name": name, f.name: True})
+                checked += 1
+    assert checked >= 20
+    assert build_method({"name": "decoprune", "post_prune": True}).post_prune is True
+    assert build_method({"name": "decoprune", "gamma": 1}).gamma == 1  # an integer is a number

@@ -185,3 +185,14 @@ def test_version_1_records_read_with_the_fields_of_version_2_empty():
     assert record.code_hash is None and record.run_seed is None and record.attention_flops is None
     with pytest.raises(ValueError, match="attention_flops: is -1.0, expected a finite number >= 0"):
         TaskRecord(task_id="t", status="ok", attention_flops=-1.0)
+
+
+@pytest.mark.parametrize("best, ok_", [(0, True), (3, True), (4, False), (-1, False)])
+def test_best_frame_must_index_one_of_the_n_frames(best, ok_):
+    """``best_frame`` indexes the continuation's frames: ``n_frames`` itself is one past the last."""
+    row = {**ok("t"), "n_frames": 4, "best_frame": best}
+    if ok_:
+        assert TaskRecord.from_json(row).best_frame == best
+    else:
+        with pytest.raises(ValueError, match=rf"best_frame: is {best}, expected an index below n_frames=4"):
+            TaskRecord.from_json(row)

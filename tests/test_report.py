@@ -396,3 +396,14 @@ def test_one_run_given_twice_is_refused(runs):
     tmp, full, _ = runs
     with pytest.raises(ReportError, match=r"several runs share a method label \(fullkv\) and nothing tells them apart"):
         write_reports([full, full], tmp / "twice")
+
+
+@pytest.mark.parametrize("order", ["worse_first", "better_first"])
+def test_rows_are_sorted_best_score_first(runs, order):
+    """DeCoPrune (0.667) ranks above FullKV (0.65) in the CSV and the markdown, whatever order the runs come in."""
+    tmp, full, deco = runs
+    given = [full, deco] if order == "worse_first" else [deco, full]
+    paths = write_reports(given, tmp / f"report_{order}")
+    assert pd.read_csv(paths["leaderboard.csv"])["method"].tolist() == ["decoprune", "fullkv"]
+    md = paths["leaderboard.md"].read_text()
+    assert md.index("| decoprune |") < md.index("| fullkv |")

@@ -517,3 +517,14 @@ def test_gallery_of_a_seed_sweep_shows_each_record_with_its_own_video(made_runs)
     assert "mean over the 2 seeds" in panel
     one_seed = build_report([runs[1]], tmp / "one").index.read_text()
     assert "seed 2" not in one_seed  # a one-seed entry needs no seed note
+
+
+def test_markup_in_any_record_field_is_shown_as_text(made_runs):
+    """Records come from other people's runs: a label or an error holding HTML is escaped, never rendered."""
+    tmp, data, full, deco = made_runs
+    rows = [json.loads(line) for line in (deco / "records.jsonl").read_text().splitlines()]
+    rows[-1]["error"] = "RuntimeError: <img src=x onerror=alert(1)> & <b>bold</b>"
+    (deco / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = build_report([full, deco], tmp / "report").index.read_text()
+    assert "<img src=x onerror" not in text and "<b>bold</b>" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text

@@ -29,6 +29,7 @@ from cmbench.scoring.preprocess import (
     ImageSpec,
     Owlv2Spec,
     blank_outside,
+    center_crop,
     frames_input,
     masked_crops_input,
     resize_two_pass,
@@ -202,3 +203,22 @@ def test_tiny_models_agree_on_both_inputs(scorer, config):
     ours = embedder.model(pixel_values=embedder.preprocess(crops, masks)).pooler_output
     ref = embedder.model(pixel_values=dino_pixels(crops, masks, 0, processor=embedder.image_processor)).pooler_output
     assert torch.nn.functional.cosine_similarity(ours, ref).min() > 0.9999
+
+
+@pytest.mark.parametrize("shape, crop", [((2, 3), (5, 4)), ((3, 2), (6, 7)), ((4, 4), (7, 2)), ((5, 3), (2, 6)),
+                                         ((1, 1), (4, 5)), ((6, 5), (3, 3))])
+def test_center_crop_pads_an_image_smaller_than_the_crop_as_transformers_does(shape, crop):
+    """An image smaller than the crop is zero-padded around its centre first (``ceil`` of half the missing
+    size on the top / left), then cropped: pixel for pixel what transformers' ``center_crop`` gives."""
+    from transformers.image_transforms import center_crop as reference
+
+    image = np.random.default_rng(0).integers(1, 255, (3, *shape)).astype(np.uint8)
+    want = reference(image, crop, data_format="channels_first", input_data_format="channels_first")
+    got = center_crop(torch.from_numpy(image)[None], crop)[0].numpy()
+    assert got.shape == (3, *crop) and np.array_equal(got, want)
+
+
+def test_center_crop_padding_by_hand():
+    """A 1 x 2 image in a 4 x 3 crop: 3 rows missing (2 above, 1 below), 1 column (1 left, 0 right)."""
+    image = torch.tensor([[[[7, 9]]]], dtype=torch.uint8)
+    assert center_crop(image, (4, 3))[0, 0].tolist() == [[0, 0, 0], [0, 0, 0], [0, 7, 9], [0, 0, 0]]

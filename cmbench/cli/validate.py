@@ -3,8 +3,8 @@
 Each problem prints as ``file:line: field: what is wrong``; the official counts (58 videos, 116 tasks)
 are checked against the dataset spec unless ``data.check_counts=false``; the dataset's adapter adds
 its own checks (MiniWorld: the npz files every row names, read as ``run`` reads them), and every
-named task subset of the dataset (``data_manifests/subsets/``) must name only its valid tasks. Exit 0
-when clean.
+named task subset of the dataset (``data_manifests/subsets/``) must name only its valid tasks. The
+summary counts only the rows without any problem, and says how many rows had problems. Exit 0 when clean.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from cmbench.data.adapter import build_adapter
-from cmbench.data.manifest import validate_manifest
+from cmbench.data.manifest import rows_with_problems, validate_manifest
 from cmbench.data.spec import check_counts, counts, load_spec
 from cmbench.data.subsets import check_subset, subsets_of
 
@@ -36,13 +36,14 @@ def execute(cfg: DictConfig) -> int:
         known = {t.task_id for t in tasks}
         for subset in subsets_of(str(data.name)):
             problems += check_subset(subset, known)
-    got = counts(tasks)
+    bad_rows = rows_with_problems(problems, root / str(data.manifest))
+    got = counts([t for t in tasks if t.line not in bad_rows])
     summary = f"{got['tasks']} valid task(s) over {got['videos']} video(s) ({got['reappear']} reappear, {got['revisit']} revisit)"
     if problems:
         print(f"{data.name}: {len(problems)} problem(s) in {root / str(data.manifest)}", file=sys.stderr)
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
-        print(f"{data.name}: {summary}", file=sys.stderr)
+        print(f"{data.name}: {summary}; {len(bad_rows)} row(s) with problems", file=sys.stderr)
         return 1
     by_source = ", ".join(f"{s}: {c['tasks']} tasks / {c['videos']} videos" for s, c in got["by_source"].items())
     print(f"{data.name}: OK, {summary}; {by_source}")

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -43,6 +45,9 @@ REQUIRED_FIELDS: dict[str, type] = {
 # a task id names output files (videos/<task_id>.mp4): one plain path component, never hidden
 SAFE_TASK_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 _TYPE_NAMES = {str: "a string", list: "a list", int: "an integer", float: "a number", dict: "an object"}
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# a value quoted in a problem is cut to this many characters, so every problem stays one readable line
+_SHOWN_CHARS = 240
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,18 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.field}: {self.message}"
+        return _printable(f"{where}: {self.field}: {self.message}")
+
+
+def _printable(text: str) -> str:
+    """``text`` on one printable line: control characters and lone surrogates (which a manifest's strings
+    can carry into a message) written as their Python escapes."""
+    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def rows_with_problems(problems: list[Problem], file: str | Path) -> set[int]:
+    """The line numbers of ``file`` that have at least one problem."""
+    return {p.line for p in problems if p.line is not None and p.file == str(file)}
 
 
 class ManifestError(CMBenchError):
@@ -76,8 +92,20 @@ def _kind(value: Any) -> str:
     return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
+def _show(value: Any) -> str:
+    """``repr(value)``, cut to :data:`_SHOWN_CHARS` characters (a received manifest may hold megabytes in a field)."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS - 40]}... ({len(text)} characters)"
+
+
 def _is_number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number that converts to a float (``10**400`` does not: it overflows)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond the float range
+        return False
 
 
 class _RowChecker:
@@ -101,7 +129,7 @@ class _RowChecker:
                 self.fail(name, "is empty, expected a non-empty string")
         task_id = row.get("task_id")
         if isinstance(task_id, str) and task_id.strip() and not SAFE_TASK_ID.match(task_id):
-            self.fail("task_id", f"is {task_id!r}, expected a file-name-safe id (letters, digits, '.', '_', '-'; "
+            self.fail("task_id", f"is {_show(task_id)}, expected a file-name-safe id (letters, digits, '.', '_', '-'; "
                                  f"not starting with '.' or '-'; at most 200 characters), e.g. 'syn_001_reappear_01'")
         self._enum(row, "type", SOURCES)
         self._enum(row, "task_type", TASK_TYPES)
@@ -110,7 +138,7 @@ class _RowChecker:
         if isinstance(aliases, list):
             for i, alias in enumerate(aliases):
                 if not isinstance(alias, str) or not alias.strip():
-                    self.fail(f"target_aliases[{i}]", f"is {_kind(alias)!s} {alias!r}, expected a non-empty string")
+                    self.fail(f"target_aliases[{i}]", f"is {_kind(alias)!s} {_show(alias)}, expected a non-empty string")
         refs = row.get("references")
         if isinstance(refs, list):
             if not refs:
@@ -122,7 +150,7 @@ class _RowChecker:
     def _enum(self, row: dict[str, Any], name: str, allowed: tuple[str, ...]) -> None:
         value = row.get(name)
         if isinstance(value, str) and value not in allowed:
-            self.fail(name, f"is {value!r}, expected one of {', '.join(map(repr, allowed))}")
+            self.fail(name, f"is {_show(value)}, expected one of {', '.join(map(repr, allowed))}")
 
     def _clip_prompts(self, prompts: Any) -> None:
         if not isinstance(prompts, list):
@@ -134,7 +162,7 @@ class _RowChecker:
             if not isinstance(item, dict):
                 self.fail(name, f"is {_kind(item)}, expected an object with 'clip_prompt'")
             elif not isinstance(item.get("clip_prompt"), str) or not item["clip_prompt"].strip():
-                got = "missing" if "clip_prompt" not in item else f"{_kind(item['clip_prompt'])} {item['clip_prompt']!r}"
+                got = "missing" if "clip_prompt" not in item else f"{_kind(item['clip_prompt'])} {_show(item['clip_prompt'])}"
                 self.fail(f"{name}.clip_prompt", f"is {got}, expected a non-empty string")
 
     def _reference(self, i: int, ref: Any) -> None:
@@ -146,22 +174,22 @@ class _RowChecker:
         if "timestamp_seconds" not in ref:
             self.fail(f"{name}.timestamp_seconds", "missing required field (expected a number >= 0)")
         elif not _is_number(ts) or ts < 0:
-            self.fail(f"{name}.timestamp_seconds", f"is {ts!r}, expected a finite number >= 0")
+            self.fail(f"{name}.timestamp_seconds", f"is {_show(ts)}, expected a finite number >= 0")
         if ref.get("frame_index") is not None:
             fi = ref["frame_index"]
             if not isinstance(fi, int) or isinstance(fi, bool) or fi < 0:
-                self.fail(f"{name}.frame_index", f"is {fi!r}, expected an integer >= 0 (or absent)")
+                self.fail(f"{name}.frame_index", f"is {_show(fi)}, expected an integer >= 0 (or absent)")
         box = ref.get("bbox_xyxy_normalized")
         field = f"{name}.bbox_xyxy_normalized"
         if "bbox_xyxy_normalized" not in ref:
             self.fail(field, "missing required field (expected [x0, y0, x1, y1] in [0, 1])")
         elif not isinstance(box, list) or len(box) != 4 or not all(_is_number(v) for v in box):
-            self.fail(field, f"is {box!r}, expected a list of 4 numbers [x0, y0, x1, y1]")
+            self.fail(field, f"is {_show(box)}, expected a list of 4 numbers [x0, y0, x1, y1]")
         else:
             if any(v < 0 or v > 1 for v in box):
-                self.fail(field, f"is {box!r}: coordinates outside [0, 1], expected normalised coordinates")
+                self.fail(field, f"is {_show(box)}: coordinates outside [0, 1], expected normalised coordinates")
             if box[2] <= box[0] or box[3] <= box[1]:
-                self.fail(field, f"is {box!r}: zero or negative area, expected x1 > x0 and y1 > y0")
+                self.fail(field, f"is {_show(box)}: zero or negative area, expected x1 > x0 and y1 > y0")
 
 
 def _task_from_row(row: dict[str, Any], root: Path, line: int) -> Task:
@@ -195,20 +223,47 @@ def _task_from_row(row: dict[str, Any], root: Path, line: int) -> Task:
 def video_path_problem(root: Path, video: str) -> str | None:
     """Why ``video`` may not be used as a path under ``root`` (None when it is safe).
 
-    Rejects absolute paths (POSIX or Windows), ``..`` components, backslashes, and paths that
-    resolve (through symlinks) outside ``root``.
+    Rejects NUL characters, absolute paths (POSIX or Windows), ``..`` components, backslashes, names
+    longer than the file system allows (a component past ``NAME_MAX`` bytes, the whole path past
+    ``PATH_MAX``), and paths that resolve (through symlinks) outside ``root``.
     """
+    shown = _show(video)
+    if "\x00" in video:
+        return f"{shown} contains a NUL character, expected a file path"
+    try:
+        os.fsencode(video)
+    except UnicodeEncodeError:  # a lone surrogate such as "\ud800", which JSON can spell
+        return f"{shown} cannot be a file name on this system (a character the file system cannot encode)"
     if "\\" in video or PureWindowsPath(video).drive:
-        return f"{video!r} is not a POSIX relative path, expected e.g. 'videos/synthetic/syn_001.mp4'"
+        return f"{shown} is not a POSIX relative path, expected e.g. 'videos/synthetic/syn_001.mp4'"
     pure = PurePosixPath(video)
     if pure.is_absolute():
-        return f"{video!r} is an absolute path, expected a path relative to the dataset root"
+        return f"{shown} is an absolute path, expected a path relative to the dataset root"
     if ".." in pure.parts:
-        return f"{video!r} contains '..', expected a path inside the dataset root"
-    resolved = (root / pure).resolve()
+        return f"{shown} contains '..', expected a path inside the dataset root"
+    name_max, path_max = _name_limits(root)
+    longest = max((len(os.fsencode(part)) for part in pure.parts), default=0)
+    if longest > name_max:
+        return f"{shown} has a component of {longest} bytes, longer than the file system allows ({name_max})"
+    full = len(os.fsencode(str(root.resolve() / pure)))
+    if full > path_max:
+        return f"{shown} makes a path of {full} bytes, longer than the file system allows ({path_max})"
+    try:
+        resolved = (root / pure).resolve()
+    except (OSError, RuntimeError, ValueError) as err:  # a symlink loop, a component that cannot be read
+        return f"{shown} cannot be resolved ({err.__class__.__name__}: {getattr(err, 'strerror', None) or err})"
     if not resolved.is_relative_to(root.resolve()):
-        return f"{video!r} resolves to {resolved}, outside the dataset root {root.resolve()} (symlink?)"
+        return f"{shown} resolves to {resolved}, outside the dataset root {root.resolve()} (symlink?)"
     return None
+
+
+def _name_limits(root: Path) -> tuple[int, int]:
+    """The file system's longest name component and path under ``root``, in bytes (POSIX 255 / 4096 where
+    the system does not say)."""
+    try:
+        return os.pathconf(root, "PC_NAME_MAX"), os.pathconf(root, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no such root
+        return 255, 4096
 
 
 def read_manifest(path: Path, root: Path, problems: list[Problem]) -> list[Task]:
@@ -216,7 +271,9 @@ def read_manifest(path: Path, root: Path, problems: list[Problem]) -> list[Task]
     tasks: list[Task] = []
     file = str(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # lines end at "\n" only (str.splitlines also breaks at U+2028, U+0085, U+001E..., which JSON
+        # strings may hold, and would shift every later line number)
+        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8").split("\n")]
     except (OSError, UnicodeDecodeError) as err:
         problems.append(Problem(file, None, "<file>", f"cannot read manifest: {err}"))
         return tasks
@@ -227,6 +284,15 @@ def read_manifest(path: Path, root: Path, problems: list[Problem]) -> list[Task]
             row = json.loads(text)
         except json.JSONDecodeError as err:
             problems.append(Problem(file, number, "<json>", f"invalid JSON ({err.msg} at column {err.colno})"))
+            continue
+        except RecursionError:
+            problems.append(Problem(file, number, "<json>", "invalid JSON (nested too deeply to parse), expected "
+                                                            "a flat object of fields"))
+            continue
+        except ValueError:  # Python refuses to convert an integer of more digits than its limit
+            limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+            problems.append(Problem(file, number, "<json>", f"invalid JSON (an integer of more than {limit} digits), "
+                                                            "expected numbers of a sensible size"))
             continue
         if not isinstance(row, dict):
             problems.append(Problem(file, number, "<row>", f"is {_kind(row)}, expected a JSON object"))
@@ -277,9 +343,9 @@ def _check_videos(file: str, tasks: list[Task], problems: list[Problem]) -> None
         path = group[0].video_path
         try:
             count, fps, _, _ = probe_video(path)
-        except VideoError as err:
+        except (VideoError, OSError, ValueError) as err:  # OSError/ValueError: a path the system refuses to open
             for task in group:
-                problems.append(Problem(file, task.line, "video", str(err)))
+                problems.append(Problem(file, task.line, "video", str(err)[:_SHOWN_CHARS]))
             continue
         duration = count / fps
         for task in group:
@@ -299,7 +365,7 @@ def _check_videos(file: str, tasks: list[Task], problems: list[Problem]) -> None
                             file,
                             task.line,
                             f"references[{i}].frame_index",
-                            f"is {ref.frame_index}, past the last frame of {video} ({count} frames)",
+                            f"is {_show(ref.frame_index)}, past the last frame of {video} ({count} frames)",
                         )
                     )
 

@@ -397,8 +397,9 @@ def read_records_file(path: Path) -> list[tuple[TaskRecord, int]]:
             continue
         try:
             rows.append((json.loads(raw), number))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            msg = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8"
+        except (ValueError, RecursionError) as err:  # received files: deep nesting, integers past Python's digit limit
+            msg = (err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8" if isinstance(err, UnicodeDecodeError)
+                   else "nested too deeply" if isinstance(err, RecursionError) else "a number too long to read")
             raise RecordsError(f"{path}:{number}: invalid JSON ({msg})") from err
     records = []
     for row, number in rows:
