@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cmbench.calibration.knob_search import Knob
+from cmbench.methods.knobs import Knob
 from cmbench.calibration.matched_pr import calibration_paths, calibration_probe_key, method_knob, pr_tag
 from cmbench.calibration.pruning_ratio import calibration_config
 from cmbench.cli.main import main

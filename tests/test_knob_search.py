@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from cmbench.calibration.knob_search import Knob, search_knob
+from cmbench.calibration.knob_search import search_knob
 from cmbench.errors import ConfigError
+from cmbench.methods.knobs import Knob
 
 
 def threshold_pr(gamma: float) -> float:

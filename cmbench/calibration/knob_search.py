@@ -10,51 +10,11 @@ decades, over integers for counts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cmbench.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Knob:
-    """A method knob that sets its pruning ratio.
-
-    Attributes
-    ----------
-    name : str
-        The dataclass field (e.g. ``"gamma"``).
-    low, high : float
-        The search range.
-    increasing : bool
-        Whether a larger value prunes more (a threshold: yes; a number of kept tokens: no).
-    log : bool
-        Bisect on a log scale (``low > 0``); integer knobs too (a count that spans decades).
-    integer : bool
-        The knob takes whole values.
-    """
-
-    name: str
-    low: float
-    high: float
-    increasing: bool = True
-    log: bool = False
-    integer: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.low < self.high:
-            raise ConfigError(f"knob {self.name}: low ({self.low}) must be below high ({self.high})")
-        if self.log and self.low <= 0:
-            raise ConfigError(f"knob {self.name}: a log-scale search needs low > 0, got {self.low}")
-
-    def middle(self, a: float, b: float) -> float:
-        """The value between ``a < b`` to evaluate next (integer knobs: a whole value strictly inside,
-        or ``a`` when none is left)."""
-        mid = math.sqrt(a * b) if self.log else (a + b) / 2
-        if self.integer:
-            return float(min(max(math.floor(mid), a + 1), b - 1)) if b - a >= 2 else float(a)
-        return mid
+from cmbench.methods.knobs import Knob
 
 
 @dataclass

@@ -26,11 +26,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cmbench.calibration.knob_search import Knob, search_knob
+from cmbench.calibration.knob_search import search_knob
 from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_meter, knob_value
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import canonical_method_config, config_class, method_names
 from cmbench.runs.identity import code_identity, portable
 from cmbench.runs.labels import resolve_method_class

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cmbench.calibration.knob_search import Knob
 from cmbench.config_paths import editable_copy
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import build_adapter
@@ -31,6 +30,7 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.hashing import task_seed
 from cmbench.methods.base import Method
+from cmbench.methods.knobs import Knob
 
 
 def calibration_config(cfg: DictConfig) -> DictConfig:

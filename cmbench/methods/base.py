@@ -31,10 +31,9 @@ from typing import Any, ClassVar
 import torch
 
 from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
-from cmbench.calibration.knob_search import Knob
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
-from cmbench.methods.knobs import check_knobs
+from cmbench.methods.knobs import Knob, check_knobs
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, KVCache
-from cmbench.calibration.knob_search import Knob
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 SCORE_TYPES = ("mse", "mse_over_no_context", "chunk_normalised")

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import finite_priority
 from cmbench.methods.decoprune import DeCoPrune
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 

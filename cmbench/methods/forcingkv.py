@@ -20,10 +20,10 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, KVCache
-from cmbench.calibration.knob_search import Knob
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.head_map import HeadMap
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 

@@ -18,9 +18,10 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import KVCache
-from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import ChunkSignals, ScoredMethod
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
+
 
 def split_bounds(length: int, parts: int) -> torch.Tensor:
     """Offsets ``[parts + 1]`` cutting ``length`` into ``parts`` near-equal ranges (larger first)."""
