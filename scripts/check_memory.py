@@ -15,8 +15,8 @@ pattern and colours only if the model retrieves it from the cache (no sink, no r
 it, by construction of the suite).
 
 Printed: FullKV, Streaming (sink 1 + recent 2 chunks), No context (sink only) and DeCoPrune at its
-defaults; then DeCoPrune (the paper's online procedure, budget mode), Random (DeCoPrune's per-chunk
-keep counts of the same task) and Reverse (budget mode) at PR 0.80 / 0.85 / 0.90, with paired
+defaults; then DeCoPrune (the paper's online procedure, quota mode), Random (DeCoPrune's per-chunk
+keep counts of the same task) and Reverse (quota mode) at PR 0.80 / 0.85 / 0.90, with paired
 per-task win counts. Required: FullKV - Streaming >= 0.2, and No context below FullKV and DeCoPrune
 and not above Streaming by more than 2 paired standard errors (neither holds any of the target, so
 their order is noise); the exit code is 1 if either fails.
@@ -96,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     run("DeCoPrune (default)", method_config("decoprune"))
     if args.sweep:
         for pr in PRS:
-            run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", target_pr=pr))
+            run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", quota_pr=pr))
             counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f}"].items()}
             run(f"Random @ {pr:.2f}", method_config("random"), counts)
-            run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", target_pr=pr))
+            run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", quota_pr=pr))
 
     print("\n| method | target-region similarity | +- s.e. | PR |\n|---|---|---|---|")
     for label, res in results.items():

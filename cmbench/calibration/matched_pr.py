@@ -10,8 +10,9 @@ the calibration tasks (:mod:`cmbench.calibration.pruning_ratio`) is within ``tol
 - ``<method>_pr<target>.json``: the knob, the found value, its calibration PR, every probe (value,
   PR) in order, the calibration data and tasks, the code identity and the key of the calibration.
 
-The method then runs with its own rule, decided once per chunk, at that knob (unlike budget mode,
-which overrides the rule). A calibration whose key (method setting, target, tolerance, calibration
+The method then runs with its own rule, decided once per chunk, at that knob (unlike quota mode,
+``quota_pr`` / ``quota_tokens``, which overrides the rule); ``method.target_pr=p`` on a run does all
+this itself (:mod:`cmbench.calibration.target_pr`). A calibration whose key (method setting, target, tolerance, calibration
 data and tasks, backbone, generation, seed, code identity) matches the JSON's is reused, not redone.
 """
 
@@ -45,13 +46,32 @@ def pr_tag(target_pr: float) -> str:
     return f"pr{round(100 * target_pr, 4):g}"
 
 
+def calibration_options(cfg: DictConfig) -> dict[str, float | int]:
+    """``tolerance``, ``n_tasks`` and ``max_probes`` from ``cfg.calibration``, checked.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the knob and what is expected.
+    """
+    c = cfg.calibration
+    tasks, probes, tol = c.tasks, c.max_probes, c.tolerance
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+        raise ConfigError(f"calibration.tasks={tasks!r}: expected a positive number of calibration tasks")
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 2:
+        raise ConfigError(f"calibration.max_probes={probes!r}: expected a whole number >= 2 (both ends of the range)")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise ConfigError(f"calibration.tolerance={tol!r}: expected a PR difference in (0, 1), e.g. 0.005")
+    return {"tolerance": float(tol), "n_tasks": tasks, "max_probes": probes}
+
+
 def method_knob(method_cfg: dict[str, Any]) -> Knob:
     """The knob :func:`calibrate_method` searches for ``method_cfg``'s class.
 
     Raises
     ------
     ConfigError
-        The method declares none (FullKV, DummyForcing), or the config is in budget mode.
+        The method declares none (FullKV, DummyForcing), or the config is in quota mode.
     """
     cls = config_class(method_cfg)
     name = cls.name or cls.__qualname__
@@ -60,11 +80,12 @@ def method_knob(method_cfg: dict[str, Any]) -> Knob:
         raise ConfigError(f"method {name!r} declares no knob that sets its pruning ratio (its class's `knob` is None: "
                           f"what it keeps is fixed by its rule), so there is nothing to calibrate; methods with one: "
                           f"{', '.join(with_knob)}")
-    budget = [k for k in ("target_pr", "token_budget") if method_cfg.get(k) is not None]
-    if budget:
-        raise ConfigError(f"method {name!r}: method.{budget[0]}={method_cfg[budget[0]]} puts it in budget mode, which "
-                          f"replaces its own rule; calibrate searches its own knob ({cls.knob.name}): drop "
-                          f"method.{budget[0]}")
+    quota = [k for k in ("quota_pr", "quota_tokens", "target_pr") if method_cfg.get(k) is not None]
+    if quota:
+        what = ("is resolved by calibrating its knob; calibrate takes the target as target_pr=" if quota[0] == "target_pr"
+                else "puts it in quota mode, which replaces its own rule; calibrate searches its own knob")
+        raise ConfigError(f"method {name!r}: method.{quota[0]}={method_cfg[quota[0]]} {what} ({cls.knob.name}): drop "
+                          f"method.{quota[0]}")
     return cls.knob
 
 
@@ -205,7 +226,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     Raises
     ------
     ConfigError
-        No knob, budget mode, a target the knob's range cannot reach, bad calibration data.
+        No knob, quota mode, a target the knob's range cannot reach, bad calibration data.
     """
     if not 0.0 <= target_pr < 1.0:
         raise ConfigError(f"target_pr={target_pr}: expected a pruning ratio in [0, 1)")

@@ -15,31 +15,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cmbench.calibration.matched_pr import CALIBRATION_DIR, Calibration, calibrate_method, pr_tag
+from cmbench.calibration.matched_pr import CALIBRATION_DIR, Calibration, calibrate_method, calibration_options, pr_tag
 from cmbench.errors import ConfigError
 
 # overrides that choose the method or the calibration, not the setup a calibrated run shares
 _CALIBRATION_OVERRIDES = ("method=", "method.", "+method.", "++method.", "target_pr=", "target_prs=", "methods=",
                           "calibration.", "label=")
-
-
-def calibration_options(cfg: DictConfig) -> dict[str, float | int]:
-    """``tolerance``, ``n_tasks`` and ``max_probes`` from ``cfg.calibration``, checked.
-
-    Raises
-    ------
-    ConfigError
-        One line naming the knob and what is expected.
-    """
-    c = cfg.calibration
-    tasks, probes, tol = c.tasks, c.max_probes, c.tolerance
-    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-        raise ConfigError(f"calibration.tasks={tasks!r}: expected a positive number of calibration tasks")
-    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 2:
-        raise ConfigError(f"calibration.max_probes={probes!r}: expected a whole number >= 2 (both ends of the range)")
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
-        raise ConfigError(f"calibration.tolerance={tol!r}: expected a PR difference in (0, 1), e.g. 0.005")
-    return {"tolerance": float(tol), "n_tasks": tasks, "max_probes": probes}
 
 
 def target_of(value: object, key: str = "target_pr") -> float:

@@ -19,8 +19,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from cmbench.calibration.matched_pr import calibrate_method, method_knob
-from cmbench.cli.calibrate import calibration_options, describe, show_probe, target_of
+from cmbench.calibration.matched_pr import calibrate_method, calibration_options, method_knob
+from cmbench.cli.calibrate import describe, show_probe, target_of
 from cmbench.config_paths import config_dirs, editable_copy, to_dict
 from cmbench.errors import ConfigError
 

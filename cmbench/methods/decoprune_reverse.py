@@ -15,7 +15,7 @@ from cmbench.methods.registry import register
 @register
 @dataclass
 class DeCoPruneReverse(DeCoPrune):
-    """Keep tokens with ``score <= gamma`` (non-finite scores still kept); budget mode keeps the lowest."""
+    """Keep tokens with ``score <= gamma`` (non-finite scores still kept); quota mode keeps the lowest."""
 
     name = "decoprune_reverse"
     description = "the ablation: tokens with LOW discrepancy (score <= gamma)"

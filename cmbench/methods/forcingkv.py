@@ -109,7 +109,7 @@ class ForcingKV(ScoredMethod):
     def layout(self, geometry) -> list[list[HeadGroup]]:
         static_size = self.window_size(geometry)
         largest = int((patch_bounds(geometry.tokens_per_frame, self.patches_per_frame).diff()).max())
-        dyn_size = None if self.budget_mode else static_size + self.k * largest
+        dyn_size = None if self.quota_mode else static_size + self.k * largest
         if self.max_history_tokens is not None:
             dyn_size = self.max_history_tokens if dyn_size is None else min(dyn_size, self.max_history_tokens)
         if self.head_map:

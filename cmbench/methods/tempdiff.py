@@ -75,7 +75,7 @@ class TempDiff(ScoredMethod):
 
     Each frame pair is scored as soon as its later frame is stored (a frame's keys never change after
     its ``t = 0`` pass, so this equals scoring the whole context at its end); the scores are the
-    tokens' priorities (``-similarity``), which budget mode and bounded memory evict by.
+    tokens' priorities (``-similarity``), which quota mode and bounded memory evict by.
 
     Parameters
     ----------
