@@ -33,7 +33,7 @@ from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
 from cmbench.methods.knobs import Knob
-from cmbench.methods.registry import canonical_method_config, config_class, method_names
+from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
 from cmbench.runs.identity import code_identity, portable
 from cmbench.runs.labels import resolve_method_class
 from cmbench.runs.paths import path_component
@@ -267,7 +267,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         return pr
 
     known = shared_probes(log_path.parent, name, probe_key)
-    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known)
+    start = float(getattr(build_method(method_cfg), knob.name))  # the configured value: the first probe
+    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
+                        start=start)
     value = knob_value(knob, found.value)
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)
