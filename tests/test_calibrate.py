@@ -3,8 +3,10 @@ calibration world, its yaml runnable as is, integer knobs at the nearest achieva
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +83,7 @@ def test_a_synthetic_knob_is_calibrated_within_half_a_point_and_its_yaml_runs_as
 
     # the yaml, run as printed (on the calibration world's tasks), realises exactly the logged PR and knob
     line = out.split("run it:\n  ")[1].strip()
-    assert line.startswith(f"CMBENCH_CONFIG_PATH={yaml_path.parent.parent}:{tmp / 'configs'} python -m cmbench run "
+    assert line.startswith(f"CMBENCH_CONFIG_PATH={yaml_path.parent.parent}:{tmp / 'configs'} {sys.executable} -m cmbench run "
                            f"method={yaml_path.stem} label=keep_fraction@{pr_tag(target)}")
     monkeypatch.setenv("CMBENCH_CONFIG_PATH", f"{yaml_path.parent.parent}:{tmp / 'configs'}")
     runs = tmp / f"check_{pr_tag(target)}"
@@ -222,6 +224,51 @@ def test_an_unresolved_target_pr_is_refused_where_a_method_is_built():
 
     with pytest.raises(ConfigError, match="method.target_pr=0.8 runs the method's own rule at the knob calibrated"):
         build_method({"name": "decoprune", "target_pr": 0.8})
+
+
+def test_calibrate_honours_threads(setup, monkeypatch, capsys):
+    before = torch.get_num_threads()
+    try:
+        assert calibrate(setup, monkeypatch, "threads=3", "method=fullkv", "target_pr=0.85") == 1  # refused after setup
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_printed_run_line_uses_the_interpreter_that_ran_calibrate(tmp_path, monkeypatch):
+    from cmbench.calibration.matched_pr import Calibration
+    from cmbench.cli.calibrate import run_line
+
+    monkeypatch.setattr(sys, "executable", "/opt/my env/bin/python3")
+    monkeypatch.delenv("CMBENCH_CONFIG_PATH", raising=False)
+    yaml = tmp_path / "calibration" / "method" / "decoprune_pr85.yaml"
+    cal = Calibration(method="decoprune", label="decoprune@pr85", knob="gamma", value=0.1, calibration_pr=0.85,
+                      target_pr=0.85, tolerance=0.005, within_tolerance=True, note="", probes=[], data={}, code={},
+                      key="", yaml=str(yaml), log="")
+    assert run_line(cal, ["limit=8"]) == (f"CMBENCH_CONFIG_PATH={tmp_path / 'calibration'} '/opt/my env/bin/python3' -m "
+                                          "cmbench run method=decoprune_pr85 label=decoprune@pr85 limit=8")
+
+
+def test_a_calibration_shows_each_task_of_a_probe_with_the_time_left_and_each_probe_with_what_is_left():
+    from cmbench.calibration.progress import CalibrationProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    shown = CalibrationProgress("gamma", 6, stream=out, clock=lambda: now[0], header="calibrating decoprune")
+    for seconds, done in ((10, 1), (20, 2), (40, 4)):
+        now[0] = seconds
+        shown.task(done, 4)
+    shown.probe(0.031, 0.8473)
+    now[0] = 70
+    shown.task(1, 4)
+    assert out.getvalue().splitlines() == [
+        "calibrating decoprune",
+        "    probe 1: task 1/4, 10s, ~30s left in this probe",
+        "    probe 1: task 2/4, 20s, ~20s left in this probe",
+        "    probe 1: task 4/4, 40s",
+        "  probe gamma=0.031: PR 0.8473 (40s; at most 5 more probe(s), ~40s each)",
+        "    probe 2: task 1/4, 30s, ~1m30s left in this probe",
+    ]
 
 
 def test_every_declared_knob_is_a_field_of_its_method_and_the_documented_directions_hold():

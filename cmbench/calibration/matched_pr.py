@@ -200,7 +200,8 @@ def calibration_probe_key(setting: dict[str, Any]) -> str:
 
 
 def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
-                     max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None) -> Calibration:
+                     max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None,
+                     on_task: Callable[[int, int], None] | None = None) -> Calibration:
     """Find ``cfg.method``'s knob value for ``target_pr`` on calibration tasks; write its yaml and log.
 
     Parameters
@@ -218,6 +219,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         Most settings measured.
     on_probe : callable ``(value, pr)``, optional
         Called after every probe (the command prints the search log with it).
+    on_task : callable ``(done, total)``, optional
+        Called after every calibration task of a probe (progress inside a probe).
 
     Returns
     -------
@@ -257,7 +260,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             earlier.cached = True
             return earlier
 
-    meter = PRMeter(cal_cfg, tasks)
+    meter = PRMeter(cal_cfg, tasks, on_task)
     measure = knob_meter(meter, method_cfg, knob)
 
     def probe(value: float) -> float:

@@ -23,6 +23,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from cmbench.calibration.matched_pr import Calibration, calibrate_method, calibration_options, method_knob, pr_tag
+from cmbench.calibration.progress import CalibrationProgress
 from cmbench.config_paths import editable_copy, to_dict
 from cmbench.errors import ConfigError
 from cmbench.runs.labels import auto_label
@@ -100,16 +101,11 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
     knob = method_knob(method_cfg).name
 
     options = calibration_options(cfg)
-    probes: list[float] = []
-
-    def show(value: float, pr: float) -> None:  # a header before the first probe: a refusal stays one line
-        if not probes:
-            print(f"{name}: method.target_pr={float(target):g}: calibrating its {knob} on calibration contexts (once; "
-                  f"later runs reuse it)", file=sys.stderr, flush=True)
-        probes.append(value)
-        print(f"  probe {knob}={value:.6g}: PR {pr:.4f}", file=sys.stderr, flush=True)
-
-    cal = calibrate_method(out, float(target), **options, on_probe=show if verbose else None)  # type: ignore[arg-type]
+    shown = CalibrationProgress(knob, int(options["max_probes"]), header=(  # no line before a refusal: one line
+        f"{name}: method.target_pr={float(target):g}: calibrating its {knob} on calibration contexts (once; later "
+        f"runs reuse it)"))
+    cal = calibrate_method(out, float(target), **options,  # type: ignore[arg-type]
+                           on_probe=shown.probe if verbose else None, on_task=shown.task if verbose else None)
     if verbose:
         print(f"{name}: {knob}={cal.value} ({'reused' if cal.cached else 'found'}): calibration PR "
               f"{cal.calibration_pr:.4f}, target {cal.target_pr:.4f}" + (f"; note: {cal.note}" if cal.note else ""),
