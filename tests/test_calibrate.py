@@ -142,7 +142,8 @@ def test_quota_mode_and_bad_targets_are_refused(setup, monkeypatch, capsys):
     assert calibrate(setup, monkeypatch, "method=decoprune", "method.quota_pr=0.8", "target_pr=0.85") == 1
     assert "method.quota_pr=0.8 puts it in quota mode" in capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune", "method.target_pr=0.8", "target_pr=0.85") == 1
-    assert "method.target_pr=0.8 is resolved by calibrating its knob" in capsys.readouterr().err
+    assert "method.target_pr=0.8 asks for the calibration this command makes: give the target as target_pr=0.8" in \
+        capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune") == 1
     assert "target_pr is required" in capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune", "target_pr=1.5") == 1

@@ -81,10 +81,12 @@ def method_knob(method_cfg: dict[str, Any]) -> Knob:
                           f"what it keeps is fixed by its rule), so there is nothing to calibrate; methods with one: "
                           f"{', '.join(with_knob)}")
     quota = [k for k in ("quota_pr", "quota_tokens", "target_pr") if method_cfg.get(k) is not None]
+    if quota and quota[0] == "target_pr":
+        raise ConfigError(f"method {name!r}: method.target_pr={method_cfg['target_pr']} asks for the calibration this "
+                          f"command makes: give the target as target_pr={method_cfg['target_pr']} and drop method.target_pr")
     if quota:
-        what = ("is resolved by calibrating its knob; calibrate takes the target as target_pr=" if quota[0] == "target_pr"
-                else "puts it in quota mode, which replaces its own rule; calibrate searches its own knob")
-        raise ConfigError(f"method {name!r}: method.{quota[0]}={method_cfg[quota[0]]} {what} ({cls.knob.name}): drop "
+        raise ConfigError(f"method {name!r}: method.{quota[0]}={method_cfg[quota[0]]} puts it in quota mode, which "
+                          f"replaces its own rule; calibrate searches its own knob ({cls.knob.name}): drop "
                           f"method.{quota[0]}")
     return cls.knob
 
