@@ -38,11 +38,29 @@ def test_the_example_config_and_package_name_the_module(page):
     assert modules is not None and modules.group(1) == f'"{module}"'  # what `pip install -e .` installs
 
 
+def test_the_guide_declares_the_knob_calibrate_searches(page):
+    """`calibrate`, `curves` and method.target_pr accept a method whose class declares `knob`."""
+    import importlib.util
+
+    from cmbench.calibration.matched_pr import method_knob
+
+    spec = importlib.util.spec_from_file_location("key_norm", EXAMPLE / "key_norm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["key_norm"] = module
+    try:
+        spec.loader.exec_module(module)
+        knob = method_knob({"_target_": "key_norm.KeyNorm"})
+    finally:
+        del sys.modules["key_norm"]
+    assert (knob.name, knob.increasing, knob.integer) == ("k", False, True)
+    assert "python -m cmbench calibrate method=key_norm target_pr=0.8" in GUIDE.read_text()
+
+
 def test_the_guide_walks_the_whole_loop(page):
     lines = [c.line for c in page.commands]
     assert lines[0] == "export PYTHONPATH=$PWD CMBENCH_CONFIG_PATH=$PWD/configs"
-    for step in ("cmbench ls method", "cmbench check method=key_norm", "cmbench calibrate method=key_norm",
-                 "cmbench run -m method=decoprune,key_norm",
+    for step in ("cmbench ls method", "cmbench check method=key_norm", "cmbench run -m method=decoprune,key_norm",
                  "python evaluate.py", "key_norm.py", "cmbench leaderboard", "cmbench report"):
         assert any(step in line for line in lines), step
     silent = ("export ", "sed ")  # commands that print nothing
