@@ -99,7 +99,8 @@ def execute(cfg: DictConfig) -> int:
     configs = {name: method_option(cfg, name) for name in names}
     for mcfg in configs.values():  # refuse a method without a knob before any work
         method_knob(to_dict(mcfg.method))
-    rows, points, began = [], len(configs) * len(targets), time.monotonic()
+    rows: list[dict[str, Any]] = []
+    points, began = len(configs) * len(targets), time.monotonic()
     for name, mcfg in configs.items():
         for target in targets:
             done = len(rows)
