@@ -21,7 +21,7 @@ MiniWorld-style context and continuation, and verifies what every method must gu
     The ledger's pruning ratio (paper Eq. 4) equals the one recounted from the banks each generated
     chunk's first denoising call actually read.
 ``budget``
-    A ``target_pr`` is met (realised PR at least the target, within half a point) and ``token_budget`` /
+    A ``quota_pr`` is met (realised PR at least the target, within half a point) and ``quota_tokens`` /
     ``max_history_tokens`` caps hold at every generated chunk.
 
 Each check reports what it saw, so a failure says where to look. This is the matrix CMBench's own
@@ -245,16 +245,16 @@ def check_method(method_cfg: Mapping[str, Any] | Method, *, seed: int = 0, conte
 
 def _budget_check(method: Method, pr: float, seen: _Observed, context_chunks: int) -> CheckResult:
     notes, ok = [], True
-    target = getattr(method, "target_pr", None)
+    target = getattr(method, "quota_pr", None)
     if target is not None:
         met = pr >= target - BUDGET_SLACK
         ok &= met
-        notes.append(f"target_pr {target:.3f}: realised {pr:.4f}" + ("" if met else (
+        notes.append(f"quota_pr {target:.3f}: realised {pr:.4f}" + ("" if met else (
             f" (BELOW the target; the chunks a method never prunes, such as its sink, recent and delayed-window "
             f"chunks, are a large share of a {context_chunks}-chunk context: rerun with more context, e.g. "
             f"check.context_chunks={max(30, 2 * context_chunks)}, to tell a target this run cannot reach from one "
             f"the method ignores)")))
-    caps = {"token_budget": (getattr(method, "token_budget", None), seen.largest_budgeted_bank),
+    caps = {"quota_tokens": (getattr(method, "quota_tokens", None), seen.largest_budgeted_bank),
             "max_history_tokens": (method.max_history_tokens, seen.largest_bank)}
     for knob, (cap, sizes) in caps.items():
         if cap is None:

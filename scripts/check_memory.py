@@ -15,8 +15,8 @@ pattern and colours only if the model retrieves it from the cache (no sink, no r
 it, by construction of the suite).
 
 Printed: FullKV, Streaming (sink 1 + recent 2 chunks), No context (sink only) and DeCoPrune at its
-defaults; then DeCoPrune (the paper's online procedure, budget mode), Random (DeCoPrune's per-chunk
-keep counts of the same task) and Reverse (budget mode) at PR 0.80 / 0.85 / 0.90, with paired
+defaults; then DeCoPrune (the paper's online procedure, quota mode), Random (DeCoPrune's per-chunk
+keep counts of the same task) and Reverse (quota mode) at PR 0.80 / 0.85 / 0.90, with paired
 per-task win counts and the paired 95% interval of DeCoPrune - Random. With ``--rope-ablation``:
 FullKV, Streaming, DeCoPrune and Random (DeCoPrune's counts) at ``--ablation-pr``, each with and
 without the temporal RoPE re-index (``generation.rope_reindex``), and the paired drop of each.
@@ -109,22 +109,22 @@ def main(argv: list[str] | None = None) -> int:
     run("DeCoPrune (default)", method_config("decoprune"))
     prs = args.prs if args.sweep else []
     for pr in prs:
-        run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", target_pr=pr))
+        run(f"DeCoPrune @ {pr:.2f}", method_config("decoprune", quota_pr=pr))
         counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f}"].items()}
         run(f"Random @ {pr:.2f}", method_config("random"), counts)
-        run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", target_pr=pr))
+        run(f"Reverse @ {pr:.2f}", method_config("decoprune_reverse", quota_pr=pr))
     ablation: dict[str, tuple[str, str]] = {}
     if args.rope_ablation:
         pr = args.ablation_pr
         on = {"FullKV": "FullKV", "Streaming": "Streaming", "DeCoPrune": f"DeCoPrune @ {pr:.2f}",
               "Random": f"Random @ {pr:.2f}"}
         if on["DeCoPrune"] not in results:
-            run(on["DeCoPrune"], method_config("decoprune", target_pr=pr))
+            run(on["DeCoPrune"], method_config("decoprune", quota_pr=pr))
             counts = {k: o.kept_tokens for k, o in results[on["DeCoPrune"]].items()}
             run(on["Random"], method_config("random"), counts)
         run("FullKV (no re-index)", method_config("fullkv"), settings=no_reindex)
         run("Streaming (no re-index)", method_config("streaming"), settings=no_reindex)
-        run(f"DeCoPrune @ {pr:.2f} (no re-index)", method_config("decoprune", target_pr=pr), settings=no_reindex)
+        run(f"DeCoPrune @ {pr:.2f} (no re-index)", method_config("decoprune", quota_pr=pr), settings=no_reindex)
         counts = {k: o.kept_tokens for k, o in results[f"DeCoPrune @ {pr:.2f} (no re-index)"].items()}
         run(f"Random @ {pr:.2f} (no re-index)", method_config("random"), counts, settings=no_reindex)
         ablation = {name: (label, f"{label} (no re-index)") for name, label in on.items()}

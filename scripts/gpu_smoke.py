@@ -152,7 +152,7 @@ def main() -> None:
         t3 = time.perf_counter()  # warm-up (kernel selection, allocator) so the first method is not penalised
         run_method(backbone, {"name": "fullkv"}, latents[:, :, : g.chunk_frames], task, 1, settings, args.device)
         print(f"[smoke] warm-up {time.perf_counter() - t3:.1f} s", flush=True)
-        methods = [{"name": "fullkv"}, {"name": "decoprune", "probe_step": 2, "target_pr": args.target_pr}]
+        methods = [{"name": "fullkv"}, {"name": "decoprune", "probe_step": 2, "quota_pr": args.target_pr}]
         rows, outs = [], {}
         for cfg in methods:
             row, out = run_method(backbone, cfg, latents, task, args.chunks, settings, args.device)

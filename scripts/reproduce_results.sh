@@ -58,7 +58,7 @@ print(f"{sum(r['pr'] for r in runs) / len(runs):.4f}")
 EOF
 )
 echo "DeCoPrune's realised PR (mean over seeds $SEEDS): $pr (the matched Reverse run is calibrated to it)"
-run method=decoprune_reverse method.target_pr=$pr label=decoprune_reverse_matched
+run method=decoprune_reverse method.quota_pr=$pr label=decoprune_reverse_matched
 
 # score vs PR: every method with a knob, its own knob calibrated to each target PR on the calibration world
 # (world_seed 1, data/miniworld_calibration), then run on the suite; curves.csv, auc.csv and curves.png go beside

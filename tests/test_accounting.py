@@ -40,7 +40,7 @@ def test_keys_and_flops_by_hand(method, history):
 
 def test_the_count_is_the_same_every_time_and_falls_with_pruning():
     full, again, pruned = account({"name": "fullkv"}), account({"name": "fullkv"}), account({"name": "decoprune",
-                                                                                          "target_pr": 0.5})
+                                                                                          "quota_pr": 0.5})
     assert full.calls == again.calls
     assert sum(pruned.calls) < sum(full.calls) and len(pruned.calls) == len(full.calls)
     with pytest.raises(ValueError, match="generated_tokens must be positive"):

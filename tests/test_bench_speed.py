@@ -30,7 +30,7 @@ def test_oracle_replays_decoprunes_keep_pattern_exactly():
     g = fake_geometry(num_heads=4)
     backbone = AttentionBackbone(g)
     context = torch.randn(1, 3, 12, 4, 4, generator=torch.Generator().manual_seed(0))
-    method = build_method({"name": "decoprune", "target_pr": 0.6})
+    method = build_method({"name": "decoprune", "quota_pr": 0.6})
     pre = prefill(backbone, method, context, None, 0)
     entry = bench_speed.Entry(pre, 0.0)
     bench_speed.account(backbone, entry, None, 8, 1, record=True)

@@ -1,4 +1,4 @@
-"""Budget mode keeps its promise: each chunk is decided once, so more budget never loses a kept token.
+"""Quota mode (`quota_pr`, `quota_tokens`) keeps its promise: each chunk is decided once, so more budget never loses a kept token.
 
 The scripted backbone (tests/fakes.py) predicts the same ``x0`` whatever the cache holds, so every
 method's priorities are the same under every budget: what a run keeps depends on the budget alone.
@@ -51,7 +51,7 @@ IDS = ["decoprune", "random", "tempdiff"]
 
 
 @pytest.mark.parametrize("cfg", METHODS, ids=IDS)
-@pytest.mark.parametrize("budgets", [("target_pr", 0.8, 0.6), ("token_budget", 40, 64)], ids=["target_pr", "token_budget"])
+@pytest.mark.parametrize("budgets", [("quota_pr", 0.8, 0.6), ("quota_tokens", 40, 64)], ids=["quota_pr", "quota_tokens"])
 def test_more_budget_never_loses_a_token_less_budget_kept(cfg, budgets):
     knob, small, large = budgets
     _, less = run_recording({**cfg, knob: small})
@@ -69,7 +69,7 @@ def test_more_budget_never_loses_a_token_less_budget_kept(cfg, budgets):
 @pytest.mark.parametrize("cfg", METHODS, ids=IDS)
 def test_a_budget_decides_each_chunk_once(cfg):
     """Between two chunks, only the chunk leaving the window loses tokens; a decided chunk never does."""
-    _, states = run_recording({**cfg, "target_pr": 0.7})
+    _, states = run_recording({**cfg, "quota_pr": 0.7})
     for step in range(1, len(states)):
         for bank, before in states[step - 1].items():
             dropped = {chunk_of(g) for g in before - states[step][bank]}
@@ -81,8 +81,8 @@ def test_a_budget_decides_each_chunk_once(cfg):
 
 @pytest.mark.parametrize("cfg", METHODS, ids=IDS)
 @pytest.mark.parametrize("target", [0.5, 0.8])
-def test_target_pr_is_realised_within_tolerance(cfg, target):
-    pr, _ = run_recording({**cfg, "target_pr": target})
+def test_quota_pr_is_realised_within_tolerance(cfg, target):
+    pr, _ = run_recording({**cfg, "quota_pr": target})
     assert abs(pr - target) <= PR_TOLERANCE, (cfg, target, pr)
 
 

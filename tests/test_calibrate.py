@@ -3,15 +3,17 @@ calibration world, its yaml runnable as is, integer knobs at the nearest achieva
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
-from cmbench.calibration.knob_search import Knob
+from cmbench.methods.knobs import Knob
 from cmbench.calibration.matched_pr import calibration_paths, calibration_probe_key, method_knob, pr_tag
 from cmbench.calibration.pruning_ratio import calibration_config
 from cmbench.cli.main import main
@@ -81,7 +83,7 @@ def test_a_synthetic_knob_is_calibrated_within_half_a_point_and_its_yaml_runs_as
 
     # the yaml, run as printed (on the calibration world's tasks), realises exactly the logged PR and knob
     line = out.split("run it:\n  ")[1].strip()
-    assert line.startswith(f"CMBENCH_CONFIG_PATH={yaml_path.parent.parent}:{tmp / 'configs'} python -m cmbench run "
+    assert line.startswith(f"CMBENCH_CONFIG_PATH={yaml_path.parent.parent}:{tmp / 'configs'} {sys.executable} -m cmbench run "
                            f"method={yaml_path.stem} label=keep_fraction@{pr_tag(target)}")
     monkeypatch.setenv("CMBENCH_CONFIG_PATH", f"{yaml_path.parent.parent}:{tmp / 'configs'}")
     runs = tmp / f"check_{pr_tag(target)}"
@@ -136,15 +138,138 @@ def test_a_method_without_a_knob_is_refused_in_one_line(setup, monkeypatch, caps
     assert message in err and "methods with one: decoprune" in err and len(err.strip().splitlines()) == 1
 
 
-def test_budget_mode_and_bad_targets_are_refused(setup, monkeypatch, capsys):
+def test_quota_mode_and_bad_targets_are_refused(setup, monkeypatch, capsys):
+    assert calibrate(setup, monkeypatch, "method=decoprune", "method.quota_pr=0.8", "target_pr=0.85") == 1
+    assert "method.quota_pr=0.8 puts it in quota mode" in capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune", "method.target_pr=0.8", "target_pr=0.85") == 1
-    assert "method.target_pr=0.8 puts it in budget mode" in capsys.readouterr().err
+    assert "method.target_pr=0.8 asks for the calibration this command makes: give the target as target_pr=0.8" in \
+        capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune") == 1
     assert "target_pr is required" in capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune", "target_pr=1.5") == 1
     assert "target_pr=1.5: expected a pruning ratio in [0, 1)" in capsys.readouterr().err
     assert calibrate(setup, monkeypatch, "method=decoprune", "target_pr=0.8", "calibration.tasks=0") == 1
     assert "calibration.tasks=0: expected a positive number" in capsys.readouterr().err
+
+
+def run_dir_of(out_dir: Path) -> Path:
+    (run_dir,) = [p for p in (out_dir / "miniworld").iterdir() if p.is_dir() and p.name != "leaderboard"]
+    return run_dir
+
+
+CALIBRATED = ("label", "target_pr", "calibration_pr", "recorded_ns", "prefill_seconds", "continuation_seconds",
+              "continuation_fps", "machine")
+
+
+@pytest.mark.slow
+def test_method_target_pr_runs_the_calibrated_knob_exactly_as_that_knob_value_does(setup, monkeypatch, capsys, tmp_path):
+    tmp, weights = setup
+    args = ["run", *common(tmp, weights), "method=decoprune", "calibration.tasks=1", "calibration.tolerance=0.02",
+            "limit=2", "save_videos=false", f"out_dir={tmp_path / 'target'}"]
+    assert main([*args, "method.target_pr=0.5"]) == 0
+    err = capsys.readouterr().err
+    log = json.loads(calibration_paths(tmp_path / "target", "decoprune", 0.5)[1].read_text())
+    assert "decoprune: method.target_pr=0.5: calibrating its gamma" in err and f"gamma={log['value']} (found)" in err
+    assert log["within_tolerance"] and abs(log["calibration_pr"] - 0.5) <= 0.02
+    calibrated = read_all_records(run_dir_of(tmp_path / "target"))
+    assert len(calibrated) == 2 and {r["label"] for r in calibrated} == {"decoprune@pr50"}
+    for r in calibrated:
+        assert r["target_pr"] == 0.5 and r["calibration_pr"] == log["calibration_pr"]
+        assert r["method_config"]["gamma"] == log["value"] and "target_pr" not in r["method_config"]
+        assert r["method_config"]["quota_pr"] is None  # its own rule, no quota
+    # the same records as the knob value given directly (another folder: really recomputed)
+    assert main([*args[:-1], f"out_dir={tmp_path / 'direct'}", f"method.gamma={log['value']!r}"]) == 0
+    direct = read_all_records(run_dir_of(tmp_path / "direct"))
+    assert run_dir_of(tmp_path / "direct").name == run_dir_of(tmp_path / "target").name
+
+    def same(records):
+        return sorted(json.dumps({k: v for k, v in r.items() if k not in CALIBRATED}, sort_keys=True) for r in records)
+
+    assert same(calibrated) == same(direct)
+    assert {r["target_pr"] for r in direct} == {None} and {r["label"] for r in direct} == {f"decoprune@gamma={log['value']!r}"}
+    # a second run reuses the calibration (no probe) and the records
+    capsys.readouterr()
+    assert main([*args, "method.target_pr=0.5"]) == 0
+    out = capsys.readouterr()
+    assert "probe" not in out.err and f"gamma={log['value']} (reused)" in out.err and "(0 run now, 2 cached)" in out.out
+
+
+@pytest.mark.slow
+def test_a_target_pr_sweep_ends_with_one_leaderboard_row_per_method_and_target(setup, monkeypatch, capsys, tmp_path):
+    tmp, weights = setup
+    monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(tmp / "configs"))
+    assert main(["run", "-m", *common(tmp, weights), "method=keep_fraction,streaming", "method.target_pr=0.4,0.6",
+                 "calibration.tasks=1", "calibration.tolerance=0.05", "limit=1", "save_videos=false",
+                 f"out_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    rows = sorted({line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| keep", "| stream"))})
+    assert rows == ["keep_fraction@pr40", "keep_fraction@pr60", "streaming@pr40", "streaming@pr60"]
+
+
+def test_method_target_pr_refusals_are_one_line_before_any_work(setup, monkeypatch, capsys, tmp_path):
+    tmp, weights = setup
+    for extra, message in [
+        (["method=decoprune", "method.target_pr=0.8", "method.quota_pr=0.5"],
+         "method decoprune: method.target_pr runs its own rule at a calibrated knob and method.quota_pr replaces"),
+        (["method=fullkv", "method.target_pr=0.8"], "method 'fullkv' declares no knob that sets its pruning ratio"),
+        (["method=decoprune", "method.target_pr=0.8", "calibration.max_probes=1"], "calibration.max_probes=1"),
+    ]:
+        assert main(["run", *common(tmp, weights), *extra, f"out_dir={tmp_path}"]) == 1
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+        assert not tmp_path.joinpath("miniworld").exists() and not tmp_path.joinpath("calibration").exists()
+
+
+def test_an_unresolved_target_pr_is_refused_where_a_method_is_built():
+    from cmbench.methods.registry import build_method
+
+    with pytest.raises(ConfigError, match="method.target_pr=0.8 runs the method's own rule at the knob calibrated"):
+        build_method({"name": "decoprune", "target_pr": 0.8})
+
+
+def test_calibrate_honours_threads(setup, monkeypatch, capsys):
+    before = torch.get_num_threads()
+    try:
+        assert calibrate(setup, monkeypatch, "threads=3", "method=fullkv", "target_pr=0.85") == 1  # refused after setup
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_printed_run_line_uses_the_interpreter_that_ran_calibrate(tmp_path, monkeypatch):
+    from cmbench.calibration.matched_pr import Calibration
+    from cmbench.cli.calibrate import run_line
+
+    monkeypatch.setattr(sys, "executable", "/opt/my env/bin/python3")
+    monkeypatch.delenv("CMBENCH_CONFIG_PATH", raising=False)
+    yaml = tmp_path / "calibration" / "method" / "decoprune_pr85.yaml"
+    cal = Calibration(method="decoprune", label="decoprune@pr85", knob="gamma", value=0.1, calibration_pr=0.85,
+                      target_pr=0.85, tolerance=0.005, within_tolerance=True, note="", probes=[], data={}, code={},
+                      key="", yaml=str(yaml), log="")
+    assert run_line(cal, ["limit=8"]) == (f"CMBENCH_CONFIG_PATH={tmp_path / 'calibration'} '/opt/my env/bin/python3' -m "
+                                          "cmbench run method=decoprune_pr85 label=decoprune@pr85 limit=8")
+
+
+def test_a_calibration_shows_each_task_of_a_probe_with_the_time_left_and_each_probe_with_what_is_left():
+    from cmbench.calibration.progress import CalibrationProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    shown = CalibrationProgress("gamma", 6, stream=out, clock=lambda: now[0], header="calibrating decoprune")
+    for seconds, done in ((10, 1), (20, 2), (40, 4)):
+        now[0] = seconds
+        shown.task(done, 4)
+    shown.probe(0.031, 0.8473)
+    now[0] = 70
+    shown.task(1, 4)
+    assert out.getvalue().splitlines() == [
+        "calibrating decoprune",
+        "    probe 1: task 1/4, 10s, ~30s left in this probe",
+        "    probe 1: task 2/4, 20s, ~20s left in this probe",
+        "    probe 1: task 4/4, 40s",
+        "  probe gamma=0.031: PR 0.8473 (40s; at most 5 more probe(s), ~40s each)",
+        "    probe 2: task 1/4, 30s, ~1m30s left in this probe",
+    ]
 
 
 def test_every_declared_knob_is_a_field_of_its_method_and_the_documented_directions_hold():

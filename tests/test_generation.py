@@ -164,7 +164,7 @@ def test_ledger_timings_bytes_and_attention():
     assert sorted(mass) == [0, 1] and mass[0].shape == (2, 12)
     torch.testing.assert_close(mass[0].sum(-1), torch.ones(2))
     summary = cont.summary(method)
-    assert summary["pruning_ratio"] == 0.0 and summary["latent_frames"] == 4 and "target_pr" not in summary
+    assert summary["pruning_ratio"] == 0.0 and summary["latent_frames"] == 4 and "quota_pr" not in summary
 
 
 def test_bad_input_is_a_config_error():

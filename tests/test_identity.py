@@ -143,7 +143,7 @@ def test_the_tiny_backbone_names_its_committed_weights_and_they_are_fingerprinte
 
 def test_labels_name_the_knobs_that_differ_from_the_class_defaults():
     assert run_label(compose_config("decoprune")) == "decoprune"
-    assert run_label(compose_config("decoprune", ["method.target_pr=0.8"])) == "decoprune@target_pr=0.8"
+    assert run_label(compose_config("decoprune", ["method.quota_pr=0.8"])) == "decoprune@quota_pr=0.8"
     assert run_label(compose_config("decoprune", ["method.gamma=0.2", "method.post_prune=true"])) == \
         "decoprune@gamma=0.2,post_prune=true"
     assert run_label(compose_config("decoprune", ["method.gamma=0.1"])) == "decoprune"  # the default itself

@@ -80,11 +80,11 @@ def kv_bytes(cache: KVCache) -> int:
 
 @pytest.mark.parametrize("method_cfg", [
     {"name": "fullkv"},
-    {"name": "decoprune", "target_pr": 0.85},
-    {"name": "decoprune", "token_budget": 40},
+    {"name": "decoprune", "quota_pr": 0.85},
+    {"name": "decoprune", "quota_tokens": 40},
     {"name": "streaming"},
     {"name": "fullkv", "max_history_tokens": 48},
-], ids=["fullkv", "decoprune@0.85", "token_budget", "streaming", "bounded"])
+], ids=["fullkv", "decoprune@0.85", "quota_tokens", "streaming", "bounded"])
 def test_kv_replay_equals_the_real_caches_bytes(tiny_lingbot, method_cfg):
     """Allocated K/V bytes after every chunk, the prefilled cache, and the fork's growth: equal, not close."""
     _, backbone = tiny_lingbot
@@ -183,7 +183,7 @@ def test_offloads_are_added_cheapest_first_until_the_plan_fits():
     assert h200.phases["continuation"]["prefilled KV"] == 0 and h200.host["prefilled KV"] > 60 * GIB
     small = lingbot_plan(79.6)  # the prefill alone does not fit an 80 GB card: the whole cache in host memory
     assert small.fits and "offload_kv" in small.offloads and small.peak < 30 * GIB
-    assert lingbot_plan(139.0, 1000.0, "decoprune", "method.target_pr=0.85").offloads == ()
+    assert lingbot_plan(139.0, 1000.0, "decoprune", "method.quota_pr=0.85").offloads == ()
     starved = lingbot_plan(139.0, host_gib=32.0)
     assert not starved.fits
 
@@ -204,7 +204,7 @@ def test_run_refuses_before_loading_anything_with_the_numbers_and_the_fix(tmp_pa
 def test_plan_command_prints_phases_and_reference_machines(capsys):
     from cmbench.cli.plan import execute
 
-    cfg = config("backbone=lingbot_world_v2_1_3b", "method=decoprune", "method.target_pr=0.85",
+    cfg = config("backbone=lingbot_world_v2_1_3b", "method=decoprune", "method.quota_pr=0.85",
                  "backbone.memory.context_seconds=60", "backbone.memory.device_gib=139")
     assert execute(cfg) == 0
     out = capsys.readouterr().out

@@ -38,10 +38,10 @@ def test_every_registered_method_meets_the_contract(name):
 @pytest.mark.parametrize("name", [n for n in method_names() if issubclass(method_class(n), ScoredMethod)])
 def test_every_scored_method_honours_a_budget(name):
     # 8 context chunks: DeCoPrune keeps the sink and the two newest chunks dense, so 4 could not reach 0.5
-    results = check_method(config_for(name, target_pr=0.5), context_chunks=8, continuation_chunks=3)
+    results = check_method(config_for(name, quota_pr=0.5), context_chunks=8, continuation_chunks=3)
     assert all(r.passed for r in results), format_results(results)
     budget = next(r for r in results if r.name == "budget")
-    assert "target_pr 0.500: realised" in budget.detail
+    assert "quota_pr 0.500: realised" in budget.detail
 
 
 @dataclass
@@ -81,17 +81,17 @@ class IgnoresItsBudget(ScoredMethod):
 def test_broken_methods_fail_the_check_that_names_their_fault():
     assert passed(check_method(LeavesATrace(), context_chunks=3, continuation_chunks=2))["decisions only"] is False
     assert passed(check_method(Nondeterministic(), context_chunks=3, continuation_chunks=2))["deterministic"] is False
-    results = passed(check_method(IgnoresItsBudget(target_pr=0.5), context_chunks=3, continuation_chunks=2))
+    results = passed(check_method(IgnoresItsBudget(quota_pr=0.5), context_chunks=3, continuation_chunks=2))
     assert results["budget"] is False and results["decisions only"] is True
 
 
 def test_a_target_a_short_run_cannot_reach_fails_with_the_longer_run_that_meets_it():
-    short = next(r for r in check_method(config_for("decoprune", target_pr=0.85), continuation_chunks=2)
+    short = next(r for r in check_method(config_for("decoprune", quota_pr=0.85), continuation_chunks=2)
                  if r.name == "budget")
     assert not short.passed and "BELOW the target" in short.detail and "check.context_chunks=30" in short.detail
-    longer = next(r for r in check_method(config_for("decoprune", target_pr=0.85), context_chunks=30,
+    longer = next(r for r in check_method(config_for("decoprune", quota_pr=0.85), context_chunks=30,
                                           continuation_chunks=2) if r.name == "budget")
-    assert longer.passed and longer.detail.startswith("target_pr 0.850: realised 0.8")
+    assert longer.passed and longer.detail.startswith("quota_pr 0.850: realised 0.8")
 
 
 def test_a_config_error_is_reported_as_the_failed_build():

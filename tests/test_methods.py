@@ -354,7 +354,7 @@ def test_dummyforcing_classifies_during_the_context_replay_and_keeps_each_roles_
         build_method({"name": "dummyforcing", "classify_chunk": 1})
 
 
-def test_budget_mode_hits_target_pr(tmp_path):
+def test_quota_mode_hits_quota_pr(tmp_path):
     g = fake_geometry(num_heads=4)
     backbone = AttentionBackbone(g)
     path = tmp_path / "map.json"
@@ -364,22 +364,22 @@ def test_budget_mode_hits_target_pr(tmp_path):
                 {"name": "forcingkv", "head_map": str(path), "layer_zero": "map"},
                 {"name": "decoprune_hs", "head_map": str(path)}):
         for target in (0.5, 0.8):
-            method = build_method({**cfg, "target_pr": target})
+            method = build_method({**cfg, "quota_pr": target})
             pre = prefill(backbone, method, context, None, 0)
             cont = continue_task(backbone, pre, None, 8, 1)
             assert abs(cont.ledger.pruning_ratio() - target) < 0.01, (cfg, target, cont.ledger.pruning_ratio())
-            assert cont.summary(method)["target_pr"] == target
+            assert cont.summary(method)["quota_pr"] == target
 
 
-def test_token_budget_and_bounded_memory_never_exceed_their_cap():
+def test_quota_tokens_and_bounded_memory_never_exceed_their_cap():
     backbone = AttentionBackbone(G)
     context = torch.randn(1, 3, 16, 4, 4)
     for cfg in ({"name": "fullkv", "max_history_tokens": 24}, {"name": "decoprune", "gamma": 0.0, "max_history_tokens": 24},
-                {"name": "tempdiff", "token_budget": 20}):
+                {"name": "tempdiff", "quota_tokens": 20}):
         method = build_method(cfg)
         pre = prefill(backbone, method, context, None, 0)
         cont = continue_task(backbone, pre, None, 8, 1)
-        cap = cfg.get("max_history_tokens", cfg.get("token_budget"))
+        cap = cfg.get("max_history_tokens", cfg.get("quota_tokens"))
         for entry in pre.ledger.entries + cont.ledger.entries:
             assert int(entry.visible.max()) <= cap
         assert int(cont.ledger.entries[-1].visible.max()) == cap
@@ -411,8 +411,8 @@ def test_non_finite_scores_and_knob_validation():
     assert method.priority(score).tolist() == pytest.approx([0.5, math.inf, 0.01, math.inf])
     with pytest.raises(ConfigError, match="score must be one of"):
         build_method({"name": "decoprune", "score": "l1"})
-    with pytest.raises(ConfigError, match="target_pr or token_budget"):
-        build_method({"name": "decoprune", "target_pr": 0.5, "token_budget": 3})
+    with pytest.raises(ConfigError, match="quota_pr or quota_tokens"):
+        build_method({"name": "decoprune", "quota_pr": 0.5, "quota_tokens": 3})
     with pytest.raises(ConfigError, match="probe_step=3 must name a step before the last"):
         run(build_method({"name": "decoprune", "probe_step": 3}))
 

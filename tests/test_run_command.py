@@ -64,7 +64,7 @@ def only_run_dir(root: Path) -> Path:
 
 def test_run_writes_a_complete_run_directory_and_resumes(setup):
     tmp, weights = setup
-    out = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8")
+    out = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8")
     assert out.returncode == 0, out.stderr
     run_dir = only_run_dir(tmp / "runs")
     assert run_dir.name.startswith("decoprune__tiny__light__")
@@ -75,9 +75,10 @@ def test_run_writes_a_complete_run_directory_and_resumes(setup):
     ]
     for r in records:
         # the automatic label names the knob that differs from DeCoPrune's class default
-        assert r["status"] == "ok" and r["label"] == "decoprune@target_pr=0.8" and r["method_config"]["target_pr"] == 0.8
+        assert r["status"] == "ok" and r["label"] == "decoprune@quota_pr=0.8" and r["method_config"]["quota_pr"] == 0.8
         assert 0.0 <= r["score"] <= 1.0 and 0.0 <= r["detection_rate"] <= 1.0
-        assert abs(r["pr"] - 0.8) < 0.02  # budget mode realises its target
+        assert abs(r["pr"] - 0.8) < 0.02  # quota mode realises its target
+        assert r["target_pr"] == 0.8 and r["calibration_pr"] is None  # a quota: no calibration
         assert r["continuation_frames"] == 16 and len(r["similarities"]) == 16
         assert r["peak_kv_bytes"] > 0 and r["prefill_seconds"] > 0 and r["continuation_seconds"] > 0
         assert r["versions"]["torch"] and r["git_commit"] and len(r["scorer_hash"]) == 12
@@ -85,7 +86,7 @@ def test_run_writes_a_complete_run_directory_and_resumes(setup):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tasks_ok"] == 4 and summary["tasks_failed"] == 0
     assert summary["pr"] == pytest.approx(sum(r["pr"] for r in records) / 4)
-    again = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8")
+    again = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8")
     assert again.returncode == 0 and "(0 run now, 4 cached)" in again.stdout
     assert len(read_all_records(run_dir)) == 4
 
@@ -168,13 +169,15 @@ def in_process(tmp: Path, weights: Path, out_dir: Path, *args: str) -> int:
         ("data.name=..", "data.name='..' cannot name a folder"),
         ("label=/", "label='/' cannot name a folder"),
         ("shard.index=2", "shard.index must be in [0, shard.count), got index=2 count=1"),
-        ("method.target_pr=1.5", "decoprune: target_pr must be in [0, 1), got 1.5"),  # the method's own check
+        ("method.quota_pr=1.5", "decoprune: quota_pr must be in [0, 1), got 1.5"),  # the method's own check
+        ("method.target_pr=1.5", "method.target_pr=1.5: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85"),
+        ("method.token_budget=3", "method 'decoprune' has no knob(s) token_budget"),  # the quota's old name
         ("method.probe_step=9", "decoprune: probe_step=9 must name a step before the last of the 4 timesteps"),
         ("method.gamma=-1", "method decoprune: gamma must be a number >= 0, got -1"),  # knob types and ranges
         ("method.gamma=abc", "method decoprune: gamma must be a number >= 0, got 'abc'"),
         ("method.probe_step=2.5", "method decoprune: probe_step must be a whole number >= 0, got 2.5"),
         ("method.post_prune=maybe", "method decoprune: post_prune must be true or false, got 'maybe'"),
-        ("method.token_budget=-3", "method decoprune: token_budget must be a whole number >= 0 (or null), got -3"),
+        ("method.quota_tokens=-3", "method decoprune: quota_tokens must be a whole number >= 0 (or null), got -3"),
     ],
 )
 def test_a_refused_run_is_one_line_and_leaves_no_folder(setup, tmp_path, capsys, override, message):
@@ -269,7 +272,7 @@ def test_run_and_leaderboard_agree_on_odd_data_names(setup, tmp_path):
 
 def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup, tmp_path):
     tmp, weights = setup
-    out = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8", f"out_dir={tmp_path / 'runs'}")
+    out = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8", f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
     run_dir = only_run_dir(tmp_path / "runs")
     ran = {r["task_id"]: r for r in read_all_records(run_dir)}
@@ -295,7 +298,7 @@ def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup,
     assert board.returncode == 0, board.stderr
     assert "| Method | light (95% CI) |" in board.stdout
     rows = {line.split("|")[1].strip(): line for line in board.stdout.splitlines() if line.startswith("| ")}
-    assert rows["decoprune@target_pr=0.8"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
+    assert rows["decoprune@quota_pr=0.8"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
 
 
 def test_validate_checks_miniworld_npz_files_as_run_reads_them(tmp_path):
@@ -387,19 +390,19 @@ def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kep
 
 def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_deterministic_cost(setup, tmp_path):
     tmp, weights = setup
-    out = cmbench(tmp, weights, "-m", "method=decoprune", "method.target_pr=0.8,0.9", "seed=2,3", ONE_CONTEXT,
+    out = cmbench(tmp, weights, "-m", "method=decoprune", "method.quota_pr=0.8,0.9", "seed=2,3", ONE_CONTEXT,
                   f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
     rows = {line.split("|")[1].strip(): line.split("|") for line in out.stdout.splitlines() if line.startswith("| d")}
-    assert sorted(rows) == ["decoprune@target_pr=0.8", "decoprune@target_pr=0.9"]  # one row each, 2 seeds
+    assert sorted(rows) == ["decoprune@quota_pr=0.8", "decoprune@quota_pr=0.9"]  # one row each, 2 seeds
     assert all(cells[8].strip().startswith("2 (sd ") and cells[9].strip() == "4" for cells in rows.values())
     board = pd.read_csv(tmp_path / "runs" / "miniworld" / "leaderboard" / "leaderboard_by_seed.csv")
     assert sorted(board["seed"]) == [2, 2, 3, 3]
-    again = cmbench(tmp, weights, "method=decoprune", "method.target_pr=0.8", "seed=2", ONE_CONTEXT,
+    again = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8", "seed=2", ONE_CONTEXT,
                     f"out_dir={tmp_path / 'again'}")
     assert again.returncode == 0, again.stderr
     first = {r["task_id"]: r for run_dir in (tmp_path / "runs" / "miniworld").glob("decoprune__*")
-             for r in read_all_records(run_dir) if r["run_seed"] == 2 and r["label"] == "decoprune@target_pr=0.8"}
+             for r in read_all_records(run_dir) if r["run_seed"] == 2 and r["label"] == "decoprune@quota_pr=0.8"}
     second = {r["task_id"]: r for r in read_all_records(only_run_dir(tmp_path / "again"))}
     assert first.keys() == second.keys() and len(second) == 2
     for task_id, r in second.items():

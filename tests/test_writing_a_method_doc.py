@@ -38,6 +38,25 @@ def test_the_example_config_and_package_name_the_module(page):
     assert modules is not None and modules.group(1) == f'"{module}"'  # what `pip install -e .` installs
 
 
+def test_the_guide_declares_the_knob_calibrate_searches(page):
+    """`calibrate`, `curves` and method.target_pr accept a method whose class declares `knob`."""
+    import importlib.util
+
+    from cmbench.calibration.matched_pr import method_knob
+
+    spec = importlib.util.spec_from_file_location("key_norm", EXAMPLE / "key_norm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["key_norm"] = module
+    try:
+        spec.loader.exec_module(module)
+        knob = method_knob({"_target_": "key_norm.KeyNorm"})
+    finally:
+        del sys.modules["key_norm"]
+    assert (knob.name, knob.increasing, knob.integer) == ("k", False, True)
+    assert "python -m cmbench calibrate method=key_norm target_pr=0.8" in GUIDE.read_text()
+
+
 def test_the_guide_walks_the_whole_loop(page):
     lines = [c.line for c in page.commands]
     assert lines[0] == "export PYTHONPATH=$PWD CMBENCH_CONFIG_PATH=$PWD/configs"
@@ -61,11 +80,11 @@ def test_the_guide_runs_as_printed_and_prints_what_it_shows(page, tmp_path):
     rerun = next(r for r in results if r.command.startswith("python -m cmbench run method=key_norm"))
     assert "2 task(s) recomputed" in rerun.output and "(2 run now, 0 cached)" in rerun.output
     sweep = next(r for r in results if r.command.startswith("python -m cmbench run -m"))
-    before, after = (float(re.findall(r"key_norm@target_pr=0.8: .*; light ([\d.]+),", r.output)[0])
+    before, after = (float(re.findall(r"key_norm@quota_pr=0.8: .*; light ([\d.]+),", r.output)[0])
                      for r in (sweep, rerun))
     assert after < before  # the page says the edit made the method worse
     board = next(r for r in results if r.command == "python -m cmbench leaderboard").output
-    assert "| key_norm@target_pr=0.8 | decoprune@target_pr=0.8 |" in board
+    assert "| key_norm@quota_pr=0.8 | decoprune@quota_pr=0.8 |" in board
     assert (tmp_path / "my_method/runs/miniworld/report/index.html").is_file()
 
 

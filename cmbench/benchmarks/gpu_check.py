@@ -3,7 +3,7 @@
 ``scripts/gpu_check.py`` runs it (one command, a few minutes on one H200, no download):
 
 (a) **plan vs measure**: a one-minute context (random latents) is prefilled and one continuation chunk
-    generated with FullKV and with DeCoPrune at 85% PR (budget mode), each with the offloads the memory
+    generated with FullKV and with DeCoPrune at 85% PR (quota mode), each with the offloads the memory
     plan picks for this device, as ``run`` picks them; the peak allocated memory of prefill +
     continuation must be within :data:`PLAN_TOLERANCE` of the plan's prediction. It prints continuation
     FPS (4 frames per latent frame, as the continuation is decoded) and the speed-up over FullKV, which
@@ -52,7 +52,7 @@ from cmbench.methods.registry import build_method
 
 PLAN_TOLERANCE = 0.10
 PRECISION_TOLERANCE = 0.05  # relative L2 error of the flow prediction, bf16 with islands vs float32
-METHODS = ({"name": "fullkv"}, {"name": "decoprune", "target_pr": 0.85})
+METHODS = ({"name": "fullkv"}, {"name": "decoprune", "quota_pr": 0.85})
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def run_method(backbone: WanBackbone, shape: CheckShape, method_cfg: dict, laten
     backbone.offload_kv = False
     predicted = predicted_peak(plan)
     frames = 4 * cont.latents.shape[2]  # decoded after the context: 4 frames per latent frame
-    target = getattr(method, "target_pr", None)
+    target = getattr(method, "quota_pr", None)
     row = {"method": method.name + (f"@{target}" if target else ""),
            "offloads": ",".join(plan.offloads) or "-", "context_latent_frames": int(latents.shape[2]),
            "prefill_s": round(pre.seconds, 2), "continuation_s": round(cont.seconds, 3),

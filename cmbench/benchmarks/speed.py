@@ -74,10 +74,10 @@ METHODS = {
     for spec in (
         MethodSpec(REFERENCE, "fullkv"),
         MethodSpec(STREAMING, "streaming"),
-        MethodSpec(DECOPRUNE, "decoprune", {"target_pr": 0.85}),
+        MethodSpec(DECOPRUNE, "decoprune", {"quota_pr": 0.85}),
         MethodSpec("decoprune", "decoprune"),
-        MethodSpec("decoprune_reverse@0.85", "decoprune_reverse", {"target_pr": 0.85}),
-        MethodSpec("random@0.85", "random", {"target_pr": 0.85}),
+        MethodSpec("decoprune_reverse@0.85", "decoprune_reverse", {"quota_pr": 0.85}),
+        MethodSpec("random@0.85", "random", {"quota_pr": 0.85}),
         MethodSpec("tempdiff", "tempdiff"),
         MethodSpec("forcingkv", "forcingkv"),
         MethodSpec("dummyforcing", "dummyforcing"),
@@ -238,7 +238,7 @@ def account(backbone, entry: Entry, plan: CameraPlan, n_frames: int, seed: int, 
     entry.before = kept.before if kept is not None else None
     entry.calls = recorder.calls
     entry.pr = cont.ledger.pruning_ratio()
-    entry.target_pr = getattr(entry.prefilled.method, "target_pr", None)
+    entry.target_pr = getattr(entry.prefilled.method, "quota_pr", None)
     entry.peak_kv_bytes = cont.ledger.peak_stored_bytes
     entry.allocated_kv_bytes = cont.cache.allocated_bytes()
 

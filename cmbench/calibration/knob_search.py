@@ -4,8 +4,17 @@ A method is compared with another at the same budget by running it with its OWN 
 that lands on the target PR (DeCoPrune's threshold gamma, TempDiff's block count, Streaming's window),
 found once on calibration data, rather than by forcing a budget onto its decisions. The search treats
 PR as a monotone function of the knob, measured by a callable (on a calibration world, see
-:mod:`cmbench.calibration.pruning_ratio`), and bisects it: on a log scale for thresholds that span
-decades, over integers for counts.
+:mod:`cmbench.calibration.pruning_ratio`); every measurement is a full generation of the calibration
+tasks, so the search spends as few as it can:
+
+- it starts at the method's configured value (or at the known probe nearest the target) instead of
+  measuring both ends of the range;
+- until the target is bracketed it steps a quarter of the range (on a log scale for thresholds that
+  span decades), or extrapolates the line through the last two probes when it has them;
+- once bracketed it interpolates (regula falsi with the Illinois safeguard: a side kept twice is
+  bisected), which lands within the tolerance in a probe or two where PR is smooth in the knob;
+- it stops as soon as a probe is within the tolerance, when an integer bracket closes, or at a range
+  end that still misses the target (an unreachable target: a one-line error naming the PRs reached).
 """
 
 from __future__ import annotations
@@ -15,46 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from cmbench.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Knob:
-    """A method knob that sets its pruning ratio.
-
-    Attributes
-    ----------
-    name : str
-        The dataclass field (e.g. ``"gamma"``).
-    low, high : float
-        The search range.
-    increasing : bool
-        Whether a larger value prunes more (a threshold: yes; a number of kept tokens: no).
-    log : bool
-        Bisect on a log scale (``low > 0``); integer knobs too (a count that spans decades).
-    integer : bool
-        The knob takes whole values.
-    """
-
-    name: str
-    low: float
-    high: float
-    increasing: bool = True
-    log: bool = False
-    integer: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.low < self.high:
-            raise ConfigError(f"knob {self.name}: low ({self.low}) must be below high ({self.high})")
-        if self.log and self.low <= 0:
-            raise ConfigError(f"knob {self.name}: a log-scale search needs low > 0, got {self.low}")
-
-    def middle(self, a: float, b: float) -> float:
-        """The value between ``a < b`` to evaluate next (integer knobs: a whole value strictly inside,
-        or ``a`` when none is left)."""
-        mid = math.sqrt(a * b) if self.log else (a + b) / 2
-        if self.integer:
-            return float(min(max(math.floor(mid), a + 1), b - 1)) if b - a >= 2 else float(a)
-        return mid
+from cmbench.methods.knobs import Knob
 
 
 @dataclass
@@ -85,8 +55,9 @@ class SearchResult:
 
 
 def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float], tolerance: float = 0.002,
-                max_evaluations: int = 14, known: Mapping[float, float] | None = None) -> SearchResult:
-    """Bisect ``knob`` until ``measure(value)`` (the PR) is within ``tolerance`` of ``target_pr``.
+                max_evaluations: int = 14, known: Mapping[float, float] | None = None,
+                start: float | None = None) -> SearchResult:
+    """Find a value of ``knob`` whose ``measure(value)`` (the PR) is within ``tolerance`` of ``target_pr``.
 
     Parameters
     ----------
@@ -94,14 +65,17 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     target_pr : float
         In [0, 1).
     measure : callable ``value -> PR``
-        Runs the method with the knob at ``value`` on the calibration data.
+        Runs the method with the knob at ``value`` on the calibration data; PR is monotone in the value.
     tolerance : float
         Stop once a value's PR is this close to the target (absolute).
     max_evaluations : int
         Stop after this many calls to ``measure`` (integer knobs stop earlier, when the bracket closes).
     known : mapping ``value -> PR``, optional
         PRs measured before with the same ``measure`` (another target of one sweep): they are not measured
-        again, they narrow the starting bracket, and one of them is the answer when it is the closest.
+        again, they bracket the target, and one of them is the answer when it is the closest.
+    start : float, optional
+        The first value to measure when nothing is known (default: the middle of the range); the method's
+        configured value is a good guess.
 
     Returns
     -------
@@ -112,44 +86,92 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     Raises
     ------
     ConfigError
-        When the target lies outside the PRs the knob's range reaches (the message gives that range).
+        When the target lies outside the PRs the knob's range reaches (the message gives the PRs measured).
     """
     if not 0.0 <= target_pr < 1.0:
         raise ConfigError(f"target PR must be in [0, 1), got {target_pr}")
     log: list[tuple[float, float]] = []
-    seen = {float(v): float(p) for v, p in (known or {}).items()}
+    seen = {float(v): float(p) for v, p in (known or {}).items() if knob.low <= float(v) <= knob.high}
+    sign = 1.0 if knob.increasing else -1.0
 
-    def evaluate(value: float) -> float:
-        value = float(round(value)) if knob.integer else value
+    def clip(value: float) -> float:
+        value = min(max(value, knob.low), knob.high)
+        return float(round(value)) if knob.integer else float(value)
+
+    def evaluate(value: float) -> None:
+        value = clip(value)
         if value not in seen:
             seen[value] = float(measure(value))
             log.append((value, seen[value]))
-        return seen[value]
 
-    def prunes_too_little(pr: float) -> bool:
-        """Whether the answer lies on the pruning side of a value with this PR."""
-        return (pr < target_pr) == knob.increasing
+    # position on the search scale, and back (log scale: thresholds and counts that span decades)
+    def x(value: float) -> float:
+        return math.log(max(value, knob.low if knob.low > 0 else 1.0)) if knob.log else value
 
-    low, high = knob.low, knob.high
-    pr_low, pr_high = evaluate(low), evaluate(high)
-    lo_pr, hi_pr = (pr_low, pr_high) if knob.increasing else (pr_high, pr_low)
-    if not lo_pr - tolerance <= target_pr <= hi_pr + tolerance:
-        raise ConfigError(
-            f"target PR {target_pr:.4f} is outside what {knob.name} in [{knob.low:g}, {knob.high:g}] reaches on "
-            f"the calibration data (PR {min(pr_low, pr_high):.4f} .. {max(pr_low, pr_high):.4f})"
-        )
-    for value, pr in seen.items():  # known values inside the range narrow the bracket
-        if low < value < high:
-            low, high = (value, high) if prunes_too_little(pr) else (low, value)
-    while len(log) < max_evaluations and min(abs(pr - target_pr) for pr in seen.values()) > tolerance:
-        middle = knob.middle(low, high)
-        if knob.integer and middle in (low, high):
-            break
-        pr = evaluate(middle)
-        if prunes_too_little(pr):  # move towards the pruning end of the range
-            low = middle
-        else:
-            high = middle
-    in_range = [(v, p) for v, p in seen.items() if knob.low <= v <= knob.high]
-    value, pr = min(in_range, key=lambda entry: (abs(entry[1] - target_pr), entry[0]))
+    def value_at(position: float) -> float:
+        return math.exp(position) if knob.log else position
+
+    def logit(pr: float) -> float:
+        pr = min(max(pr, 1e-4), 1 - 1e-4)
+        return math.log(pr / (1 - pr))
+
+    def gap(pr: float) -> float:
+        """Increasing in the knob: negative below the target's knob value, positive above; on the logit
+        scale, where PR is close to a line in the (log) knob for thresholds and counts alike."""
+        return sign * (logit(pr) - logit(target_pr))
+
+    def done() -> bool:
+        return bool(seen) and min(abs(p - target_pr) for p in seen.values()) <= tolerance
+
+    width = x(knob.high) - x(knob.low)
+    kept: tuple[float, int] = (math.nan, 0)  # (end, times kept in a row): the Illinois safeguard
+    if not seen:
+        evaluate(knob.middle(knob.low, knob.high) if start is None else start)
+    while len(log) < max_evaluations and not done():
+        below = [(v, p) for v, p in seen.items() if gap(p) < 0]
+        above = [(v, p) for v, p in seen.items() if gap(p) > 0]
+        if below and above:
+            (lo, p_lo), (hi, p_hi) = max(below), min(above)
+            if knob.integer and hi - lo <= 1:
+                break
+            g_lo, g_hi = gap(p_lo), gap(p_hi)
+            if kept[1] >= 2:  # an end kept again: halve its weight each time (Illinois), so the bracket closes
+                weight = 0.5 ** (kept[1] - 1)
+                g_lo, g_hi = (g_lo * weight, g_hi) if kept[0] == lo else (g_lo, g_hi * weight)
+            t = min(max(g_lo / (g_lo - g_hi), 0.02), 0.98)  # regula falsi on the search scale
+            candidate = clip(value_at(x(lo) + t * (x(hi) - x(lo))))
+            if candidate in seen:  # nothing new there (whole values, a float step too small): bisect
+                candidate = clip(knob.middle(lo, hi))
+                if candidate in seen:
+                    break
+            evaluate(candidate)
+            end = hi if gap(seen[clip(candidate)]) < 0 else lo
+            kept = (end, kept[1] + 1 if kept[0] == end else 1)
+            continue
+        # not bracketed yet: move towards the target from the probe nearest it, by the slope of the two
+        # nearest probes when they have one, else assuming a unit slope (logit PR per e-fold of the knob)
+        above.sort()
+        below.sort()
+        end = knob.low if above else knob.high
+        nearest, pr = above[0] if above else below[-1]
+        if nearest == end:  # the range end itself misses the target
+            measured = list(seen.values())
+            raise ConfigError(
+                f"target PR {target_pr:.4f} is outside what {knob.name} in [{knob.low:g}, {knob.high:g}] reaches on "
+                f"the calibration data (PR {min(measured):.4f} .. {max(measured):.4f} measured, {knob.name}="
+                f"{end:g} gives {pr:.4f})"
+            )
+        direction = -1.0 if above else 1.0
+        side = above if above else below
+        slope = 1.0 if knob.log else 8.0 / width
+        if len(side) >= 2:
+            (v2, p2) = side[1] if above else side[-2]
+            measured_slope = (gap(pr) - gap(p2)) / (x(nearest) - x(v2))
+            slope = measured_slope if measured_slope > 0 else slope
+        step = min(max(1.2 * abs(gap(pr)) / slope, width / 32), width / 4)  # overshoot a little: bracket it
+        candidate = clip(value_at(x(nearest) + direction * step))
+        if candidate in seen:
+            candidate = end
+        evaluate(candidate)
+    value, pr = min(seen.items(), key=lambda entry: (abs(entry[1] - target_pr), entry[0]))
     return SearchResult(knob.name, value, pr, target_pr, log)

@@ -10,8 +10,9 @@ the calibration tasks (:mod:`cmbench.calibration.pruning_ratio`) is within ``tol
 - ``<method>_pr<target>.json``: the knob, the found value, its calibration PR, every probe (value,
   PR) in order, the calibration data and tasks, the code identity and the key of the calibration.
 
-The method then runs with its own rule, decided once per chunk, at that knob (unlike budget mode,
-which overrides the rule). A calibration whose key (method setting, target, tolerance, calibration
+The method then runs with its own rule, decided once per chunk, at that knob (unlike quota mode,
+``quota_pr`` / ``quota_tokens``, which overrides the rule); ``method.target_pr=p`` on a run does all
+this itself (:mod:`cmbench.calibration.target_pr`). A calibration whose key (method setting, target, tolerance, calibration
 data and tasks, backbone, generation, seed, code identity) matches the JSON's is reused, not redone.
 """
 
@@ -26,12 +27,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cmbench.calibration.knob_search import Knob, search_knob
+from cmbench.calibration.knob_search import search_knob
 from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_meter, knob_value
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
-from cmbench.methods.registry import canonical_method_config, config_class, method_names
+from cmbench.methods.knobs import Knob
+from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
 from cmbench.runs.identity import code_identity, portable
 from cmbench.runs.labels import resolve_method_class
 from cmbench.runs.paths import path_component
@@ -44,13 +46,32 @@ def pr_tag(target_pr: float) -> str:
     return f"pr{round(100 * target_pr, 4):g}"
 
 
+def calibration_options(cfg: DictConfig) -> dict[str, float | int]:
+    """``tolerance``, ``n_tasks`` and ``max_probes`` from ``cfg.calibration``, checked.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the knob and what is expected.
+    """
+    c = cfg.calibration
+    tasks, probes, tol = c.tasks, c.max_probes, c.tolerance
+    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
+        raise ConfigError(f"calibration.tasks={tasks!r}: expected a positive number of calibration tasks")
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 2:
+        raise ConfigError(f"calibration.max_probes={probes!r}: expected a whole number >= 2 (both ends of the range)")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
+        raise ConfigError(f"calibration.tolerance={tol!r}: expected a PR difference in (0, 1), e.g. 0.005")
+    return {"tolerance": float(tol), "n_tasks": tasks, "max_probes": probes}
+
+
 def method_knob(method_cfg: dict[str, Any]) -> Knob:
     """The knob :func:`calibrate_method` searches for ``method_cfg``'s class.
 
     Raises
     ------
     ConfigError
-        The method declares none (FullKV, DummyForcing), or the config is in budget mode.
+        The method declares none (FullKV, DummyForcing), or the config is in quota mode.
     """
     cls = config_class(method_cfg)
     name = cls.name or cls.__qualname__
@@ -59,11 +80,14 @@ def method_knob(method_cfg: dict[str, Any]) -> Knob:
         raise ConfigError(f"method {name!r} declares no knob that sets its pruning ratio (its class's `knob` is None: "
                           f"what it keeps is fixed by its rule), so there is nothing to calibrate; methods with one: "
                           f"{', '.join(with_knob)}")
-    budget = [k for k in ("target_pr", "token_budget") if method_cfg.get(k) is not None]
-    if budget:
-        raise ConfigError(f"method {name!r}: method.{budget[0]}={method_cfg[budget[0]]} puts it in budget mode, which "
+    quota = [k for k in ("quota_pr", "quota_tokens", "target_pr") if method_cfg.get(k) is not None]
+    if quota and quota[0] == "target_pr":
+        raise ConfigError(f"method {name!r}: method.target_pr={method_cfg['target_pr']} asks for the calibration this "
+                          f"command makes: give the target as target_pr={method_cfg['target_pr']} and drop method.target_pr")
+    if quota:
+        raise ConfigError(f"method {name!r}: method.{quota[0]}={method_cfg[quota[0]]} puts it in quota mode, which "
                           f"replaces its own rule; calibrate searches its own knob ({cls.knob.name}): drop "
-                          f"method.{budget[0]}")
+                          f"method.{quota[0]}")
     return cls.knob
 
 
@@ -178,7 +202,8 @@ def calibration_probe_key(setting: dict[str, Any]) -> str:
 
 
 def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
-                     max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None) -> Calibration:
+                     max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None,
+                     on_task: Callable[[int, int], None] | None = None) -> Calibration:
     """Find ``cfg.method``'s knob value for ``target_pr`` on calibration tasks; write its yaml and log.
 
     Parameters
@@ -196,6 +221,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         Most settings measured.
     on_probe : callable ``(value, pr)``, optional
         Called after every probe (the command prints the search log with it).
+    on_task : callable ``(done, total)``, optional
+        Called after every calibration task of a probe (progress inside a probe).
 
     Returns
     -------
@@ -204,7 +231,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     Raises
     ------
     ConfigError
-        No knob, budget mode, a target the knob's range cannot reach, bad calibration data.
+        No knob, quota mode, a target the knob's range cannot reach, bad calibration data.
     """
     if not 0.0 <= target_pr < 1.0:
         raise ConfigError(f"target_pr={target_pr}: expected a pruning ratio in [0, 1)")
@@ -235,7 +262,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             earlier.cached = True
             return earlier
 
-    meter = PRMeter(cal_cfg, tasks)
+    meter = PRMeter(cal_cfg, tasks, on_task)
     measure = knob_meter(meter, method_cfg, knob)
 
     def probe(value: float) -> float:
@@ -245,7 +272,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         return pr
 
     known = shared_probes(log_path.parent, name, probe_key)
-    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known)
+    start = float(getattr(build_method(method_cfg), knob.name))  # the configured value: the first probe
+    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
+                        start=start)
     value = knob_value(knob, found.value)
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)

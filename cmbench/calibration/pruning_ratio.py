@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cmbench.calibration.knob_search import Knob
 from cmbench.config_paths import editable_copy
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import build_adapter
@@ -31,6 +30,7 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.hashing import task_seed
 from cmbench.methods.base import Method
+from cmbench.methods.knobs import Knob
 
 
 def calibration_config(cfg: DictConfig) -> DictConfig:
@@ -84,15 +84,18 @@ class PRMeter:
         ``generation``, ``seed``.
     tasks : list of Task
         :func:`calibration_tasks`.
+    on_task : callable ``(done, total)``, optional
+        Called after each task of a measurement (progress inside a probe).
     """
 
-    def __init__(self, cfg: DictConfig, tasks: list[Task]):
+    def __init__(self, cfg: DictConfig, tasks: list[Task], on_task: Callable[[int, int], None] | None = None):
         from cmbench.runs.evaluator import generation_settings
 
         if not tasks:
             raise ConfigError(f"no calibration tasks in {cfg.data.root}")
         self.cfg = cfg
         self.tasks = tasks
+        self.on_task = on_task
         self.settings = generation_settings(cfg)
         self.adapter = build_adapter(cfg.data)
         self.continuation_frames = int(cfg.generation.continuation_frames)
@@ -131,6 +134,8 @@ class PRMeter:
                 cont = continue_task(self.backbone, prefilled, self.backbone.condition(task), self.continuation_frames,
                                      task_seed(seed, task.task_id))
                 prs[task.task_id] = float(cont.ledger.pruning_ratio())
+                if self.on_task is not None:
+                    self.on_task(len(prs), len(self.tasks))
         return [prs[t.task_id] for t in self.tasks]
 
     def __call__(self, method: Method) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, user_config_dirs
-from cmbench.errors import CMBenchError
+from cmbench.errors import CMBenchError, ConfigError
 from cmbench.registry import Registry, import_object
 
 SWEEP_FLAGS = ("-m", "--multirun")
@@ -62,6 +62,24 @@ def error(message: str, command: str = "cmbench") -> None:
     print(f"{command}: error: {message}", file=sys.stderr)
 
 
+def set_threads(cfg: Any) -> None:
+    """Run torch on ``cfg.threads`` CPU threads, for every command (null: torch's default, every core).
+
+    Raises
+    ------
+    ConfigError
+        ``threads`` is not a whole number >= 1.
+    """
+    threads = cfg.get("threads")
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads={threads!r}: expected a whole number of torch threads >= 1 (or null)")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
     """Run ``func(cfg)`` under Hydra, so ``-m`` sweeps and the usual override grammar work.
 
@@ -81,6 +99,7 @@ def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
 
         complete_method_name(cfg, HydraConfig.get().runtime.choices.get("method"))
         try:
+            set_threads(cfg)
             code = int(func(cfg) or 0)
         except CMBenchError as err:
             error(str(err))

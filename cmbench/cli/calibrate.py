@@ -11,35 +11,20 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cmbench.calibration.matched_pr import CALIBRATION_DIR, Calibration, calibrate_method, pr_tag
+from cmbench.calibration.matched_pr import (CALIBRATION_DIR, Calibration, calibrate_method, calibration_options, method_knob,
+                                            pr_tag)
+from cmbench.calibration.progress import CalibrationProgress
+from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 
 # overrides that choose the method or the calibration, not the setup a calibrated run shares
 _CALIBRATION_OVERRIDES = ("method=", "method.", "+method.", "++method.", "target_pr=", "target_prs=", "methods=",
                           "calibration.", "label=")
-
-
-def calibration_options(cfg: DictConfig) -> dict[str, float | int]:
-    """``tolerance``, ``n_tasks`` and ``max_probes`` from ``cfg.calibration``, checked.
-
-    Raises
-    ------
-    ConfigError
-        One line naming the knob and what is expected.
-    """
-    c = cfg.calibration
-    tasks, probes, tol = c.tasks, c.max_probes, c.tolerance
-    if isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1:
-        raise ConfigError(f"calibration.tasks={tasks!r}: expected a positive number of calibration tasks")
-    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 2:
-        raise ConfigError(f"calibration.max_probes={probes!r}: expected a whole number >= 2 (both ends of the range)")
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1:
-        raise ConfigError(f"calibration.tolerance={tol!r}: expected a PR difference in (0, 1), e.g. 0.005")
-    return {"tolerance": float(tol), "n_tasks": tasks, "max_probes": probes}
 
 
 def target_of(value: object, key: str = "target_pr") -> float:
@@ -58,18 +43,25 @@ def setup_overrides() -> list[str]:
 
 
 def run_line(result: Calibration, overrides: list[str]) -> str:
-    """The exact ``python -m cmbench run`` line that runs the calibrated method config."""
+    """The exact ``<interpreter> -m cmbench run`` line that runs the calibrated method config, with the
+    interpreter that runs this command (``sys.executable``): it works outside an activated venv too."""
     folder = str(Path(result.yaml).parent.parent.resolve())
     extra = os.environ.get("CMBENCH_CONFIG_PATH")
     path = folder + (os.pathsep + extra if extra else "")
     option = Path(result.yaml).stem
     args = [f"method={option}", f"label={result.label}", *overrides]
-    return f"CMBENCH_CONFIG_PATH={shlex.quote(path)} python -m cmbench run {' '.join(shlex.quote(a) for a in args)}"
+    python = shlex.quote(sys.executable or "python")  # the interpreter that ran calibrate: it has CMBench
+    return f"CMBENCH_CONFIG_PATH={shlex.quote(path)} {python} -m cmbench run {' '.join(shlex.quote(a) for a in args)}"
 
 
 def show_probe(value: float, pr: float) -> None:
-    """One line of the search log."""
+    """One line of the search log (of a calibration reused, not measured now)."""
     print(f"  probe {value:.6g}: PR {pr:.4f}", flush=True)
+
+
+def progress(cfg: DictConfig, max_probes: int) -> CalibrationProgress:
+    """Progress lines of calibrating ``cfg.method`` (stdout, with the search log)."""
+    return CalibrationProgress(method_knob(to_dict(cfg.method)).name, max_probes, stream=sys.stdout)
 
 
 def describe(result: Calibration) -> list[str]:
@@ -95,7 +87,9 @@ def execute(cfg: DictConfig) -> int:
     print(f"calibrating {name} to PR {target:.4f} ({pr_tag(target)}) on calibration contexts; "
           f"writing into {Path(str(cfg.out_dir)) / CALIBRATION_DIR}")
 
-    result = calibrate_method(cfg, target, **calibration_options(cfg), on_probe=show_probe)  # type: ignore[arg-type]
+    options = calibration_options(cfg)
+    shown = progress(cfg, int(options["max_probes"]))
+    result = calibrate_method(cfg, target, **options, on_probe=shown.probe, on_task=shown.task)  # type: ignore[arg-type]
     if result.cached:
         for value, pr in result.probes:
             show_probe(value, pr)

@@ -14,15 +14,17 @@ gap in its curve: a row with the reason in ``note`` and no numbers, said on stde
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
-from cmbench.calibration.matched_pr import calibrate_method, method_knob
-from cmbench.cli.calibrate import calibration_options, describe, show_probe, target_of
+from cmbench.calibration.matched_pr import calibrate_method, calibration_options, method_knob
+from cmbench.cli.calibrate import describe, progress, target_of
 from cmbench.config_paths import config_dirs, editable_copy, to_dict
 from cmbench.errors import ConfigError
+from cmbench.runs.progress import _duration as duration
 
 CURVES_DIR = "curves"
 
@@ -97,12 +99,17 @@ def execute(cfg: DictConfig) -> int:
     configs = {name: method_option(cfg, name) for name in names}
     for mcfg in configs.values():  # refuse a method without a knob before any work
         method_knob(to_dict(mcfg.method))
-    rows = []
+    rows: list[dict[str, Any]] = []
+    points, began = len(configs) * len(targets), time.monotonic()
     for name, mcfg in configs.items():
         for target in targets:
-            print(f"calibrating {name} to PR {target:.4f}")
+            done = len(rows)
+            eta = f", ~{duration((time.monotonic() - began) / done * (points - done))} left" if done else ""
+            print(f"[{done + 1}/{points}{eta}] calibrating {name} to PR {target:.4f}, then running it", flush=True)
+            shown = progress(mcfg, int(options["max_probes"]))
             try:
-                cal = calibrate_method(mcfg, target, **options, on_probe=show_probe)  # type: ignore[arg-type]
+                cal = calibrate_method(mcfg, target, **options, on_probe=shown.probe,  # type: ignore[arg-type]
+                                       on_task=shown.task)
             except ConfigError as err:  # e.g. a target the knob's range cannot reach: a gap in the curve, said
                 print(f"{name}: no point at PR {target:.4f}: {err}", file=sys.stderr)
                 rows.append({"method": name, "target_pr": target, "note": str(err)})

@@ -1,6 +1,6 @@
 """``python -m cmbench plan``: the memory plan of a run, before anything is loaded.
 
-    python -m cmbench plan backbone=lingbot_world_v2_14b method=decoprune method.target_pr=0.85 data=cmbench
+    python -m cmbench plan backbone=lingbot_world_v2_14b method=decoprune method.quota_pr=0.85 data=cmbench
 
 Prints the predicted device memory per phase (weights, text encoder, VAE, prefill cache, fork,
 activations, scorer), the offloads ``run`` would use on this machine's device (or

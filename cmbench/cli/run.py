@@ -55,6 +55,8 @@ def execute(cfg: DictConfig) -> int:
 def after_sweep(configs: list[DictConfig]) -> int:
     """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote (the seeds of one
     setup, ``-m seed=2,3,4``, are one row)."""
+    from cmbench.calibration.target_pr import resolve_target_pr
     from cmbench.cli.leaderboard import write_leaderboard
 
-    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(run_dir_for(c) for c in configs)))
+    dirs = (run_dir_for(resolve_target_pr(c, verbose=False).cfg) for c in configs)  # calibrations: cached by the jobs
+    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(dirs)))

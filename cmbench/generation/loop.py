@@ -158,9 +158,9 @@ class Continuation:
         out = self.ledger.summary()
         out["continuation_seconds"] = self.seconds
         out["latent_frames"] = int(self.latents.shape[2])
-        target_pr = getattr(method, "target_pr", None)  # budget-mode methods only
-        if target_pr is not None:
-            out["target_pr"] = target_pr
+        quota_pr = getattr(method, "quota_pr", None)  # quota-mode methods only
+        if quota_pr is not None:
+            out["quota_pr"] = quota_pr
         return out
 
 

@@ -15,7 +15,7 @@ Shared mechanics (every method):
 - *bounded memory* (``max_history_tokens``): a hard cap on history tokens per head; when full, the
   lowest-priority unprotected tokens are evicted first (ties: oldest first).
 
-Score-based methods (:class:`ScoredMethod`) add *budget mode*: ``target_pr`` or ``token_budget``
+Score-based methods (:class:`ScoredMethod`) add *quota mode*: ``quota_pr`` or ``quota_tokens``
 replaces the method's own keep rule. Each chunk is decided once, when it leaves the recent window
 (where the method's own rule would compact it): of that chunk's tokens, the highest-priority ones are
 kept, as many as the budget leaves room for next to what is already held. A decided chunk is never
@@ -31,10 +31,9 @@ from typing import Any, ClassVar
 import torch
 
 from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
-from cmbench.calibration.knob_search import Knob
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
-from cmbench.methods.knobs import check_knobs
+from cmbench.methods.knobs import Knob, check_knobs
 
 
 @dataclass(frozen=True)
@@ -241,9 +240,9 @@ class Method:
 
 @dataclass
 class ScoredMethod(Method):
-    """A method that scores tokens; adds budget mode.
+    """A method that scores tokens; adds quota mode.
 
-    Budget mode decides each chunk once, when it leaves the recent window (``window(bank)`` chunks
+    Quota mode decides each chunk once, when it leaves the recent window (``window(bank)`` chunks
     back from the newest): of that chunk's rows in a budgeted bank it keeps the ``k`` highest
     priorities (ties: the earlier row), where ``k`` is what the budget leaves after everything else
     the next chunk will see (the sink, the chunks decided before, the dense window), between 0 and the
@@ -253,31 +252,31 @@ class ScoredMethod(Method):
 
     Parameters
     ----------
-    target_pr : float or None
-        Budget mode: the next chunk sees ``(1 - target_pr)`` of what FullKV would (per head, summed
+    quota_pr : float or None
+        Quota mode: the next chunk sees ``(1 - quota_pr)`` of what FullKV would (per head, summed
         over budgeted banks; banks the budget does not apply to count as they are). Realised exactly
         once the allowance exceeds the sink and the dense window; before that, every chunk leaving
         the window gets nothing and the PR is lower than the target.
-    token_budget : int or None
-        Budget mode: at most this many history tokens per budgeted head (filled in arrival order: once
+    quota_tokens : int or None
+        Quota mode: at most this many history tokens per budgeted head (filled in arrival order: once
         full, chunks leaving the window keep nothing).
     """
 
-    knob_minimums: ClassVar[dict[str, float]] = {"target_pr": 0, "token_budget": 0}
+    knob_minimums: ClassVar[dict[str, float]] = {"quota_pr": 0, "quota_tokens": 0}
 
-    target_pr: float | None = None
-    token_budget: int | None = None
+    quota_pr: float | None = None
+    quota_tokens: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.target_pr is not None and self.token_budget is not None:
-            raise ConfigError(f"{self.name}: give target_pr or token_budget, not both")
-        if self.target_pr is not None and not 0.0 <= self.target_pr < 1.0:
-            raise ConfigError(f"{self.name}: target_pr must be in [0, 1), got {self.target_pr}")
+        if self.quota_pr is not None and self.quota_tokens is not None:
+            raise ConfigError(f"{self.name}: give quota_pr or quota_tokens, not both")
+        if self.quota_pr is not None and not 0.0 <= self.quota_pr < 1.0:
+            raise ConfigError(f"{self.name}: quota_pr must be in [0, 1), got {self.quota_pr}")
 
     @property
-    def budget_mode(self) -> bool:
-        return self.target_pr is not None or self.token_budget is not None
+    def quota_mode(self) -> bool:
+        return self.quota_pr is not None or self.quota_tokens is not None
 
     def budgeted(self, bank: Bank) -> bool:
         """Whether this bank's tokens are chosen by score (all banks by default)."""
@@ -287,8 +286,8 @@ class ScoredMethod(Method):
         return [b for b in cache.all_banks() if self.budgeted(b)]
 
     def selector(self, cache: KVCache, newest: ChunkInfo, incoming: int = 0) -> BankSelector:
-        """:meth:`select` on every bank, or in budget mode :meth:`budget_keep` on the budgeted ones."""
-        if not self.budget_mode:
+        """:meth:`select` on every bank, or in quota mode :meth:`budget_keep` on the budgeted ones."""
+        if not self.quota_mode:
             return super().selector(cache, newest)
         allowance = self.allowance(cache, newest, incoming)
         return lambda bank: (self.budget_keep(bank, newest, allowance, incoming) if self.budgeted(bank)
@@ -297,22 +296,22 @@ class ScoredMethod(Method):
     def allowance(self, cache: KVCache, newest: ChunkInfo, incoming: int = 0) -> int:
         """History tokens per budgeted head the next chunk may see.
 
-        ``token_budget``; or ``(1 - target_pr)`` of FullKV's history (committed tokens plus
+        ``quota_tokens``; or ``(1 - quota_pr)`` of FullKV's history (committed tokens plus
         ``incoming``) over all heads, less what the banks the budget does not apply to will hold after
         this compaction, shared evenly by the budgeted heads.
         """
-        if self.token_budget is not None:
-            return self.token_budget
-        assert self.target_pr is not None
+        if self.quota_tokens is not None:
+            return self.quota_tokens
+        assert self.quota_pr is not None
         heads = cache.num_layers * cache.num_heads
-        target = (1.0 - self.target_pr) * (cache.committed_tokens + incoming) * heads
+        target = (1.0 - self.quota_pr) * (cache.committed_tokens + incoming) * heads
         banks = list(cache.all_banks())
         fixed = sum((int(self.select(b, newest).sum()) + incoming) * b.num_heads for b in banks if not self.budgeted(b))
         scored = sum(b.num_heads for b in banks if self.budgeted(b))
         return max(0, round((target - fixed) / max(1, scored)))
 
     def budget_keep(self, bank: Bank, newest: ChunkInfo, allowance: int, incoming: int = 0) -> torch.Tensor:
-        """Budget mode's keep mask ``bool [n]`` of a budgeted bank when ``newest`` is the newest chunk.
+        """Quota mode's keep mask ``bool [n]`` of a budgeted bank when ``newest`` is the newest chunk.
 
         Every row is kept but those of the chunk leaving the window now (``newest.index -
         window(bank)``, unless it is a sink chunk), of which the ``k`` highest priorities stay:

@@ -25,10 +25,10 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, KVCache
-from cmbench.calibration.knob_search import Knob
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 SCORE_TYPES = ("mse", "mse_over_no_context", "chunk_normalised")
@@ -59,7 +59,7 @@ class DeCoPrune(ScoredMethod):
     ----------
     gamma : float
         Keep threshold on the score. Its useful range depends on the backbone's latent scale; use budget
-        mode (``target_pr``) to compare methods at a matched pruning ratio.
+        mode (``quota_pr``) to compare methods at a matched pruning ratio.
     probe_step : int
         Zero-based denoising step whose ``x0`` is the probe (``tau* = timesteps[probe_step]``).
     score : {"mse", "mse_over_no_context", "chunk_normalised"}
@@ -118,7 +118,7 @@ class DeCoPrune(ScoredMethod):
         return ~torch.isfinite(score) | (score > self.gamma)
 
     def priority(self, score: torch.Tensor) -> torch.Tensor:
-        """Keep priority ``[L]`` for budget mode and bounded memory (higher is kept longer)."""
+        """Keep priority ``[L]`` for quota mode and bounded memory (higher is kept longer)."""
         return finite_priority(score)
 
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:

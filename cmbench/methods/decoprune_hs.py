@@ -18,7 +18,7 @@ class DeCoPruneHS(DeCoPrune):
     """Head-specialised DeCoPrune.
 
     Each layer's heads live in two physical banks: ``"dynamic"`` (DeCoPrune's shared mask) and
-    ``"static"`` (sink + recent window only). Layer 0 is all dynamic whatever the map says. Budget mode
+    ``"static"`` (sink + recent window only). Layer 0 is all dynamic whatever the map says. Quota mode
     calibrates the dynamic banks so the total over *all* heads meets the target.
 
     Parameters

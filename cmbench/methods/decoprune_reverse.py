@@ -6,16 +6,16 @@ from dataclasses import dataclass
 
 import torch
 
-from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import finite_priority
 from cmbench.methods.decoprune import DeCoPrune
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 
 @register
 @dataclass
 class DeCoPruneReverse(DeCoPrune):
-    """Keep tokens with ``score <= gamma`` (non-finite scores still kept); budget mode keeps the lowest."""
+    """Keep tokens with ``score <= gamma`` (non-finite scores still kept); quota mode keeps the lowest."""
 
     name = "decoprune_reverse"
     description = "the ablation: tokens with LOW discrepancy (score <= gamma)"

@@ -20,10 +20,10 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, KVCache
-from cmbench.calibration.knob_search import Knob
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, ScoredMethod
 from cmbench.methods.head_map import HeadMap
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 
@@ -109,7 +109,7 @@ class ForcingKV(ScoredMethod):
     def layout(self, geometry) -> list[list[HeadGroup]]:
         static_size = self.window_size(geometry)
         largest = int((patch_bounds(geometry.tokens_per_frame, self.patches_per_frame).diff()).max())
-        dyn_size = None if self.budget_mode else static_size + self.k * largest
+        dyn_size = None if self.quota_mode else static_size + self.k * largest
         if self.max_history_tokens is not None:
             dyn_size = self.max_history_tokens if dyn_size is None else min(dyn_size, self.max_history_tokens)
         if self.head_map:

@@ -1,4 +1,5 @@
-"""Type and range checks of a method's knobs (its dataclass fields), run when a method is built.
+"""A method's knobs: the one that sets its pruning ratio (:class:`Knob`), and the type and range checks of
+all of them (its dataclass fields), run when a method is built.
 
 Knobs arrive from Python, from yaml and from command-line overrides (Hydra parses ``gamma=abc`` as a
 string and ``probe_step=2.5`` as a float), so every scalar knob is checked against its annotation:
@@ -10,11 +11,54 @@ along its bases). Knobs of other types (mappings, sequences) are left to the met
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
+from dataclasses import dataclass
 from typing import Any, Union
 
 from cmbench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A method knob that sets its pruning ratio.
+
+    Attributes
+    ----------
+    name : str
+        The dataclass field (e.g. ``"gamma"``).
+    low, high : float
+        The search range.
+    increasing : bool
+        Whether a larger value prunes more (a threshold: yes; a number of kept tokens: no).
+    log : bool
+        Bisect on a log scale (``low > 0``); integer knobs too (a count that spans decades).
+    integer : bool
+        The knob takes whole values.
+    """
+
+    name: str
+    low: float
+    high: float
+    increasing: bool = True
+    log: bool = False
+    integer: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.low < self.high:
+            raise ConfigError(f"knob {self.name}: low ({self.low}) must be below high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ConfigError(f"knob {self.name}: a log-scale search needs low > 0, got {self.low}")
+
+    def middle(self, a: float, b: float) -> float:
+        """The value between ``a < b`` to evaluate next (integer knobs: a whole value strictly inside,
+        or ``a`` when none is left)."""
+        mid = math.sqrt(a * b) if self.log else (a + b) / 2
+        if self.integer:
+            return float(min(max(math.floor(mid), a + 1), b - 1)) if b - a >= 2 else float(a)
+        return mid
+
 
 _WHAT = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
 

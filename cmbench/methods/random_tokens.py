@@ -30,7 +30,7 @@ class RandomTokens(DeCoPrune):
     keep_counts : mapping of int to int, optional
         Exact tokens kept per chunk index instead (e.g. another run's per-chunk counts, to match that
         run chunk by chunk); every chunk that gets pruned must be listed, and no probe runs. Budget
-        mode (``target_pr`` / ``token_budget``) keeps the highest random priorities instead.
+        mode (``quota_pr`` / ``quota_tokens``) keeps the highest random priorities instead.
     seed : int
         Mixed with the run seed and the chunk index.
     """
@@ -49,8 +49,8 @@ class RandomTokens(DeCoPrune):
             self.keep_counts = {int(k): int(v) for k, v in dict(self.keep_counts).items()}
 
     def needs(self) -> Needs:
-        """DeCoPrune's probe, unless the counts are given or budget mode draws them (no scores then)."""
-        return Needs() if self.keep_counts is not None or self.budget_mode else super().needs()
+        """DeCoPrune's probe, unless the counts are given or quota mode draws them (no scores then)."""
+        return Needs() if self.keep_counts is not None or self.quota_mode else super().needs()
 
     def keep_count(self, sig: ChunkSignals) -> int:
         """Tokens of the committed chunk to keep: DeCoPrune's count from the scores, or ``keep_counts``."""
@@ -70,6 +70,6 @@ class RandomTokens(DeCoPrune):
             return
         priority = torch.rand(info.length, generator=seeded_generator("random", self.seed, sig.seed, info.index))
         keep = torch.zeros(info.length, dtype=torch.bool)
-        if not self.budget_mode:
+        if not self.quota_mode:
             keep[priority.argsort(descending=True)[: self.keep_count(sig)]] = True
         cache.mark(info.index, keep=keep, priority=priority, banks=self.scored_banks(cache))

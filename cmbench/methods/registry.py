@@ -75,10 +75,15 @@ def build_method(cfg: Mapping[str, Any]) -> Method:
     Raises
     ------
     ConfigError
-        Unknown name, unknown knob, or a knob value the method rejects.
+        Unknown name, unknown knob, a knob value the method rejects, or an unresolved ``target_pr``
+        (:func:`cmbench.calibration.target_pr.resolve_target_pr` turns it into the calibrated knob).
     """
     cls = config_class(cfg)
     cfg = {k: v for k, v in cfg.items() if k not in ("_target_", "name", *DOC_KEYS)}
+    if "target_pr" in cfg:
+        raise ConfigError(f"method {cls.name or cls.__qualname__!r}: method.target_pr={cfg['target_pr']} runs the method's "
+                          f"own rule at the knob calibrated to that PR, which `run` and cmbench.evaluate resolve before "
+                          f"building it; a per-chunk quota replacing the rule is method.quota_pr")
     known = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(cfg) - known)
     if unknown:

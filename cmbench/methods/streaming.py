@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, uniform_layout
-from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import Method
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 
 

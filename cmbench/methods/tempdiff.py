@@ -18,9 +18,10 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import KVCache
-from cmbench.calibration.knob_search import Knob
 from cmbench.methods.base import ChunkSignals, ScoredMethod
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
+
 
 def split_bounds(length: int, parts: int) -> torch.Tensor:
     """Offsets ``[parts + 1]`` cutting ``length`` into ``parts`` near-equal ranges (larger first)."""
@@ -74,7 +75,7 @@ class TempDiff(ScoredMethod):
 
     Each frame pair is scored as soon as its later frame is stored (a frame's keys never change after
     its ``t = 0`` pass, so this equals scoring the whole context at its end); the scores are the
-    tokens' priorities (``-similarity``), which budget mode and bounded memory evict by.
+    tokens' priorities (``-similarity``), which quota mode and bounded memory evict by.
 
     Parameters
     ----------

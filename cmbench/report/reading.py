@@ -32,7 +32,7 @@ from cmbench.runs.paths import videos_label
 from cmbench.runs.records import FIELD_NAMES, RUN_FILE, read_task_records
 
 UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
-NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "context_pr", "kept_tokens",
+NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "calibration_pr", "context_pr", "kept_tokens",
            "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds", "continuation_frames",
            "continuation_fps", "best_frame", "n_frames", "attention_flops", "attention_keys_per_token", "recorded_ns")
 

@@ -168,7 +168,6 @@ class ModelEvaluator:
             "metric": self.metric,
             "video": video,
             "pr": ledger["pruning_ratio"],
-            "target_pr": getattr(self.method, "target_pr", None),
             "context_pr": prepared.prefilled.ledger.pruning_ratio(),
             "kept_tokens": int(sum(cont.kept_tokens.values())),
             "kept_context_tokens": int(sum(v for c, v in cont.kept_tokens.items() if c < context_chunks)),

@@ -260,9 +260,12 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
     """
     import torch
 
+    from cmbench.calibration.target_pr import resolve_target_pr
     from cmbench.generation import check_settings
     from cmbench.runs.evaluator import ModelEvaluator, generation_settings
 
+    target = resolve_target_pr(cfg)  # method.target_pr -> the method's calibrated knob, before anything reads it
+    cfg = target.cfg
     options = run_options(cfg)
     check_settings(build_method(to_dict(cfg.method)), generation_settings(cfg))  # before any data or model
     if options.threads:
@@ -286,6 +289,7 @@ def run_experiment(cfg: DictConfig) -> ExperimentResult:
         **identity,
         "method": str(cfg.method.name),
         "method_config": full_method_config(to_dict(cfg.method)),
+        **target.record_fields(),
         "backbone": str(cfg.backbone.name),
         "scorer": str(cfg.scorer.name),
         "scorer_hash": evaluator.scorer_hash,

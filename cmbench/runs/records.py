@@ -21,7 +21,7 @@ Schema versions: records without ``schema_version`` (version 0, CMBench before t
 are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped);
 version 1 records (before the code identity, the run's seed and the attention cost) and version 2
 records (before each reference's best frame, the reference aggregation and the scorer models' hash)
-are read with the fields added since empty.
+and version 3 records (before ``calibration_pr``) are read with the fields added since empty.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import numpy as np
 
 from cmbench.errors import CMBenchError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
 RECORDS_GLOB = "records*.jsonl"
@@ -146,7 +146,11 @@ class TaskRecord:
     attention_keys_per_token : float
         Keys read per generated token, summed over layers, heads and model calls.
     pr, target_pr, context_pr : float
-        Pruning ratio over the continuation (the paper's Eq. 4), the budget's target, the context's.
+        Pruning ratio over the continuation (the paper's Eq. 4), the run's target (``method.target_pr``:
+        the PR its knob was calibrated to; ``method.quota_pr``: the quota), the context's.
+    calibration_pr : float
+        ``method.target_pr`` runs: the mean PR the calibrated knob value (in ``method_config``) gave on
+        the calibration tasks.
     kept_tokens, kept_context_tokens, peak_kv_bytes : int
     prefill_seconds, continuation_seconds, continuation_fps : float
     continuation_frames : int
@@ -200,6 +204,7 @@ class TaskRecord:
     machine: str | None = None
     pr: float | None = None
     target_pr: float | None = None
+    calibration_pr: float | None = None
     context_pr: float | None = None
     kept_tokens: int | None = None
     kept_context_tokens: int | None = None
@@ -225,7 +230,7 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> "TaskRecord":
-        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 and 2: fields added
+        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 to 3: fields added
         since are empty).
 
         Raises
@@ -251,7 +256,7 @@ class TaskRecord:
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
 REQUIRED = ("task_id", "status")
-_FRACTIONS = ("detection_rate", "pr", "target_pr", "context_pr")
+_FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr")
 _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds",
                  "continuation_frames", "continuation_fps", "n_frames", "attention_flops", "attention_keys_per_token",
                  "run_seed")

@@ -8,6 +8,7 @@ import torch
 
 from cmbench.cache import KVCache
 from cmbench.methods.base import ChunkSignals, ScoredMethod
+from cmbench.methods.knobs import Knob
 
 
 @dataclass
@@ -24,6 +25,9 @@ class KeyNorm(ScoredMethod):
 
     name = "key_norm"
     description = "the k tokens per chunk with the largest key norm"
+    # the knob that sets its pruning ratio, for `calibrate`, `curves` and method.target_pr:
+    # whole values from 1 to 65536 searched on a log scale; a larger k keeps more (prunes less)
+    knob = Knob("k", 1, 2**16, increasing=False, log=True, integer=True)
 
     k: int = 64
     layer: int = 0

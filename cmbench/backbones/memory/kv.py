@@ -14,7 +14,7 @@ method keeps. The bytes it reports are the bytes the real banks allocate, in the
 - with ``offload_kv`` every bank lives in host memory and one layer's history is staged at a time.
 
 What a method keeps (:class:`Retention`) is exact for FullKV, sink + recent windows (Streaming and any
-bank of a configured size), budget mode (``target_pr`` / ``token_budget``) and bounded memory on a
+bank of a configured size), quota mode (``quota_pr`` / ``quota_tokens``) and bounded memory on a
 uniform layout; for a method whose keep rule depends on the data (DeCoPrune's threshold, ...) each
 chunk leaving the recent window keeps an assumed fraction of its tokens (``assume_pr``).
 """
@@ -43,9 +43,9 @@ class Retention:
     window_only : bool
         Keep only the sink and the recent window (Streaming).
     budget_pr : float or None
-        Budget mode: history per head = ``round((1 - budget_pr) * committed tokens)``.
+        Quota mode: history per head = ``round((1 - budget_pr) * committed tokens)``.
     token_budget : int or None
-        Budget mode: at most this many history tokens per head.
+        Quota mode: at most this many history tokens per head.
     max_history_tokens : int or None
         Bounded memory: at most this many, and the prefill cache never allocates more than it + a chunk.
     exact : bool
@@ -78,7 +78,7 @@ def retention(method, assume_pr: float | None = None) -> Retention:
     ----------
     method : Method
         Any object with ``name``, ``sink_chunks``, ``recent_chunks``, ``max_history_tokens``, ``rule``
-        and, for score-based methods, ``budget_mode`` / ``target_pr`` / ``token_budget``.
+        and, for score-based methods, ``quota_mode`` / ``quota_pr`` / ``quota_tokens``.
     assume_pr : float, optional
         Pruning ratio assumed for a data-dependent keep rule (default: the paper's realised PR for the
         method, :data:`PAPER_PR`; 0 when unknown, i.e. planned as FullKV).
@@ -87,14 +87,14 @@ def retention(method, assume_pr: float | None = None) -> Retention:
     recent = int(window()) if callable(window) else int(method.recent_chunks)
     common = dict(sink_chunks=int(method.sink_chunks), recent_chunks=recent, max_history_tokens=method.max_history_tokens)
     name = str(getattr(method, "name", type(method).__name__))
-    if getattr(method, "budget_mode", False):
-        target = getattr(method, "target_pr", None)
-        note = (f"budget mode: PR {100 * target:.2f}%" if target is not None
-                else f"budget mode: {method.token_budget} tokens per head")
-        return Retention(budget_pr=target, token_budget=getattr(method, "token_budget", None), note=note, **common)
+    if getattr(method, "quota_mode", False):
+        target = getattr(method, "quota_pr", None)
+        note = (f"quota mode: PR {100 * target:.2f}%" if target is not None
+                else f"quota mode: {method.quota_tokens} tokens per head")
+        return Retention(budget_pr=target, token_budget=getattr(method, "quota_tokens", None), note=note, **common)
     if name == "streaming":
         return Retention(window_only=True, note="sink + recent window only", **common)
-    if not hasattr(method, "budget_mode"):  # not score-based: keeps every token its rule does not drop
+    if not hasattr(method, "quota_mode"):  # not score-based: keeps every token its rule does not drop
         return Retention(note="every token kept", **common)
     pr = PAPER_PR.get(name, 0.0) if assume_pr is None else float(assume_pr)
     source = "assumed (memory.assume_pr)" if assume_pr is not None else (

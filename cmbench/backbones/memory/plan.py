@@ -267,6 +267,6 @@ def refusal(plan: MemoryPlan) -> str:
                f"{best.host_need / GIB:.1f} GiB of host memory: run where the host has it (or set "
                f"backbone.memory.host_gib if this one does)")
     else:
-        fix = ("a GPU with more memory, a method that keeps fewer tokens (e.g. method.target_pr=0.85), or a "
+        fix = ("a GPU with more memory, a method that keeps fewer tokens (e.g. method.quota_pr=0.85), or a "
                "shorter context (backbone.memory.context_seconds)")
     return f"{message}. Fix: {fix}; `python -m cmbench plan` prints the whole plan"

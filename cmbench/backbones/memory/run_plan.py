@@ -160,7 +160,7 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
                      provenance=on_cpu)
     per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
-    label = method.name if getattr(method, "target_pr", None) is None else f"{method.name} @ PR {method.target_pr:g}"
+    label = method.name if getattr(method, "quota_pr", None) is None else f"{method.name} @ PR {method.quota_pr:g}"
     return RunShape(
         name=f"{name} + {label}", dit=models.dit, vae=models.vae, text=models.text, scorer=models.scorer,
         largest_tensor=models.largest_tensor, tokens_per_chunk=g.tokens_per_chunk, dim=int(dit["dim"]),

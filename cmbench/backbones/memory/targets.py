@@ -15,9 +15,9 @@ from cmbench.backbones.memory.run_plan import DEFAULT_RESERVE_GIB
 
 # the rows of docs/real_backbones.md's table: (backbone config, method overrides), one-minute context
 DOCUMENTED = (("lingbot_world_v2_14b", ("method=fullkv",)),
-              ("lingbot_world_v2_14b", ("method=decoprune", "method.target_pr=0.85")),
+              ("lingbot_world_v2_14b", ("method=decoprune", "method.quota_pr=0.85")),
               ("lingbot_world_v2_1_3b", ("method=fullkv",)),
-              ("lingbot_world_v2_1_3b", ("method=decoprune", "method.target_pr=0.85")))
+              ("lingbot_world_v2_1_3b", ("method=decoprune", "method.quota_pr=0.85")))
 
 
 @dataclass(frozen=True)
