@@ -396,3 +396,23 @@ def test_one_run_given_twice_is_refused(runs):
     tmp, full, _ = runs
     with pytest.raises(ReportError, match=r"several runs share a method label \(fullkv\) and nothing tells them apart"):
         write_reports([full, full], tmp / "twice")
+
+
+def test_the_board_shows_the_mean_or_the_max_of_the_references(tmp_path):
+    """Records carry both aggregations; ``reference_aggregation`` picks which the board shows; records
+    from before ``reference_aggregates`` are re-aggregated from their ``reference_scores``."""
+    rows = [dict(record("m", "a1", 0.5), reference_scores=[0.2, 0.8], reference_aggregation="mean",
+                 reference_aggregates={"mean": 0.5, "max": 0.8}),
+            dict(record("m", "b1", 0.3), reference_scores=[0.3], reference_aggregation="mean")]
+    run = write_run(tmp_path / "m", rows)
+    shown = {}
+    for how in (None, "mean", "max"):
+        paths = write_reports([run], tmp_path / f"board_{how}", reference_aggregation=how)
+        shown[how] = pd.read_csv(paths["leaderboard.csv"]).set_index("method").loc["m", "score"]
+    assert shown[None] == pytest.approx(0.4) and shown["mean"] == pytest.approx(0.4)
+    assert shown["max"] == pytest.approx(0.55)  # (0.8 + 0.3) / 2
+    with pytest.raises(ReportError, match="must be one of mean, max"):
+        write_reports([run], tmp_path / "bad", reference_aggregation="median")
+    bare = write_run(tmp_path / "bare", [record("b", "a1", 0.5)])
+    with pytest.raises(ReportError, match="task a1: its record has no reference_scores"):
+        write_reports([bare], tmp_path / "bare_board", reference_aggregation="max")
