@@ -6,13 +6,15 @@ under the task's own conditioning (tasks whose prefill reads the same conditioni
 tasks of one context, share one prefill: :func:`cmbench.backbones.base.prefill_key`), forks the
 prefilled cache for the task, generates its continuation, saves it (``videos/<task_id>.mp4``
 to look at, and a lossless ``videos/<task_id>.mkv`` when frames are small, which ``score`` reads to
-reproduce the run's scores exactly) and scores it in memory. The continuation runs through a
+reproduce the run's scores exactly) and scores it in memory (``score_source: mp4``: the saved mp4
+decoded again, as the authors score their ``continuation.mp4``). The continuation runs through a
 :class:`cmbench.generation.accounting.CallRecorder`, so every record also carries the attention work
 the method left (FLOPs and keys read per generated token): a cost no machine load can move.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable
@@ -27,7 +29,7 @@ from cmbench.backbones.memory.run_plan import plan_run
 from cmbench.config_paths import to_dict
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
-from cmbench.data.video import write_lossless_video
+from cmbench.data.video import read_video, write_lossless_video
 from cmbench.generation import (
     GenerationSettings,
     PrefilledContext,
@@ -37,12 +39,16 @@ from cmbench.generation import (
 )
 from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
 from cmbench.generation.sampler import FlowMatchSampler
+from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method
 from cmbench.runs.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer
+
+
+SCORE_SOURCES = ("frames", "mp4")  # what a run scores: the decoded frames, or their saved mp4 (the authors')
 
 
 def generation_settings(cfg: DictConfig) -> GenerationSettings:
@@ -122,6 +128,9 @@ class ModelEvaluator:
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.save_videos = bool(cfg.save_videos)
         self.lossless_max_pixels = int(cfg.get("lossless_max_pixels") or 0)
+        self.score_source = str(cfg.get("score_source") or "frames")
+        if self.score_source not in SCORE_SOURCES:
+            raise ConfigError(f"score_source must be one of {', '.join(SCORE_SOURCES)}, got {self.score_source!r}")
 
     @property
     def scorer_hash(self) -> str:
@@ -150,10 +159,30 @@ class ModelEvaluator:
             prepared.prefilled, prepared.key = prefilled, key
         return prepared.prefilled
 
+    def mp4_frames(self, task: Task, frames: np.ndarray) -> np.ndarray:
+        """``frames`` as the saved mp4 holds them (``score_source: mp4``, as the authors score their
+        ``continuation.mp4``): the run's ``videos/<task_id>.mp4``, or a temporary one when videos are
+        not saved.
+
+        Parameters
+        ----------
+        frames : ndarray, ``uint8 [F, H, W, 3]``
+
+        Returns
+        -------
+        ndarray, ``uint8 [F, H, W, 3]``: decoded from the mp4.
+        """
+        if self.save_videos:
+            return read_video(inside(self.run_dir, "videos", f"{task.task_id}.mp4"))[0]
+        with tempfile.TemporaryDirectory(dir=self.run_dir) as tmp:
+            path = write_video(Path(tmp) / "continuation.mp4", frames, float(self.cfg.data.fps))
+            return read_video(path)[0]
+
     def save(self, task: Task, frames: np.ndarray) -> str | None:
         """Write the continuation: an mp4 to look at, and a lossless copy when frames have at most
-        ``lossless_max_pixels`` pixels. Returns the scored video's path relative to the run
-        directory (the lossless copy when written), or None when videos are not saved.
+        ``lossless_max_pixels`` pixels (and the scored source is the frames). Returns the scored
+        video's path relative to the run directory (the lossless copy when written), or None when
+        videos are not saved.
 
         Parameters
         ----------
@@ -163,7 +192,7 @@ class ModelEvaluator:
             return None
         fps = float(self.cfg.data.fps)
         write_video(inside(self.run_dir, "videos", f"{task.task_id}.mp4"), frames, fps)
-        if frames.shape[1] * frames.shape[2] > self.lossless_max_pixels:
+        if self.score_source == "mp4" or frames.shape[1] * frames.shape[2] > self.lossless_max_pixels:
             return f"videos/{task.task_id}.mp4"
         write_lossless_video(inside(self.run_dir, "videos", f"{task.task_id}.mkv"), frames, fps)
         return f"videos/{task.task_id}.mkv"
@@ -180,7 +209,8 @@ class ModelEvaluator:
         video = self.save(task, frames)
         context = prepared.context
         refs = reference_frames(task, context.reference_source, context.reference_fps, native=True)
-        scored = self.scorer.score_task(task, frames, refs)
+        scored = self.scorer.score_task(task, frames if self.score_source == "frames" else self.mp4_frames(task, frames),
+                                        refs)
         ledger = cont.ledger.summary()
         context_chunks = prefilled.next_chunk
         return {
