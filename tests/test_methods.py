@@ -515,3 +515,14 @@ def test_decoprune_normalized_mse_and_cosine_scores_by_hand():
     keep = DeCoPrune(score="cosine", gamma=0.9).keep_rule(cosine)
     assert keep.tolist() == [False, False, True, True]  # low agreement is kept
     assert DeCoPrune(score="cosine").priority(cosine).argmax().item() in (2, 3)
+
+
+def test_tempdiff_update_each_chunk_chooses_again_after_every_generated_chunk():
+    """As above, k = 2; after each generated chunk the candidates are every stored frame between the
+    sink and the recent chunk, generated ones included: the earliest two turning blocks stay (ties:
+    the earlier block), generated frames leaving the window are pruned, so the history stops growing."""
+    backbone = scripted(d=lambda gid: 0.0, world=one_hot_world)
+    _, cont = run(build_method({"name": "tempdiff", "k": 2, "update_each_chunk": True}), backbone)
+    assert survivors(cont.cache) == chunk_gids(0) + [8, 12] + chunk_gids(5)
+    assert per_head_visible(cont) == [(18, 24), (18, 32), (18, 40)]
+    assert cont.kept_tokens == {0: 8, 1: 2, 2: 0, 3: 0, 4: 0, 5: 8}
