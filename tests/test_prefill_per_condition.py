@@ -78,29 +78,60 @@ def test_each_task_of_a_context_is_prefilled_under_its_own_prompt(lingbot_folder
     assert not np.array_equal(first, second)
 
 
-def test_tasks_of_one_miniworld_context_share_one_prefill(tmp_path, monkeypatch):
-    """MiniWorld's tasks of one context have the same context camera: one prefill serves them all."""
+@pytest.fixture(scope="module")
+def miniworld(tmp_path_factory):
+    """A ModelEvaluator of DeCoPrune on a small MiniWorld suite (random tiny model), and the tasks of its
+    first context."""
     from cmbench.api import compose_config
-    from cmbench.runs import evaluator as evaluator_module
     from cmbench.data import load_manifest
     from cmbench.data.adapter import build_adapter
+    from cmbench.runs.evaluator import ModelEvaluator
     from test_run_command import SMALL_SUITE
     from test_tiny_backbone import random_model
 
-    weights = tmp_path / "tiny.safetensors"
+    tmp = tmp_path_factory.mktemp("miniworld_evaluator")
+    weights = tmp / "tiny.safetensors"
     random_model(seed=3).save_pretrained(weights)
-    cfg = compose_config("decoprune", [f"data.root={tmp_path / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
-                                       "generation.continuation_frames=4", "save_videos=false"])
+    cfg = compose_config("decoprune", [f"data.root={tmp / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
+                                       "generation.continuation_frames=4"])
     build_adapter(cfg.data).ensure()
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
     context = [t for t in tasks if t.context_id == tasks[0].context_id]
     assert len(context) >= 2
+    return ModelEvaluator(cfg, tmp / "run"), context
+
+
+def test_tasks_of_one_miniworld_context_share_one_prefill(miniworld, monkeypatch):
+    """MiniWorld's tasks of one context have the same context camera: one prefill serves them all."""
+    from cmbench.runs import evaluator as evaluator_module
+
+    ev, context = miniworld
     calls = []
     real_prefill = evaluator_module.prefill
     monkeypatch.setattr(evaluator_module, "prefill", lambda *a, **k: calls.append(1) or real_prefill(*a, **k))
-    ev = evaluator_module.ModelEvaluator(cfg, tmp_path / "run")
     prepared = ev.prepare(context)
     held = prepared.prefilled
     for i, task in enumerate(context):
         ev.evaluate(task, prepared, seed=i)
     assert len(calls) == 1 and prepared.prefilled is held
+
+
+def test_score_source_mp4_scores_the_saved_mp4_decoded_again(miniworld, monkeypatch):
+    """``score_source: mp4`` scores what the authors score (their saved continuation.mp4), not the frames."""
+    ev, context = miniworld
+    task = context[0]
+    prepared = ev.prepare([task])
+    scored = []
+    real_score = ev.scorer.score_task
+    monkeypatch.setattr(ev.scorer, "score_task", lambda t, frames, refs: scored.append(frames) or real_score(t, frames, refs))
+    lossless = ev.evaluate(task, prepared, seed=0)
+    monkeypatch.setattr(ev, "score_source", "mp4")
+    lossy = ev.evaluate(task, prepared, seed=0)
+    mp4, _ = read_video(ev.run_dir / "videos" / f"{task.task_id}.mp4")
+    mkv, _ = read_video(ev.run_dir / "videos" / f"{task.task_id}.mkv")
+    assert lossless["video"].endswith(".mkv") and lossy["video"].endswith(".mp4")
+    assert np.array_equal(scored[0], mkv) and np.array_equal(scored[1], mp4)
+    assert not np.array_equal(mp4, mkv)  # mp4v is lossy: the two sources differ
+    monkeypatch.setattr(ev, "save_videos", False)  # without saved videos: a temporary mp4, the same frames
+    ev.evaluate(task, prepared, seed=0)
+    assert np.array_equal(scored[2], mp4)
