@@ -526,3 +526,21 @@ def test_tempdiff_update_each_chunk_chooses_again_after_every_generated_chunk():
     assert survivors(cont.cache) == chunk_gids(0) + [8, 12] + chunk_gids(5)
     assert per_head_visible(cont) == [(18, 24), (18, 32), (18, 40)]
     assert cont.kept_tokens == {0: 8, 1: 2, 2: 0, 3: 0, 4: 0, 5: 8}
+
+
+def test_decoprune_with_tempdiffs_context_selection_differs_from_tempdiff_only_in_the_continuation(monkeypatch):
+    """The matched-context experiment: the context's survivors are TempDiff's (here with k = 2: position
+    0 of frames 2 and 3, as TempDiff alone), the continuation is pruned by DeCoPrune's rule."""
+    import functools
+
+    from cmbench.methods import decoprune, tempdiff
+
+    monkeypatch.setattr(decoprune, "TempDiff", functools.partial(tempdiff.TempDiff, k=2))
+    _, alone = run(build_method({"name": "tempdiff", "k": 2}), scripted(d=d_pattern, world=one_hot_world))
+    _, matched = run(build_method({"name": "decoprune", "context_selection": "tempdiff"}),
+                     scripted(d=d_pattern, world=one_hot_world))
+    context = chunk_gids(0) + [8, 12] + chunk_gids(2)
+    assert [g for g in survivors(alone.cache) if g < 24] == context
+    assert survivors(matched.cache) == context + CHUNK3 + chunk_gids(4) + chunk_gids(5)
+    with pytest.raises(ConfigError, match="context_selection must be one of decoprune, tempdiff"):
+        build_method({"name": "decoprune", "context_selection": "streaming"})

@@ -30,9 +30,11 @@ from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
 from cmbench.methods.registry import register
+from cmbench.methods.tempdiff import TempDiff
 
 SCORE_TYPES = ("mse", "mse_over_no_context", "chunk_normalised", "normalized_mse", "cosine")
-SIMILARITY_SCORES = ("cosine",)  # a high score means consistent: kept iff score <= gamma
+SIMILARITY_SCORES = ("cosine",)
+CONTEXT_SELECTIONS = ("decoprune", "tempdiff")  # who chooses the context's tokens  # a high score means consistent: kept iff score <= gamma
 EPS = 1e-12
 
 
@@ -137,6 +139,12 @@ class DeCoPrune(ScoredMethod):
     context_only : bool
         Prune the context only: every generated chunk stays dense (the scores of generated chunks
         are still computed, unused).
+    context_selection : {"decoprune", "tempdiff"}
+        Who chooses the context's tokens: DeCoPrune's rule (default), or TempDiff's selection at its
+        defaults (:class:`cmbench.methods.tempdiff.TempDiff`: the 1,657 least similar blocks, chosen at
+        the end of the context), so the continuation policy alone differs from TempDiff's (the
+        authors' "matched context" experiment, ``configs/experiment/matched_context.yaml``). The
+        chosen context tokens leave DeCoPrune's delayed window as usual.
     post_prune : bool
         Probe against the cache as it will be after this chunk's delayed compaction (one extra call per
         generated chunk), so a repeat of a place is not judged redundant against a copy about to go.
@@ -160,11 +168,15 @@ class DeCoPrune(ScoredMethod):
     block_tokens: int = 4
     floor_threshold: float | None = None
     context_only: bool = False
+    context_selection: str = "decoprune"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.score not in SCORE_TYPES:
             raise ConfigError(f"{self.name}: score must be one of {', '.join(SCORE_TYPES)}, got {self.score!r}")
+        if self.context_selection not in CONTEXT_SELECTIONS:
+            raise ConfigError(f"{self.name}: context_selection must be one of {', '.join(CONTEXT_SELECTIONS)}, "
+                              f"got {self.context_selection!r}")
 
     def needs(self) -> Needs:
         return Needs(
@@ -215,6 +227,9 @@ class DeCoPrune(ScoredMethod):
         return finite_priority(-score if self.score in SIMILARITY_SCORES else score)
 
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
+        if self.context_selection == "tempdiff" and sig.phase == "context":  # the context is TempDiff's choice
+            TempDiff(sink_chunks=self.sink_chunks, recent_chunks=self.recent_chunks).decide(cache, sig)
+            return
         score = self.token_scores(sig)
         cache.mark(sig.chunk.index, keep=self.keep_mask(score, sig), priority=self.priority(score),
                    banks=self.scored_banks(cache))
