@@ -51,6 +51,7 @@ ROOT_KEYS: dict[str, Role] = {
     "runs": "selection",
     "save_videos": "selection",
     "lossless_max_pixels": "selection",
+    "score_source": "identity",
     "videos": "selection",
     "out": "selection",
     "experiment": "selection",

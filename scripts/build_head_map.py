@@ -1,15 +1,22 @@
 """Build a static / dynamic head map (ForcingKV's JSON) for DeCoPrune-HS and ForcingKV.
 
-Rule (paper, from ForcingKV): FullKV attention at the first continuation denoising call of each
-calibration context; s(l, h) = mass on the last 4 context latent frames / mass on all context frames
-except the first 4, averaged over contexts; static iff s >= 0.8; layer 0 all dynamic.
+Rule (paper, Appendix B, from ForcingKV): FullKV attention at the first continuation denoising call
+of each calibration context; s(l, h) = mass on the last 4 context latent frames / mass on all context
+frames except the first 4, pooled over the contexts as sum over sum; static iff s >= 0.8; layer 0 all
+dynamic.
 
 Usage (anything after the script's own options is a Hydra override of configs/config.yaml)::
 
     python scripts/build_head_map.py --out head_map.json --contexts 15 backbone=tiny data=miniworld
 
+LingBot World v2 (a GPU; 15 calibration videos in the official layout, not the test set)::
+
+    python scripts/build_head_map.py --out head_maps/lingbot_world_v2_14b.json --contexts 15 \
+        backbone=lingbot_world_v2_14b data=cmbench data.root=<calibration videos> data.check_counts=false
+
 The calibration contexts are the first ``--contexts`` context videos of the manifest in context-id
 order. The JSON keeps the scores, threshold, calibration context ids and backbone name as metadata.
+The last line printed compares the static count with the paper's LingBot map (232 of 1,600).
 """
 
 from __future__ import annotations
@@ -18,28 +25,26 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 from hydra import compose, initialize_config_dir
 
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.data import load_manifest
 from cmbench.errors import CMBenchError
-from cmbench.runs.evaluator import ModelEvaluator, generation_settings
-from cmbench.calibration.head_map import calibrate_head_scores
+from cmbench.runs.evaluator import ModelEvaluator, encode_context, generation_settings
+from cmbench.calibration.head_map import calibrate_head_scores, paper_check
 from cmbench.methods.head_map import HeadMap
 from cmbench.hashing import task_seed
 
 
 def calibration_contexts(evaluator: ModelEvaluator, tasks, count: int, seed: int):
-    """Yield ``(latents, cond, seed)`` for the first ``count`` contexts (by context id)."""
+    """Yield ``(latents, cond, seed)`` for the first ``count`` contexts (by context id), each read and
+    encoded as ``run`` reads it, conditioned on its first task."""
     first_task = {}
     for task in sorted(tasks, key=lambda t: (t.context_id, t.task_id)):
         first_task.setdefault(task.context_id, task)
-    chosen = sorted(first_task)[:count]
-    for context_id in chosen:
+    for context_id in sorted(first_task)[:count]:
         task = first_task[context_id]
-        frames, _, _ = evaluator.context_frames(task)
-        latents = evaluator.backbone.encode(torch.from_numpy(frames.copy()))
+        _, latents = encode_context(evaluator.cfg, evaluator.adapter, evaluator.backbone, task)
         yield latents, evaluator.backbone.condition(task), task_seed(seed, context_id)
 
 
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     total = hmap.num_layers * hmap.num_heads
     print(f"{args.out}: {hmap.num_static} static / {total - hmap.num_static} dynamic layer-heads "
           f"from {len(contexts)} contexts (threshold {args.threshold})")
+    print(paper_check(hmap.num_static, hmap.num_layers, hmap.num_heads))
     return 0
 
 

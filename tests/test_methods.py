@@ -500,3 +500,71 @@ def test_random_draws_depend_on_the_run_seed_as_well_as_the_seed_knob():
     other = survivors(run(build_method({"name": "random"}), seed=3)[1].cache)
     assert first == again != other
     assert len(first) == len(other)  # the count is DeCoPrune's either way
+
+
+def test_decoprune_context_only_keeps_the_continuation_dense():
+    _, cont = run(build_method({"name": "decoprune", "context_only": True}))
+    assert cont.kept_tokens == {0: 8, 1: 6, 2: 5, 3: 8, 4: 8, 5: 8}  # the context as DeCoPrune's, chunk 3 dense
+
+
+def test_decoprune_spatial_floor_tops_up_each_block_by_hand():
+    """Blocks of 2 x 2 tokens are whole frames here; at least 3 kept per frame, highest scores first,
+    ties to the lower index: frame 2 gains 8 (8 and 11 tie), frame 5 gains 20, frame 6 gains 25
+    (d = 1.0 beats 26's 0.1), frame 7 gains 28 and 31."""
+    _, cont = run(build_method({"name": "decoprune", "min_keep_per_block": 3, "block_tokens": 2}))
+    assert [g for g in survivors(cont.cache) if g < 32] == (chunk_gids(0) + [8, *CHUNK1] + sorted([*CHUNK2, 20])
+                                          + [24, 25, 27, 28, 30, 31])
+    _, off = run(build_method({"name": "decoprune", "min_keep_per_block": 3, "block_tokens": 2,
+                               "floor_threshold": 10.0}))
+    assert off.kept_tokens == {0: 8, 1: 6, 2: 5, 3: 3, 4: 8, 5: 8}  # no block's best score is above 10
+
+
+def test_decoprune_normalized_mse_and_cosine_scores_by_hand():
+    from cmbench.methods.decoprune import DeCoPrune
+
+    final = torch.zeros(1, 3, 1, 4, 4)  # 2 x 2 tokens of 2 x 2 x 3 values
+    final[:, :, :, :2, :2] = 2.0  # token 0: energy 4
+    final[:, :, :, :2, 2:] = 1.0  # token 1: energy 1
+    probe = final.clone()
+    probe[:, 0, :, :, :] += 1.0  # one channel in three off by 1: mse 1/3 everywhere
+    sig = ChunkSignals(chunk=ChunkInfo(3, 6, 1, 24, 4), phase="generation", generated_index=0, context_frames=6, seed=0,
+                       x0_final=final, x0_probe=probe, geometry=G)
+    normalized = DeCoPrune(score="normalized_mse").token_scores(sig)
+    assert normalized[:2].tolist() == pytest.approx([1 / 12, 1 / 3])
+    assert normalized[2:].tolist() == pytest.approx([1 / 3e-8] * 2)  # zero energy: divided by 1e-8
+    cosine = DeCoPrune(score="cosine", gamma=0.9).token_scores(sig)
+    # token 0: (2, 2, 2) vs (3, 2, 2) per position; token 2: (0, 0, 0) vs (1, 0, 0): cosine 0 (eps)
+    assert cosine[0].item() == pytest.approx(14 / math.sqrt(12 * 17))
+    assert cosine[2].item() == pytest.approx(0.0)
+    keep = DeCoPrune(score="cosine", gamma=0.9).keep_rule(cosine)
+    assert keep.tolist() == [False, False, True, True]  # low agreement is kept
+    assert DeCoPrune(score="cosine").priority(cosine).argmax().item() in (2, 3)
+
+
+def test_tempdiff_update_each_chunk_chooses_again_after_every_generated_chunk():
+    """As above, k = 2; after each generated chunk the candidates are every stored frame between the
+    sink and the recent chunk, generated ones included: the earliest two turning blocks stay (ties:
+    the earlier block), generated frames leaving the window are pruned, so the history stops growing."""
+    backbone = scripted(d=lambda gid: 0.0, world=one_hot_world)
+    _, cont = run(build_method({"name": "tempdiff", "k": 2, "update_each_chunk": True}), backbone)
+    assert survivors(cont.cache) == chunk_gids(0) + [8, 12] + chunk_gids(5)
+    assert per_head_visible(cont) == [(18, 24), (18, 32), (18, 40)]
+    assert cont.kept_tokens == {0: 8, 1: 2, 2: 0, 3: 0, 4: 0, 5: 8}
+
+
+def test_decoprune_with_tempdiffs_context_selection_differs_from_tempdiff_only_in_the_continuation(monkeypatch):
+    """The matched-context experiment: the context's survivors are TempDiff's (here with k = 2: position
+    0 of frames 2 and 3, as TempDiff alone), the continuation is pruned by DeCoPrune's rule."""
+    import functools
+
+    from cmbench.methods import decoprune, tempdiff
+
+    monkeypatch.setattr(decoprune, "TempDiff", functools.partial(tempdiff.TempDiff, k=2))
+    _, alone = run(build_method({"name": "tempdiff", "k": 2}), scripted(d=d_pattern, world=one_hot_world))
+    _, matched = run(build_method({"name": "decoprune", "context_selection": "tempdiff"}),
+                     scripted(d=d_pattern, world=one_hot_world))
+    context = chunk_gids(0) + [8, 12] + chunk_gids(2)
+    assert [g for g in survivors(alone.cache) if g < 24] == context
+    assert survivors(matched.cache) == context + CHUNK3 + chunk_gids(4) + chunk_gids(5)
+    with pytest.raises(ConfigError, match="context_selection must be one of decoprune, tempdiff"):
+        build_method({"name": "decoprune", "context_selection": "streaming"})

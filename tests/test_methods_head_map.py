@@ -76,3 +76,25 @@ def test_calibration_pools_fullkv_attention_over_contexts():
     mean_of_ratios = sum(n / d for n, d in zip(numerators, denominators)) / 2
     assert (got - mean_of_ratios).abs().max() > 1e-3  # the two poolings differ here
     assert got.shape == (2, 3) and torch.all((got > 0) & (got <= 1))
+
+
+@pytest.mark.parametrize("backbone", ["lingbot_world_v2_14b", "lingbot_world_v2_1_3b"])
+def test_run_refuses_decoprune_hs_without_a_head_map_naming_the_command_that_builds_one(backbone, tmp_path):
+    """LingBot ships no head map: the run stops before loading anything, in one line naming the command."""
+    from cmbench.api import compose_config
+    from cmbench.runs.evaluator import ModelEvaluator
+
+    cfg = compose_config("decoprune_hs", [f"backbone={backbone}", "data=cmbench"])
+    with pytest.raises(ConfigError) as err:
+        ModelEvaluator(cfg, tmp_path)
+    message = str(err.value)
+    assert "\n" not in message and "decoprune_hs needs head_map=" in message
+    assert "python scripts/build_head_map.py --out head_map.json --contexts 15" in message
+
+
+def test_the_head_map_command_checks_its_static_count_against_the_papers_lingbot_map():
+    from cmbench.calibration.head_map import paper_check
+
+    assert paper_check(232, 40, 40).endswith("the paper's LingBot map: 232 (matches)")
+    assert paper_check(240, 40, 40).endswith("the paper's LingBot map: 232 (differs by +8)")
+    assert "no paper count to compare" in paper_check(3, 4, 4)

@@ -79,6 +79,7 @@ def test_each_references_best_the_aggregation_and_the_models_hash_round_trip(tmp
     assert back == written
     assert back.reference_scores == [0.8, 0.4] and back.reference_best_frames == [1, 0]
     assert back.reference_aggregation == "mean" and back.scorer_models_hash == "0123456789ab"
+    assert back.reference_aggregates == pytest.approx({"mean": 0.6, "max": 0.8})  # both, whichever scored
     assert back.best_frame == 1  # the frame closest to any reference, the per-reference frames beside it
 
 
@@ -86,6 +87,9 @@ def test_each_references_best_the_aggregation_and_the_models_hash_round_trip(tmp
     "extra, message",
     [
         ({"reference_aggregation": "median"}, "reference_aggregation: is 'median', expected one of mean, max"),
+        ({"reference_aggregates": {"mean": 0.5}}, "reference_aggregates: is {'mean': 0.5}, expected"),
+        ({"reference_aggregates": {"mean": 0.5, "max": 1.5}},
+         "reference_aggregates.max: is 1.5, expected a similarity in [-1, 1]"),
         ({"reference_scores": [0.1, 0.2], "reference_best_frames": [0]},
          "reference_best_frames: has 1 entries, expected one per reference (2 reference_scores)"),
         ({"n_frames": 4, "reference_best_frames": [None, 4]},

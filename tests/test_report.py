@@ -407,3 +407,40 @@ def test_rows_are_sorted_best_score_first(runs, order):
     assert pd.read_csv(paths["leaderboard.csv"])["method"].tolist() == ["decoprune", "fullkv"]
     md = paths["leaderboard.md"].read_text()
     assert md.index("| decoprune |") < md.index("| fullkv |")
+
+
+def test_the_board_shows_the_mean_or_the_max_of_the_references(tmp_path):
+    """Records carry both aggregations; ``reference_aggregation`` picks which the board shows; records
+    from before ``reference_aggregates`` are re-aggregated from their ``reference_scores``."""
+    rows = [dict(record("m", "a1", 0.5), reference_scores=[0.2, 0.8], reference_aggregation="mean",
+                 reference_aggregates={"mean": 0.5, "max": 0.8}),
+            dict(record("m", "b1", 0.3), reference_scores=[0.3], reference_aggregation="mean")]
+    run = write_run(tmp_path / "m", rows)
+    shown = {}
+    for how in (None, "mean", "max"):
+        paths = write_reports([run], tmp_path / f"board_{how}", reference_aggregation=how)
+        shown[how] = pd.read_csv(paths["leaderboard.csv"]).set_index("method").loc["m", "score"]
+    assert shown[None] == pytest.approx(0.4) and shown["mean"] == pytest.approx(0.4)
+    assert shown["max"] == pytest.approx(0.55)  # (0.8 + 0.3) / 2
+    with pytest.raises(ReportError, match="must be one of mean, max"):
+        write_reports([run], tmp_path / "bad", reference_aggregation="median")
+    bare = write_run(tmp_path / "bare", [record("b", "a1", 0.5)])
+    with pytest.raises(ReportError, match="task a1: its record has no reference_scores"):
+        write_reports([bare], tmp_path / "bare_board", reference_aggregation="max")
+
+
+def test_ranking_shift_between_mean_and_max_by_hand(tmp_path):
+    from cmbench.benchmarks.reference_aggregation import ranking_shift
+
+    def refs(label, task_id, scores):
+        return dict(record(label, task_id, sum(scores) / len(scores)), reference_scores=scores)
+
+    steady = write_run(tmp_path / "steady", [refs("steady", "a1", [0.6, 0.6]), refs("steady", "b1", [0.6])])
+    spiky = write_run(tmp_path / "spiky", [refs("spiky", "a1", [0.2, 0.9]), refs("spiky", "b1", [0.6])])
+    table, summary = ranking_shift([steady, spiky])
+    by = table.set_index("method")
+    assert by.loc["steady", "score_mean"] == pytest.approx(0.6) and by.loc["spiky", "score_mean"] == pytest.approx(0.575)
+    assert by.loc["spiky", "score_max"] == pytest.approx(0.75)
+    assert by.loc["steady", "rank_mean"] == 1 and by.loc["steady", "rank_max"] == 2
+    assert summary == {"methods": 2, "tasks": 2, "multi_reference_tasks": 1, "moved": 2, "max_rank_change": 1,
+                       "kendall_tau": pytest.approx(-1.0)}

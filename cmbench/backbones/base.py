@@ -11,7 +11,7 @@ Layouts: pixel video ``uint8 [F, H, W, 3]``; latents ``float [B, C, F, h, w]``; 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Hashable, Protocol, runtime_checkable
 
 import torch
 
@@ -143,6 +143,10 @@ class Backbone(Protocol):
 
         It covers the whole timeline (context and continuation): ``denoise`` indexes it by absolute
         latent frame through ``frame_start``.
+
+        A backbone may also implement ``prefill_key(cond, context_frames)``: a hashable value equal for
+        two conditions of one context exactly when a prefill of its first ``context_frames`` latent
+        frames reads the same conditioning under both (see :func:`prefill_key`).
         """
         ...
 
@@ -191,3 +195,26 @@ def decode_continuation(backbone: Backbone, latents: torch.Tensor, context: torc
     """
     after_context = getattr(backbone, "decode_continuation", None)
     return after_context(latents, context) if after_context is not None else backbone.decode(latents)
+
+
+def prefill_key(backbone: Backbone, cond: Any, context_frames: int, task_id: str) -> Hashable:
+    """What a context's prefill depends on in ``cond``: tasks of one context with equal keys share one
+    prefill, tasks with different keys get their own (the authors replay the context under each
+    request's own prompt).
+
+    A backbone that says what its prefill reads (``backbone.prefill_key``: the tiny model, the camera
+    offsets of the context frames; the Wan family, the prompts and camera of the context frames) lets
+    tasks share; any other backbone gets one prefill per task (``task_id``), which is always correct.
+
+    Parameters
+    ----------
+    backbone : Backbone
+    cond : Any
+        ``backbone.condition(task)``.
+    context_frames : int
+        ``q0``, latent frames of the context.
+    task_id : str
+        The task ``cond`` belongs to (the key of a backbone that does not say).
+    """
+    own = getattr(backbone, "prefill_key", None)
+    return ("backbone", own(cond, context_frames)) if own is not None else ("task", task_id)

@@ -316,6 +316,10 @@ class TinyWorldModel:
             )
         return CameraPlan(np.concatenate([np.asarray(ext["context_camera_x"]), np.asarray(ext["continuation_camera_x"])]))
 
+    def prefill_key(self, cond: CameraPlan, context_frames: int) -> tuple[int, ...]:
+        """The camera offsets of the context frames: all a prefill reads of ``cond``."""
+        return tuple(int(x) for x in cond.window(0, context_frames))
+
     def positions(self, camera_x: np.ndarray, frame_positions: np.ndarray) -> torch.Tensor:
         """RoPE positions of the tokens of some frames.
 

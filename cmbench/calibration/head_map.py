@@ -15,6 +15,8 @@ from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods.fullkv import FullKV
 from cmbench.methods.head_map import ratio, static_masses
 
+PAPER_LINGBOT_STATIC = (232, 40, 40)  # the paper's LingBot World v2 map: 232 static of 40 layers x 40 heads
+
 
 def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | None = None, first: int = 4,
                           last: int = 4) -> torch.Tensor:
@@ -47,3 +49,13 @@ def calibrate_head_scores(backbone, contexts, settings: GenerationSettings | Non
     if not numerators:
         raise ConfigError("head-map calibration needs at least one context")
     return ratio(torch.stack(numerators).sum(0), torch.stack(denominators).sum(0))
+
+
+def paper_check(num_static: int, num_layers: int, num_heads: int) -> str:
+    """The map's static count beside the paper's LingBot World v2 map (232 static of 40 x 40 = 1,600)."""
+    static, layers, heads = PAPER_LINGBOT_STATIC
+    if (num_layers, num_heads) != (layers, heads):
+        return (f"check: the paper's LingBot World v2 map has {static} static of {layers * heads} layer-heads; "
+                f"this backbone has {num_layers} x {num_heads}, so there is no paper count to compare")
+    verdict = "matches" if num_static == static else f"differs by {num_static - static:+d}"
+    return f"check: {num_static} static of {layers * heads} layer-heads; the paper's LingBot map: {static} ({verdict})"

@@ -6,7 +6,8 @@ are one row. ``leaderboard.out`` is the output folder (default ``<out_dir>/<data
 ``leaderboard.focus=[label,...]`` and ``leaderboard.compare=[a,b]`` choose the paired comparisons
 (default: every plug-in method against every other method on the board). With a ``curves.csv`` in the
 output folder (``python -m cmbench curves`` writes it there) or ``leaderboard.curves=PATH``, the
-headline table gains "Score @ 85% PR" (docs/matched_pr.md).
+headline table gains "Score @ 85% PR" (docs/matched_pr.md). ``leaderboard.reference_aggregation=max``
+(or ``mean``) shows every score as that aggregation of the task's references (records carry both).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     runs = runs or find_run_dirs(cfg)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=comparison_labels(cfg, "focus"),
-                          compare=comparison_labels(cfg, "compare"), curves=cfg.leaderboard.get("curves"))
+                          compare=comparison_labels(cfg, "compare"), curves=cfg.leaderboard.get("curves"),
+                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"))
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")
     return 0

@@ -1,7 +1,8 @@
 """A task's reference frames: which frames of its context video, what identifies them, their pixels.
 
 The reference frame is ``frame_index`` when annotated (and the frames are at the video's native
-rate), else ``round(timestamp_seconds * fps)``.
+rate), else ``floor(timestamp_seconds * fps + 0.5)`` (:meth:`cmbench.data.task.Reference.frame_at`: the
+frame OpenCV's millisecond seek aims at, as the authors' harness seeks).
 
 :class:`TaskReferences` names each reference by content (the context file's SHA-256 and the frame
 index, or the hash of the frame's pixels) and decodes the pixels only when a stage needs them: the

@@ -19,6 +19,7 @@ Any other field of a row (an extension such as MiniWorld's camera plans) is kept
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,11 +63,13 @@ class Reference:
         """Index of the reference frame in a video at ``fps``.
 
         ``frame_index`` when it is annotated and ``native`` (the video is at its original frame
-        rate), else the frame nearest to ``timestamp_seconds``.
+        rate), else the frame nearest to ``timestamp_seconds``, a half frame rounding up: the frame
+        OpenCV's millisecond seek aims at (``int(seconds * fps + 0.5)``), which the authors' harness
+        uses for timestamp-only references (docs/protocol.md, "Scorer").
         """
         if native and self.frame_index is not None:
             return self.frame_index
-        return int(round(self.timestamp_seconds * fps))
+        return int(math.floor(self.timestamp_seconds * fps + 0.5))
 
     def to_json(self) -> dict[str, Any]:
         row: dict[str, Any] = {"timestamp_seconds": self.timestamp_seconds}

@@ -30,9 +30,67 @@ from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Needs, ScoredMethod, finite_priority
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
+from cmbench.methods.tempdiff import TempDiff
 
-SCORE_TYPES = ("mse", "mse_over_no_context", "chunk_normalised")
+SCORE_TYPES = ("mse", "mse_over_no_context", "chunk_normalised", "normalized_mse", "cosine")
+SIMILARITY_SCORES = ("cosine",)  # a high score means consistent: kept iff score <= gamma
+CONTEXT_SELECTIONS = ("decoprune", "tempdiff")  # who chooses the context's tokens
 EPS = 1e-12
+
+
+def token_cosine(a: torch.Tensor, b: torch.Tensor, geometry) -> torch.Tensor:
+    """Cosine similarity per token between its values in ``a`` and in ``b``.
+
+    Parameters
+    ----------
+    a, b : Tensor, shape ``[B, C, f, h, w]``
+    geometry : Geometry
+
+    Returns
+    -------
+    Tensor, shape ``[f * tokens_per_frame]``, float32: over the token's values, batch entries side by side.
+    """
+    ta, tb = geometry.tokenize(a.float()), geometry.tokenize(b.float())  # [B, L, D]
+    flat = lambda t: t.permute(1, 0, 2).reshape(t.shape[1], -1)  # noqa: E731
+    return torch.nn.functional.cosine_similarity(flat(ta), flat(tb), dim=1, eps=1e-8)
+
+
+def spatial_floor(keep: torch.Tensor, score: torch.Tensor, geometry, minimum: int, block: int,
+                  floor_threshold: float) -> torch.Tensor:
+    """Keep at least ``minimum`` tokens in every ``block x block`` block of token positions of every frame.
+
+    In a block with fewer kept tokens, whose highest score is above ``floor_threshold``, the unkept
+    tokens with the highest scores (ties: lower index) are kept too, as the authors' harness does
+    (``methods/consistency.py``, ``apply_spatial_floor``).
+
+    Parameters
+    ----------
+    keep : Tensor ``bool [L]``
+        The rule's mask of one chunk, ``L = f * tokens_per_frame`` (frame-major, then row, then column).
+    score : Tensor ``float [L]``
+    geometry : Geometry
+    minimum, block : int
+    floor_threshold : float
+
+    Returns
+    -------
+    Tensor ``bool [L]``: ``keep`` with the floor's tokens added.
+    """
+    rows, cols = geometry.token_rows, geometry.token_cols
+    out = keep.clone()
+    grid = torch.arange(len(keep)).reshape(-1, rows, cols)
+    for frame in grid:
+        for y in range(0, rows, block):
+            for x in range(0, cols, block):
+                idx = frame[y : y + block, x : x + block].reshape(-1)
+                missing = minimum - int(out[idx].sum())
+                values = score[idx]
+                if missing <= 0 or not bool((values > floor_threshold).any()):
+                    continue
+                candidates = idx[~out[idx]]
+                order = sorted(candidates.tolist(), key=lambda i: (-float(score[i]), i))
+                out[order[:missing]] = True
+    return out
 
 
 def token_mse(a: torch.Tensor, b: torch.Tensor, geometry) -> torch.Tensor:
@@ -62,10 +120,31 @@ class DeCoPrune(ScoredMethod):
         mode (``quota_pr``) to compare methods at a matched pruning ratio.
     probe_step : int
         Zero-based denoising step whose ``x0`` is the probe (``tau* = timesteps[probe_step]``).
-    score : {"mse", "mse_over_no_context", "chunk_normalised"}
+    score : {"mse", "mse_over_no_context", "chunk_normalised", "normalized_mse", "cosine"}
         ``mse``: the paper's score. ``mse_over_no_context``: divided by the same error of a prediction
         with no history (one extra call per chunk). ``chunk_normalised``: divided by the chunk's mean
-        finite score (gamma becomes relative).
+        finite score (gamma becomes relative). The authors' harness's options
+        (``methods/consistency.py``): ``normalized_mse``, divided by the token's energy in the final
+        ``x0`` (mean of its squared values, at least 1e-8); ``cosine``, the cosine similarity of the
+        token's probe and final values, kept iff ``score <= gamma`` (low agreement is kept).
+    min_keep_per_block : int
+        At least this many tokens kept in every ``block_tokens x block_tokens`` block of token
+        positions of every frame (:func:`spatial_floor`; the harness's ``min_keep_per_spatial_block``);
+        0 (default) is off.
+    block_tokens : int
+        Side of those blocks, in tokens (the harness's block size, 4).
+    floor_threshold : float or None
+        A block is topped up only when its highest score is above this (the harness's
+        ``spatial_floor_threshold``); None: every block.
+    context_only : bool
+        Prune the context only: every generated chunk stays dense (the scores of generated chunks
+        are still computed, unused).
+    context_selection : {"decoprune", "tempdiff"}
+        Who chooses the context's tokens: DeCoPrune's rule (default), or TempDiff's selection at its
+        defaults (:class:`cmbench.methods.tempdiff.TempDiff`: the 1,657 least similar blocks, chosen at
+        the end of the context), so the continuation policy alone differs from TempDiff's (the
+        authors' "matched context" experiment, ``configs/experiment/matched_context.yaml``). The
+        chosen context tokens leave DeCoPrune's delayed window as usual.
     post_prune : bool
         Probe against the cache as it will be after this chunk's delayed compaction (one extra call per
         generated chunk), so a repeat of a place is not judged redundant against a copy about to go.
@@ -79,17 +158,25 @@ class DeCoPrune(ScoredMethod):
     # a larger threshold prunes more; scores are MSEs of latents, whose scale differs by backbone: 8 decades
     knob = Knob("gamma", 1e-6, 1e2, increasing=True, log=True)
 
-    knob_minimums: ClassVar[dict[str, float]] = {"gamma": 0, "probe_step": 0}
+    knob_minimums: ClassVar[dict[str, float]] = {"gamma": 0, "probe_step": 0, "min_keep_per_block": 0, "block_tokens": 1}
 
     gamma: float = 0.10
     probe_step: int = 2
     score: str = "mse"
     post_prune: bool = False
+    min_keep_per_block: int = 0
+    block_tokens: int = 4
+    floor_threshold: float | None = None
+    context_only: bool = False
+    context_selection: str = "decoprune"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.score not in SCORE_TYPES:
             raise ConfigError(f"{self.name}: score must be one of {', '.join(SCORE_TYPES)}, got {self.score!r}")
+        if self.context_selection not in CONTEXT_SELECTIONS:
+            raise ConfigError(f"{self.name}: context_selection must be one of {', '.join(CONTEXT_SELECTIONS)}, "
+                              f"got {self.context_selection!r}")
 
     def needs(self) -> Needs:
         return Needs(
@@ -102,8 +189,13 @@ class DeCoPrune(ScoredMethod):
         """Score per token of the chunk, ``[L]`` float32 (may hold non-finite values)."""
         if sig.x0_probe is None:
             raise RuntimeError(f"{self.name} needs the probe-step x0 of chunk {sig.chunk.index}")
+        if self.score == "cosine":
+            return token_cosine(sig.x0_probe, sig.x0_final, sig.geometry)
         score = token_mse(sig.x0_probe, sig.x0_final, sig.geometry)
-        if self.score == "mse_over_no_context":
+        if self.score == "normalized_mse":
+            energy = token_mse(sig.x0_final, torch.zeros_like(sig.x0_final), sig.geometry)
+            score = score / energy.clamp_min(1e-8)
+        elif self.score == "mse_over_no_context":
             if sig.x0_no_context is None:
                 raise RuntimeError(f"{self.name} needs the no-context prediction of chunk {sig.chunk.index}")
             score = score / (token_mse(sig.x0_no_context, sig.x0_final, sig.geometry) + EPS)
@@ -114,16 +206,32 @@ class DeCoPrune(ScoredMethod):
         return score
 
     def keep_rule(self, score: torch.Tensor) -> torch.Tensor:
-        """``bool [L]``: keep high scores; non-finite scores are kept."""
+        """``bool [L]``: keep high scores (low ones for a similarity score); non-finite scores are kept."""
+        if self.score in SIMILARITY_SCORES:
+            return ~torch.isfinite(score) | (score <= self.gamma)
         return ~torch.isfinite(score) | (score > self.gamma)
+
+    def keep_mask(self, score: torch.Tensor, sig: ChunkSignals) -> torch.Tensor:
+        """``bool [L]``: the chunk's mask: every token of a generated chunk with ``context_only``, else
+        :meth:`keep_rule` topped up by the spatial floor (``min_keep_per_block``)."""
+        if self.context_only and sig.phase == "generation":
+            return torch.ones(len(score), dtype=torch.bool)
+        keep = self.keep_rule(score)
+        if self.min_keep_per_block:
+            floor = float("-inf") if self.floor_threshold is None else float(self.floor_threshold)
+            keep = spatial_floor(keep, score, sig.geometry, self.min_keep_per_block, self.block_tokens, floor)
+        return keep
 
     def priority(self, score: torch.Tensor) -> torch.Tensor:
         """Keep priority ``[L]`` for quota mode and bounded memory (higher is kept longer)."""
-        return finite_priority(score)
+        return finite_priority(-score if self.score in SIMILARITY_SCORES else score)
 
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
+        if self.context_selection == "tempdiff" and sig.phase == "context":  # the context is TempDiff's choice
+            TempDiff(sink_chunks=self.sink_chunks, recent_chunks=self.recent_chunks).decide(cache, sig)
+            return
         score = self.token_scores(sig)
-        cache.mark(sig.chunk.index, keep=self.keep_rule(score), priority=self.priority(score),
+        cache.mark(sig.chunk.index, keep=self.keep_mask(score, sig), priority=self.priority(score),
                    banks=self.scored_banks(cache))
 
     # ------------------------------------------------------------------ window timing

@@ -100,7 +100,10 @@ class HeadMap:
     def load_for(cls, path: str | None, geometry, who: str) -> "HeadMap":
         """Load and check it matches ``geometry``'s layers and heads; ``who`` names the method in errors."""
         if not path:
-            raise ConfigError(f"{who} needs head_map=<path to a head-map JSON> (see scripts/build_head_map.py)")
+            raise ConfigError(f"{who} needs head_map=<path to a head-map JSON>, and this backbone has none: build one on "
+                              f"a GPU from 15 calibration videos with `python scripts/build_head_map.py --out "
+                              f"head_map.json --contexts 15 backbone=<backbone> data.root=<calibration videos>`, then "
+                              f"pass method.head_map=head_map.json (docs/methods.md, 'Head maps')")
         hmap = cls.load(path)
         if (hmap.num_layers, hmap.num_heads) != (geometry.num_layers, geometry.num_heads):
             raise ConfigError(

@@ -56,7 +56,7 @@ class RandomTokens(DeCoPrune):
         """Tokens of the committed chunk to keep: DeCoPrune's count from the scores, or ``keep_counts``."""
         info = sig.chunk
         if self.keep_counts is None:
-            return int(self.keep_rule(self.token_scores(sig)).sum())
+            return int(self.keep_mask(self.token_scores(sig), sig).sum())
         if info.index not in self.keep_counts:
             raise ConfigError(f"{self.name}: keep_counts has no entry for chunk {info.index}")
         count = self.keep_counts[info.index]

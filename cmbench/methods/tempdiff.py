@@ -6,7 +6,9 @@ context, every latent frame is cut into a ``grid_rows x grid_cols`` grid of toke
 same block of frame ``f + 1`` by the mean over its tokens of the cosine between their layer-1 keys
 (all heads side by side), for every frame between the sink and the recent window; the ``k`` least
 similar blocks over the whole context (1,657 in the paper's setting) are kept, with the sink and
-recent frames. One selection for every layer and head; generated chunks are never pruned.
+recent frames. One selection for every layer and head; generated chunks are never pruned, unless
+``update_each_chunk`` (the harness's option of that name, default off) chooses again after every
+generated chunk among every stored frame between the sink and the recent window.
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ class TempDiff(ScoredMethod):
         Blocks kept over the whole context (1,657: the paper's "1,657 cache entries").
     grid_rows, grid_cols : int
         Blocks per frame (6 x 13 on LingBot's 30 x 52 token grid), capped by the token grid.
+    update_each_chunk : bool
+        After every generated chunk, choose the ``k`` least similar blocks again among every stored
+        frame between the sink and the recent window, generated frames included (a block dropped
+        earlier is gone for good); off (the paper's TempDiff): the context is chosen once, the
+        continuation stays dense.
     """
 
     name = "tempdiff"
@@ -97,6 +104,7 @@ class TempDiff(ScoredMethod):
     k: int = 1657
     grid_rows: int = 6
     grid_cols: int = 13
+    update_each_chunk: bool = False
 
     def blocks(self, geometry) -> torch.Tensor:
         """Block of every token position of a frame, ``long [tokens_per_frame]``."""
@@ -112,9 +120,12 @@ class TempDiff(ScoredMethod):
                               priority=-sim[:, blocks].flatten())
         if sig.phase == "context" and info.frame_end == sig.context_frames:
             self.select_context(cache, g, sig.context_frames)
+        elif sig.phase == "generation" and self.update_each_chunk:
+            self.select_context(cache, g, info.frame_end)
 
     def select_context(self, cache: KVCache, geometry, q0: int) -> None:
-        """Keep flags of the context: the sink, the recent frames and the ``k`` least similar blocks of the
+        """Keep flags of the first ``q0`` frames (the context, or with ``update_each_chunk`` everything
+        stored so far): the sink, the recent frames and the ``k`` least similar stored blocks of the
         frames between them (ties: the earlier block)."""
         T, f = geometry.tokens_per_frame, geometry.chunk_frames
         sink, recent = min(self.sink_chunks * f, q0), max(q0 - self.recent_chunks * f, 0)

@@ -366,7 +366,7 @@ def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.Dat
 
 def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False,
                   focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None,
-                  curves: str | Path | None = None) -> dict[str, Path]:
+                  curves: str | Path | None = None, reference_aggregation: str | None = None) -> dict[str, Path]:
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
     All files are written into a temporary folder first and moved into ``out_dir`` only when all of
@@ -385,6 +385,9 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         See :func:`comparison_pairs`.
     curves : path, optional
         A ``curves.csv`` for the "Score @ 85% PR" column (default: ``out_dir/curves.csv`` if present).
+    reference_aggregation : {"mean", "max"}, optional
+        Show every score as this aggregation of its references' best scores (default: each record's
+        own score, i.e. its scorer's ``reference_aggregation``).
 
     Returns
     -------
@@ -394,7 +397,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     out = Path(out_dir)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:
-        runs = load_runs(run_dirs, allow_mixed)
+        runs = load_runs(run_dirs, allow_mixed, reference_aggregation=reference_aggregation)
         board = leaderboard(runs, find_curves(out, curves)).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
         compared = comparisons(runs, comparison_pairs(runs, focus, compare))
         tables = {

@@ -29,7 +29,7 @@ from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.runs.labels import knob_text
 from cmbench.runs.paths import videos_label
-from cmbench.runs.records import FIELD_NAMES, RUN_FILE, read_task_records
+from cmbench.runs.records import FIELD_NAMES, REFERENCE_AGGREGATIONS, RUN_FILE, aggregate_references, read_task_records
 
 UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
 NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "calibration_pr", "context_pr", "kept_tokens",
@@ -336,11 +336,41 @@ def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
                 )
 
 
-def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None
-              ) -> list[RunRecords]:
+def reaggregate(run: RunRecords, how: str) -> None:
+    """Make ``score`` the ``how`` (``mean`` or ``max``) of each successful record's references' best
+    scores (``reference_aggregates``, else ``reference_scores`` of records written before it).
+
+    Raises
+    ------
+    ReportError
+        ``how`` is not an aggregation, or a successful record carries neither field.
+    """
+    if how not in REFERENCE_AGGREGATIONS:
+        raise ReportError(f"leaderboard.reference_aggregation must be one of {', '.join(REFERENCE_AGGREGATIONS)} "
+                          f"(or null: each record's own score), got {how!r}")
+    frame = run.frame
+
+    def score(row: pd.Series) -> float:
+        if row["status"] != "ok":
+            return row["score"]
+        if isinstance(row["reference_aggregates"], dict):
+            return float(row["reference_aggregates"][how])
+        if isinstance(row["reference_scores"], list):
+            return aggregate_references(row["reference_scores"], how)
+        raise ReportError(f"{run.path}: task {row['task_id']}: its record has no reference_scores, so its "
+                          f"score cannot be re-aggregated ({how}); score its videos again")
+
+    if len(frame):
+        frame["score"] = pd.to_numeric(frame.apply(score, axis=1), errors="coerce")
+
+
+def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None,
+              reference_aggregation: str | None = None) -> list[RunRecords]:
     """Read folders into leaderboard entries: warn about records left out, merge the seeds of each
     setup (:func:`merge_seeds`), give every entry a distinct label (:func:`distinct_labels`) and check
-    they are comparable (:func:`check_comparable`).
+    they are comparable (:func:`check_comparable`). With ``reference_aggregation`` (``mean`` or
+    ``max``) every score is that aggregation of the record's references (:func:`reaggregate`); None
+    keeps each record's own score (its scorer's ``reference_aggregation``).
 
     Raises
     ------
@@ -351,6 +381,9 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
     runs = [read_records(d) for d in run_dirs]
     if not runs:
         raise ReportError("no run directories given")
+    if reference_aggregation is not None:
+        for run in runs:
+            reaggregate(run, reference_aggregation)
     for run in runs:
         if run.manifest is not None and not run.checked:
             print(f"leaderboard: {run.path}: its manifest {run.manifest} is not there (run from another "

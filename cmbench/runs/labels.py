@@ -2,8 +2,8 @@
 
 The automatic label lists the method's knobs whose configured value differs from the method class's
 dataclass default (the only source of defaults), in the class's field order:
-``decoprune@target_pr=0.8``, ``random@keep_ratio=0.1,seed_offset=3``. So a sweep
-``-m method=decoprune method.target_pr=0.8,0.9`` gives its runs distinct names, and a plain
+``decoprune@gamma=0.02``, ``random@keep_ratio=0.1,seed_offset=3``. So a sweep
+``-m method=decoprune method.gamma=0.02,0.05`` gives its runs distinct names, and a plain
 ``method=decoprune`` is just ``decoprune``. A knob the method's yaml takes from another setting by
 interpolation (``head_map: ${oc.select:backbone.head_map,null}``) is not listed unless overridden.
 

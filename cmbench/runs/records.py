@@ -108,7 +108,11 @@ class TaskRecord:
         Per reference, the frame where its best similarity was reached (an entry is None when the
         target is never detected); its box is ``boxes[frame]``.
     reference_aggregation : {"mean", "max"} or None
-        How ``score`` combines ``reference_scores`` (``mean``: the authors' harness, the default).
+        How ``score`` combines ``reference_scores`` (``mean``, the default: a reading, see
+        docs/protocol.md; the authors' official rule is not public).
+    reference_aggregates : dict or None
+        ``{"mean": ..., "max": ...}``: ``reference_scores`` combined both ways, whichever ``score``
+        used, so a leaderboard can show either (``leaderboard.reference_aggregation``).
     scorer_models_hash : str or None
         The scorer's loaded models by content (weight and processor files or hub commits, and the
         transformers version): two records with equal ``scorer_hash`` but different models hashes
@@ -184,6 +188,7 @@ class TaskRecord:
     reference_scores: list[float | None] | None = None
     reference_best_frames: list[int | None] | None = None
     reference_aggregation: str | None = None
+    reference_aggregates: dict[str, float] | None = None
     scorer_models_hash: str | None = None
     best_frame: int | None = None
     best_box: list[float] | None = None
@@ -305,6 +310,13 @@ def _reference_problem(record: TaskRecord) -> str | None:
     if record.reference_aggregation is not None and record.reference_aggregation not in REFERENCE_AGGREGATIONS:
         return (f"reference_aggregation: is {record.reference_aggregation!r}, "
                 f"expected one of {', '.join(REFERENCE_AGGREGATIONS)}")
+    aggregates = record.reference_aggregates
+    if aggregates is not None:
+        if not isinstance(aggregates, dict) or set(aggregates) != set(REFERENCE_AGGREGATIONS):
+            return f"reference_aggregates: is {aggregates!r}, expected {{'mean': ..., 'max': ...}}"
+        for how, value in aggregates.items():
+            if not (_number(value) and -1.0 <= float(value) <= 1.0):
+                return f"reference_aggregates.{how}: is {value!r}, expected a similarity in [-1, 1]"
     frames = record.reference_best_frames
     if frames is None:
         return None
@@ -332,6 +344,24 @@ def metric_name(scorer_config: Mapping[str, Any]) -> str:
     return str(scorer_config.get("name") or "score")
 
 
+def aggregate_references(reference_scores: Any, how: str) -> float:
+    """A task score from its references' best scores: their ``mean`` or their ``max``
+    (:data:`REFERENCE_AGGREGATIONS`); 0 when there is none."""
+    scores = [float(s) for s in reference_scores]
+    if how not in REFERENCE_AGGREGATIONS:
+        raise ValueError(f"reference aggregation must be one of {', '.join(REFERENCE_AGGREGATIONS)}, got {how!r}")
+    if not scores:
+        return 0.0
+    return float(np.mean(scores)) if how == "mean" else float(np.max(scores))
+
+
+def reference_aggregates(reference_scores: Any) -> dict[str, float] | None:
+    """``{"mean": ..., "max": ...}`` of a record's ``reference_scores`` (None when it has none)."""
+    if reference_scores is None:
+        return None
+    return {how: aggregate_references(reference_scores, how) for how in REFERENCE_AGGREGATIONS}
+
+
 def scored_fields(task_score: Any) -> dict[str, Any]:
     """The record fields of a scorer's :class:`cmbench.scoring.pipeline.TaskScore`.
 
@@ -353,6 +383,7 @@ def scored_fields(task_score: Any) -> dict[str, Any]:
         "reference_scores": getattr(task_score, "reference_scores", None),
         "reference_best_frames": getattr(task_score, "reference_best_frames", None),
         "reference_aggregation": getattr(task_score, "reference_aggregation", None),
+        "reference_aggregates": reference_aggregates(getattr(task_score, "reference_scores", None)),
         "scorer_models_hash": getattr(task_score, "scorer_models_hash", None),
         "best_frame": best,
         "best_box": None if best is None else task_score.boxes[best],

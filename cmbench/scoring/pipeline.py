@@ -3,8 +3,9 @@
 Reference: the target's annotated box in its reference frame, segmented by the segmenter; the masked
 crop is embedded. Generated frames: the detector's best candidate above threshold, its mask, the
 masked crop's embedding, and its cosine to each reference embedding. Each reference's score is its
-best cosine over frames; the task score is their mean (``reference_aggregation="mean"``, the
-authors' harness) or their max (``"max"``); 0 when the target is never detected.
+best cosine over frames; the task score is their mean (``reference_aggregation="mean"``, the default,
+a reading: the authors' official evaluator is not public, see docs/protocol.md) or their max
+(``"max"``); 0 when the target is never detected. Records carry both (``reference_aggregates``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from cmbench.data import Task
 from cmbench.hashing import frames_hash, json_digest
-from cmbench.runs.records import REFERENCE_AGGREGATIONS
+from cmbench.runs.records import REFERENCE_AGGREGATIONS, aggregate_references
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
 from cmbench.data.references import TaskReferences
@@ -230,12 +231,11 @@ class Scorer:
             best = np.argmax(np.where(detected[:, None], sims, -np.inf), axis=0)  # [R]
             best_frames = [int(f) for f in best]
             reference_scores = sims[best, np.arange(n_refs)]
-        aggregate = np.mean if self.reference_aggregation == "mean" else np.max
         return TaskScore(
             task_id=task.task_id,
             source=task.source,
             task_type=task.task_type,
-            score=float(aggregate(reference_scores)),
+            score=aggregate_references(reference_scores, self.reference_aggregation),
             reference_scores=[float(s) for s in reference_scores],
             reference_best_frames=best_frames,
             reference_aggregation=self.reference_aggregation,

@@ -241,6 +241,16 @@ class WanBackbone:
         return WanCondition(task.task_id, tuple(task.context_clip_prompts), task.continue_prompt,
                             tl.latent_frames, camera, first, self.context_prompts)
 
+    def prefill_key(self, cond: WanCondition, context_frames: int) -> tuple:
+        """What a prefill of the first ``context_frames`` latent frames reads of ``cond``: each frame's
+        prompt and the camera's poses and intrinsics over those frames. The first-frame latents come
+        from the context video, the same for every task of one context."""
+        prompts = tuple(cond.prompt_at(f) for f in range(context_frames))
+        if cond.camera is None:
+            return prompts, None
+        poses, intrinsics = cond.camera.window(0, context_frames)
+        return prompts, (poses.cpu().numpy().tobytes(), intrinsics.cpu().numpy().tobytes())
+
     # ------------------------------------------------------------------ the model call
     def dit_inputs(self, x_t: torch.Tensor, frame_start: int, cond: WanCondition) -> DitInputs:
         """The DiT's inputs for a chunk: ``x`` (with I2V channels), ``text`` and ``camera``.
