@@ -1,8 +1,8 @@
 """An exclusive, crash-safe lock on one records file of a folder (a run shard, a score output), or
 on one folder a process builds (a MiniWorld suite).
 
-The lock is an OS advisory lock (``flock``) on a hidden file beside the records file, holding the
-holder's PID for the message a second process gets. The kernel drops it when its process ends, however
+The lock is an OS advisory lock (``flock``) on a hidden file beside the records file (never a link
+placed there: that is refused, not written through), holding the holder's PID for the message a second process gets. The kernel drops it when its process ends, however
 it ends (SIGKILL included), so a stale lock file never blocks a rerun. A holder that ends normally
 removes the file; a new holder checks that the file it locked is still the one at the path (not one
 removed meanwhile), so removal never lets two processes in. A second process is refused at once with
@@ -12,6 +12,7 @@ suite: the second then uses what the first built).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Callable
@@ -89,8 +90,11 @@ class RunLock:
     def _open(self) -> int:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise RunFolderError(f"cannot lock {self.path}: it is a link (a lock file is never written through "
+                                     f"one: remove it)") from err
             raise RunFolderError(f"cannot write into {self.path.parent}: {err.strerror or err}") from err
 
     def _still_at_path(self, fd: int) -> bool:
