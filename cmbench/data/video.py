@@ -9,8 +9,9 @@ number of chunks (Wan VAE temporal stride 4).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import cv2
 import numpy as np
@@ -177,11 +178,35 @@ def read_video(path: str | Path) -> tuple[np.ndarray, float]:
     return frames[:n], reader.fps
 
 
-def sample_frames(path: str | Path, most: int, keep: int | None = None
-                  ) -> tuple[np.ndarray, int, int, np.ndarray | None]:
+@dataclass(frozen=True)
+class FrameSample:
+    """Frames of a video picked evenly (:func:`sample_frames`).
+
+    Attributes
+    ----------
+    frames : ndarray, ``uint8 [K, H, W, 3]``
+        Frames ``0, spacing, 2 * spacing, ...``.
+    spacing : int
+    count : int
+        The frames the video has (every one was decoded).
+    fps : float
+        The video's frame rate (the sample's is ``fps / spacing``).
+    kept : ndarray ``uint8 [H, W, 3]`` or None
+        The frame asked for with ``keep`` (None when not asked for, or past the end).
+    """
+
+    frames: np.ndarray
+    spacing: int
+    count: int
+    fps: float
+    kept: np.ndarray | None
+
+
+def sample_frames(path: str | Path, most: int, keep: int | None = None,
+                  transform: Callable[[np.ndarray], np.ndarray] | None = None) -> FrameSample:
     """At most ``most`` frames of a video, evenly spaced, in one pass holding at most ``2 * most``.
 
-    The stride doubles whenever the frames kept reach ``2 * most`` (every other one is dropped), so
+    The spacing doubles whenever the frames held reach ``2 * most`` (every other one is dropped), so
     memory never depends on the video's length or on what its header claims.
 
     Parameters
@@ -190,32 +215,29 @@ def sample_frames(path: str | Path, most: int, keep: int | None = None
     most : int
         The frames wanted (at least 1).
     keep : int, optional
-        A frame index returned on its own, whatever the stride (the best frame a report shows).
-
-    Returns
-    -------
-    frames : ndarray, ``uint8 [K, H, W, 3]``, ``K <= most``: frames ``0, s, 2s, ...``
-    s : int
-        The spacing of the frames returned.
-    count : int
-        The frames the video has (all decoded).
-    kept : ndarray ``uint8 [H, W, 3]`` or None
-        Frame ``keep`` (None when not asked for or past the end).
+        A frame index returned on its own, whatever the spacing (the best frame a report shows).
+    transform : callable, optional
+        Applied to each frame held (``uint8 [H, W, 3]`` to ``uint8 [H', W', 3]``: a shrink to display size
+        keeps 4K frames small).
     """
     if most < 1:
         raise ValueError(f"most must be >= 1, got {most}")
-    stride, held, kept, count = 1, [], None, 0
-    for index, frame in enumerate(VideoReader(path)):
+    reader = VideoReader(path)
+    spacing, held, kept, count = 1, [], None, 0
+    for index, frame in enumerate(reader):
         count = index + 1
+        if index % spacing and index != keep:
+            continue
+        frame = transform(frame) if transform is not None else frame
         if index == keep:
             kept = frame
-        if index % stride:
+        if index % spacing:
             continue
         held.append(frame)
         if len(held) == 2 * most:
-            held, stride = held[::2], stride * 2
-    step = max(1, -(-len(held) // most))  # ceil: from up to 2 * most held frames to at most most
-    return np.stack(held[::step]), stride * step, count, kept
+            held, spacing = held[::2], spacing * 2
+    step = -(-len(held) // most)  # ceil: from up to 2 * most frames held to at most ``most``
+    return FrameSample(np.stack(held[::step]), spacing * step, count, reader.fps, kept)
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "mp4v") -> Path:

@@ -110,25 +110,41 @@ def scores_at(curves: pd.DataFrame, x: float = OPERATING_PR) -> dict[str, float]
     return {str(m): score_at(g["test_pr"], g["score"], x) for m, g in curves.groupby("method", sort=False)}
 
 
+SCORE_MARGIN = 0.03  # space above and below the score range in plots
+
+
+def score_range(scores) -> tuple[float, float]:
+    """The score range a plot shows: [0, 1] (max-similarity scores), widened to any score outside it;
+    confidence intervals are clipped to it (with one context, a t-interval can span several units)."""
+    values = [float(v) for v in scores if not math.isnan(float(v))]
+    return min([0.0, *values]), max([1.0, *values])
+
+
 def curves_plot(curves: pd.DataFrame, path: str | Path, reference: tuple[float, float] | None = None,
                 metric: str = "score") -> Path:
     """Score (y) against realised test PR (x), one line per method with its 95% CI band; the reference
-    (FullKV: ``(score, ci95 half-width)``) as a horizontal line with its band."""
+    (FullKV: ``(score, ci95 half-width)``) as a horizontal line with its band. The y-axis is the
+    score range (:func:`score_range`), bands clipped to it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    points = curves.dropna(subset=["test_pr", "score"])
+    scores = [*points["score"], *([] if reference is None or math.isnan(reference[0]) else [reference[0]])]
+    lo, hi = score_range(scores)
     if reference is not None and not math.isnan(reference[0]):
         score, ci = reference
         ax.axhline(score, color="black", lw=1, label="fullkv")
         if not math.isnan(ci):
-            ax.axhspan(score - ci, score + ci, color="black", alpha=0.08)
-    for method, g in curves.dropna(subset=["test_pr", "score"]).groupby("method", sort=False):
+            ax.axhspan(max(lo, score - ci), min(hi, score + ci), color="black", alpha=0.08)
+    for method, g in points.groupby("method", sort=False):
         g = g.sort_values("test_pr")
         line, = ax.plot(100 * g["test_pr"], g["score"], "o-", ms=3, label=str(method))
-        ax.fill_between(100 * g["test_pr"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
+        ax.fill_between(100 * g["test_pr"], g["ci_low"].clip(lo, hi), g["ci_high"].clip(lo, hi),
+                        color=line.get_color(), alpha=0.15)
+    ax.set_ylim(lo - SCORE_MARGIN, hi + SCORE_MARGIN)
     ax.set_xlabel("realised pruning ratio on the test suite (%)")
     ax.set_ylabel(f"{metric} (mean max-similarity)")
     ax.set_title(f"CMBench: {metric} vs PR (each method's own knob, calibrated)", fontsize=10)

@@ -45,7 +45,7 @@ from cmbench.report.reading import (
     load_runs,
     read_records,
 )
-from cmbench.report.curves import CURVES_FILE, OPERATING_PR, read_curves, scores_at
+from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
@@ -320,20 +320,23 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
 
 
 def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Path:
-    """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars; the
-    title says so (``CMBench: light score vs pruning ratio``) unless given."""
+    """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars (clipped to
+    the score range, :func:`cmbench.report.curves.score_range`, which the y-axis shows); the title says so (``CMBench: light score vs pruning ratio``) unless given."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    lo, hi = score_range(board["score"])
     for r in board.itertuples():
         if math.isnan(r.pr) or math.isnan(r.score):
             continue  # nothing to place (no PR: scored videos of another generator; no score: all failed)
-        yerr = None if math.isnan(r.score_ci95) else r.score_ci95
+        ci = 0.0 if math.isnan(r.score_ci95) else r.score_ci95
+        yerr = [[r.score - max(lo, r.score - ci)], [min(hi, r.score + ci) - r.score]]  # clipped to the range
         ax.errorbar(100 * r.pr, r.score, yerr=yerr, fmt="o", capsize=3)
         ax.annotate(r.method, (100 * r.pr, r.score), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_ylim(lo - SCORE_MARGIN, hi + SCORE_MARGIN)
     ax.set_xlabel("pruning ratio PR (%)")
     ax.set_ylabel(f"{board_metric(board)} (mean max-similarity)")
     ax.set_title(title or f"CMBench: {board_metric(board)} score vs pruning ratio")
