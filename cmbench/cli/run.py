@@ -53,8 +53,10 @@ def execute(cfg: DictConfig) -> int:
 
 
 def after_sweep(configs: list[DictConfig]) -> int:
-    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote (the seeds of one
-    setup, ``-m seed=2,3,4``, are one row)."""
-    from cmbench.cli.leaderboard import write_leaderboard
+    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote, on the tasks the
+    sweep ran (a run directory may hold more from earlier runs); the seeds of one setup, ``-m
+    seed=2,3,4``, are one row."""
+    from cmbench.cli.leaderboard import selected_task_ids, write_leaderboard
 
-    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(run_dir_for(c) for c in configs)))
+    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(run_dir_for(c) for c in configs)),
+                             task_ids=selected_task_ids(configs))

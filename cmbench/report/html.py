@@ -46,6 +46,7 @@ from cmbench.data.adapter import ADAPTERS, DatasetAdapter, build_adapter
 from cmbench.data.video import sample_frames
 from cmbench.report import gallery
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
+from cmbench.runs.atomic import dead_builds
 from cmbench.report.leaderboard import (
     MATCHED_NOTE,
     REFERENCE_METHOD,
@@ -575,29 +576,16 @@ def check_report_folder(out: Path) -> None:
 
 
 def remove_stale_builds(out: Path) -> list[Path]:
-    """Remove the sibling build folders of ``out`` that reports killed half-way left (their process gone)."""
+    """Remove the sibling build folders of ``out`` that reports killed half-way left; a report killed
+    between moving the earlier one aside and the new one in gets the earlier one back."""
     gone = []
-    prefix = BUILD_PREFIX.format(name=out.name)
-    for folder in sorted(out.parent.glob(prefix + "*")):
-        pid, _, old = folder.name[len(prefix):].partition("-")
-        if not pid.isdigit() or _alive(int(pid)) or not folder.is_dir() or folder.is_symlink():
-            continue
-        if old and not out.exists():  # killed between moving the old report aside and the new one in
+    for folder, rest in dead_builds(out, BUILD_PREFIX.format(name=out.name)):
+        if rest == "old" and not out.exists():
             os.replace(folder, out)
             continue
         shutil.rmtree(folder, ignore_errors=True)
         gone.append(folder)
     return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def swap_in(build: Path, out: Path) -> None:

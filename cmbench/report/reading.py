@@ -28,6 +28,7 @@ from cmbench.config_paths import to_dict
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.runs.labels import knob_text
+from cmbench.runs.lock import active_writer
 from cmbench.runs.paths import videos_label
 from cmbench.runs.records import FIELD_NAMES, RUN_FILE, read_task_records
 
@@ -144,7 +145,8 @@ def _default_label(folder: Path) -> str:
     return videos_label(videos) if videos else folder.name
 
 
-def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> RunRecords:
+def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None,
+                 only: Iterable[str] | None = None) -> RunRecords:
     """Read every records file of a folder; the last record (in time) of a (task_id, seed) wins.
 
     Parameters
@@ -154,6 +156,8 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
     task_ids : iterable of str or None
         The tasks that may appear; by default those of the folder's manifest
         (:func:`folder_manifest`), or all when it names none or it is missing.
+    only : iterable of str or None
+        The tasks a board is about (a sweep's): records of other tasks are left out without a word.
 
     Raises
     ------
@@ -195,6 +199,10 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
         frame = frame[known]
     if frame.empty:
         raise ReportError(f"{run_dir}: no records of tasks in its manifest {manifest} (left out: {', '.join(dropped)})")
+    if only is not None:
+        frame = frame[frame["task_id"].isin(set(only))]
+        if frame.empty:
+            raise ReportError(f"{run_dir}: no records of the tasks chosen ({', '.join(sorted(set(only))[:5])} ...)")
     frame = frame.drop_duplicates(subset=["task_id", "seed"], keep="last")
     methods = sorted({str(m) for m in frame["method"].dropna()})
     if len(methods) > 1:
@@ -251,7 +259,7 @@ def merge_seeds(runs: list[RunRecords], allow_mixed: bool = False) -> list[RunRe
         if len(task_sets) > 1 and not allow_mixed:
             sizes = ", ".join(f"{r.path} ({r.frame['task_id'].nunique()} tasks)" for r in members)
             raise ReportError(f"the seeds of {members[0].label} cover different tasks: {sizes}; rerun the missing "
-                              f"tasks, or pass allow_mixed=true to report them anyway")
+                              f"tasks, or pass leaderboard.allow_mixed=true to report them anyway")
         first = members[0]
         newest = max(members, key=lambda r: r.frame["recorded_ns"].fillna(0).max())
         merged.append(replace(
@@ -332,23 +340,32 @@ def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
                 raise ReportError(
                     f"runs differ in {key}: {first.path} ({first.label}) has {only_a} that {run.path} "
                     f"({run.label}) lacks, which has {only_b}; compare like with like, or pass "
-                    f"allow_mixed=true to report them anyway"
+                    f"leaderboard.allow_mixed=true to report them anyway"
                 )
 
 
-def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None
-              ) -> list[RunRecords]:
+def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None,
+              task_ids: Iterable[str] | None = None) -> list[RunRecords]:
     """Read folders into leaderboard entries: warn about records left out, merge the seeds of each
     setup (:func:`merge_seeds`), give every entry a distinct label (:func:`distinct_labels`) and check
-    they are comparable (:func:`check_comparable`).
+    they are comparable (:func:`check_comparable`); with ``task_ids``, only the records of those
+    tasks (a sweep's board covers the tasks the sweep ran).
 
     Raises
     ------
     ReportError
-        No folders, a setup's seeds that do not fit together, or runs that are not comparable.
+        No folders, a folder a run is still writing, a setup's seeds that do not fit together, or
+        runs that are not comparable.
     """
     stream = stream or sys.stderr
-    runs = [read_records(d) for d in run_dirs]
+    run_dirs = list(run_dirs)
+    for folder in run_dirs:
+        writer = active_writer(Path(folder))
+        if writer is not None:
+            raise ReportError(f"{folder}: a run is still writing it (process {writer}): its unfinished tasks would be "
+                              f"missing; wait for it to finish, or stop it")
+    chosen = None if task_ids is None else list(task_ids)
+    runs = [read_records(d, only=chosen) for d in run_dirs]
     if not runs:
         raise ReportError("no run directories given")
     for run in runs:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbench.errors import CMBenchError
+from cmbench.runs.lock import process_alive
 
 TMP_SUFFIX = ".tmp"
 
@@ -72,3 +73,14 @@ def remove_stale(folder: Path, name: str) -> list[Path]:
             tmp.unlink(missing_ok=True)
             gone.append(tmp)
     return gone
+
+
+def dead_builds(out: Path, prefix: str) -> list[tuple[Path, str]]:
+    """Folders beside ``out`` named ``<prefix><pid>[-<rest>]`` (where a process builds what replaces
+    ``out``) whose process is gone: killed half-way. Each with its ``<rest>`` (empty when none)."""
+    found = []
+    for folder in sorted(Path(out).parent.glob(prefix + "*")):
+        pid, _, rest = folder.name[len(prefix):].partition("-")
+        if pid.isdigit() and not process_alive(int(pid)) and folder.is_dir() and not folder.is_symlink():
+            found.append((folder, rest))
+    return found

@@ -108,3 +108,33 @@ class RunLock:
             self.path.unlink(missing_ok=True)  # while still held, so no one locks the removed file for good
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def active_writer(folder: Path) -> str | None:
+    """The process id of a live writer of one of a folder's records files, or None.
+
+    Read from the lock files without locking them (taking a lock, even briefly, would refuse a run
+    starting at that moment): a lock file that names a live process means a run is writing; one left
+    by a killed process names a dead one. A reused process id can make a finished run look busy.
+    """
+    for lock in sorted(Path(folder).glob(".records*.jsonl.lock")):
+        if lock.is_symlink():
+            continue
+        try:
+            holder = lock.read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if holder.isdigit() and process_alive(int(holder)):
+            return holder
+    return None
