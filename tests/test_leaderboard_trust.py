@@ -101,3 +101,16 @@ def test_a_sweeps_board_covers_the_tasks_the_sweep_ran(setup, tmp_path):  # noqa
     assert sweep.returncode == 0, sweep.stderr
     board = pd.read_csv(tmp_path / "runs" / "miniworld" / "leaderboard" / "leaderboard.csv").set_index("method")
     assert board.loc["streaming", "n_tasks"] == 1 and board.loc["fullkv", "n_tasks"] == 1
+
+
+def test_a_run_folders_config_is_read_as_text_never_resolved(tmp_path, monkeypatch, capsys):
+    """``${oc.env:...}`` in a received config.yaml must not pull the reader's environment into a board."""
+    monkeypatch.setenv("CMBENCH_PROBE_SECRET", "hunter2")
+    runs = []
+    for name, value in (("a", "${oc.env:CMBENCH_PROBE_SECRET}"), ("b", "plain")):
+        run = write_run(tmp_path / name, [record("x", t, 0.5) for t in ("a1", "a2")])
+        (run / "config.yaml").write_text(f"seed: 0\nnote: '{value}'\n")
+        runs.append(run)
+    board = pd.read_csv(write_reports(runs, tmp_path / "board")["leaderboard.csv"])
+    assert "hunter2" not in " ".join(board["method"]) + capsys.readouterr().err
+    assert "x[note=${oc.env:CMBENCH_PROBE_SECRET}]" in list(board["method"])

@@ -40,13 +40,14 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from omegaconf import DictConfig, OmegaConf
 
-from cmbench.config_paths import config_dirs, to_dict
+from cmbench.config_paths import config_dirs
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import ADAPTERS, DatasetAdapter, build_adapter
 from cmbench.data.video import sample_frames
 from cmbench.report import gallery
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.runs.atomic import dead_builds
+from cmbench.report.reading import folder_config
 from cmbench.report.leaderboard import (
     MATCHED_NOTE,
     REFERENCE_METHOD,
@@ -188,8 +189,7 @@ class Dataset:
 def _dataset_of(run: RunRecords, data_root: Path | None) -> tuple[Path, dict[str, Any]]:
     """The manifest a folder was made from (:attr:`RunRecords.manifest`, or the one in ``data_root``)
     and the data config of its ``config.yaml`` with ``root`` and ``manifest`` pointing there."""
-    config_file = run.path / "config.yaml"
-    data = to_dict(OmegaConf.load(config_file)).get("data") if config_file.is_file() else None
+    data = folder_config(run.path).get("data")
     data = data if isinstance(data, dict) else {}
     manifest = run.manifest
     if data_root is not None:
@@ -307,11 +307,7 @@ def video_roots(folder: Path) -> list[Path]:
     """Where a folder's videos may be: inside the folder, and for a ``score`` output in its default place
     (``<videos>/scores_<scorer>``) the videos folder it sits in, when its ``config.yaml`` names that one."""
     roots = [folder.resolve()]
-    config = folder / "config.yaml"
-    try:
-        videos = OmegaConf.load(config).get("videos") if config.is_file() else None
-    except Exception:  # an unreadable config names no videos folder
-        videos = None
+    videos = folder_config(folder).get("videos")
     if isinstance(videos, str) and videos and Path(videos).resolve() == folder.resolve().parent:
         roots.append(folder.resolve().parent)
     return roots

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 import pandas as pd
-from omegaconf import OmegaConf
+import yaml
 
-from cmbench.config_paths import to_dict
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.runs.labels import knob_text
@@ -122,10 +121,21 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def folder_config(folder: str | Path) -> dict[str, Any]:
+    """A folder's ``config.yaml`` as plain data: parsed as YAML text, its ``${...}`` interpolations left
+    as written (resolving them would run resolvers a received folder chooses: the reader's environment
+    variables, ...); empty when absent, unreadable or not a mapping."""
+    path = Path(folder) / "config.yaml"
+    try:
+        value = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return {}
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``config.yaml`` and ``summary.json`` of a folder (empty when absent)."""
-    config = to_dict(OmegaConf.load(folder / "config.yaml")) if (folder / "config.yaml").is_file() else {}
-    return config, _read_json(folder / "summary.json")
+    """``config.yaml`` (:func:`folder_config`) and ``summary.json`` of a folder (empty when absent)."""
+    return folder_config(folder), _read_json(folder / "summary.json")
 
 
 def folder_manifest(folder: str | Path) -> Path | None:
