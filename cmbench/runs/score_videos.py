@@ -50,8 +50,8 @@ from cmbench.scoring.pipeline import Scorer
 VIDEO_SUFFIXES = (".mkv", ".mp4")  # preference order: run's lossless copy first
 LOSSY_WARN_SIDE = 128
 """A lossy video whose smaller side is under this many pixels is warned about: at such sizes the
-codec's blocks are a large share of every object (a run's 32x32 continuations as mp4 copies scored
-0.2613 where the run's lossless ones scored 0.1884; docs/scoring.md)."""
+codec's blocks are a large share of every object, and a run's 32x32 continuations rescored from mp4
+copies score measurably differently from the run's own lossless ones (README, ``score``)."""
 
 
 def check_output(out: Path, videos: Path) -> None:
