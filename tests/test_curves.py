@@ -117,3 +117,42 @@ def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_pat
     assert pd.read_csv(out / "curves.csv").equals(first)
     # a method without a knob is refused before any work
     assert main(["curves", *args, "methods=[streaming,fullkv]"]) == 1
+
+
+def test_an_empty_or_torn_curves_file_is_a_one_line_error(tmp_path):
+    from cmbench.report import ReportError
+    from cmbench.report.curves import read_curves
+
+    path = tmp_path / "curves.csv"
+    path.write_text("")  # a full disk left it empty
+    with pytest.raises(ReportError, match=rf"^{path}: empty \(a curves run stopped while writing it\?\)"):
+        read_curves(path)
+    whole = CURVES.to_csv(index=False)
+    path.write_text(whole[: whole.rindex("0.95") + 3])  # cut inside its last row: 0.9 instead of 0.95
+    with pytest.raises(ReportError, match=rf"^{path}: torn: its last line is cut off"):
+        read_curves(path)
+    path.write_text(whole.replace("b,0.75,0.8\n", "b,0.75\n"))
+    with pytest.raises(ReportError, match=rf"^{path}:5: 2 fields where the header has 3"):
+        read_curves(path)
+    path.write_text(whole)
+    assert read_curves(path).equals(CURVES)
+
+
+def test_curves_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from cmbench.report.curves import write_curves
+    from cmbench.runs.atomic import OutputError
+
+    curves = CURVES.assign(ci_low=CURVES.score - 0.05, ci_high=CURVES.score + 0.05)
+    write_curves(curves, tmp_path, reference=(0.7, 0.05), metric="light")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(before) == ["auc.csv", "curves.csv", "curves.png"]
+    real = pd.DataFrame.to_csv
+
+    def disk_full(self, path, *args, **kwargs):
+        real(self.head(1), path, *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", disk_full)
+    with pytest.raises(OutputError, match=r"cannot write .*curves\.csv: No space left on device"):
+        write_curves(curves.iloc[:2], tmp_path, reference=(0.7, 0.05), metric="light")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -175,7 +175,7 @@ def test_values_are_formatted_by_what_their_column_is():
 def test_report_of_hand_made_runs(made_runs):
     tmp, data, full, deco = made_runs
     out = tmp / "report"
-    (out / "img").mkdir(parents=True)
+    build_report([full], out)  # an older report, with an image the new one does not have
     (out / "img" / "stale.png").write_bytes(b"left over from an older report")
     result = build_report([deco, full], out)
     assert result.methods == ["fullkv", "deco"] and result.tasks == 3
@@ -285,8 +285,8 @@ def test_records_without_per_frame_fields_still_render(made_runs):
 
 def test_score_folders_are_reported_beside_runs(made_runs):
     tmp, data, full, _ = made_runs
-    elsewhere = tmp / "other_generator"  # `score` records name the video file they read, wherever it is
-    scored = tmp / "scored"
+    elsewhere = tmp / "other_generator"  # `score` records name the video file they read: in the folder
+    scored = elsewhere / "scores_light"  # the score folder sits in (its default place) or inside it
     rows = []
     for i, task_id in enumerate(["syn_a_reappear_01", "syn_a_revisit_01", "real_b_reappear_01"]):
         video = elsewhere / f"{task_id}.mp4"
@@ -295,7 +295,8 @@ def test_score_folders_are_reported_beside_runs(made_runs):
                      seed=None, video=str(video))
         rows.append({k: v for k, v in row.items() if k not in ("pr", "context_pr", "peak_kv_bytes", "method")})
     scored.mkdir()
-    (scored / "config.yaml").write_text(f"data:\n  name: official\n  root: {data}\n  manifest: metadata.jsonl\n")
+    (scored / "config.yaml").write_text(f"data:\n  name: official\n  root: {data}\n  manifest: metadata.jsonl\n"
+                                        f"videos: {elsewhere}\n")
     (scored / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = build_report([full, scored], tmp / "report").index.read_text()
     assert [r["method"] for r in table_rows(text, "leaderboard")] == ["fullkv", "other_gen"]

@@ -311,3 +311,22 @@ def test_run_tasks_prints_progress_lines_without_a_bar(official, tmp_path, capsy
               show_progress=False, progress_every=2)
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[1].split(" tasks")[0] for line in lines] == ["0/5", "2/5", "4/5", "5/5"]
+
+
+def test_a_rerun_after_an_edit_says_why_it_recomputes_before_it_starts(official, tmp_path, capsys):
+    _, tasks = official
+    subset = tasks[:2]
+    run_tasks(subset, FakeEvaluator(), tmp_path, global_seed=7, show_progress=False,
+              base_record={"label": "fake", "code_hash": "old", "code": {"method": "a", "cmbench": "x"}})
+    capsys.readouterr()
+
+    class Announcing(FakeEvaluator):
+        def evaluate(self, task, prepared, seed):
+            print(f"evaluating {task.task_id}", file=sys.stderr)
+            return super().evaluate(task, prepared, seed)
+
+    run_tasks(subset, Announcing(), tmp_path, global_seed=7, show_progress=False,
+              base_record={"label": "fake", "code_hash": "new", "code": {"method": "b", "cmbench": "x"}})
+    err = capsys.readouterr().err
+    said = f"{tmp_path.name}: 2 task(s) will be recomputed: their records came from other code (method source)"
+    assert said in err and err.index(said) < err.index("evaluating")

@@ -104,3 +104,29 @@ def test_prepare_context(tmp_path):
     assert err.diagonal().max() < 8  # decoded frames match the resampled source (lossy codec) ...
     assert (err.argmin(axis=1) == np.arange(16)).all()  # ... and in the right order
     assert resize_frames(clip[:2], 48, 64) is not None and resize_frames(clip[:2], 96, 128).shape == (2, 96, 128, 3)
+
+
+def test_decoded_batches_are_bounded_by_bytes_as_well_as_frames(tmp_path):
+    from cmbench.data.video import VideoReader
+
+    frames = np.zeros((10, 16, 16, 3), np.uint8)
+    write_video(tmp_path / "v.mp4", frames, 16.0)
+    sizes = [len(b) for b in VideoReader(tmp_path / "v.mp4").batches(64, max_bytes=3 * frames[0].nbytes)]
+    assert sizes == [3, 3, 3, 1]
+    assert [len(b) for b in VideoReader(tmp_path / "v.mp4").batches(4, max_bytes=1)] == [1] * 10  # one at least
+
+
+def test_read_video_allocates_by_what_decodes_not_by_what_the_header_claims(tmp_path, monkeypatch):
+    import tracemalloc
+
+    import cmbench.data.video as video
+
+    write_video(tmp_path / "v.mp4", np.zeros((10, 16, 16, 3), np.uint8), 16.0)
+    monkeypatch.setattr(video, "probe_video", lambda path: (16_000_000, 16.0, 16, 16))  # a 1.8 KB file can say so
+    tracemalloc.start()
+    try:
+        frames, _ = video.read_video(tmp_path / "v.mp4")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert frames.shape == (10, 16, 16, 3) and peak < 300e6

@@ -92,7 +92,7 @@ def _run(cfg: DictConfig) -> Path:
 def execute(cfg: DictConfig) -> int:
     import pandas as pd
 
-    from cmbench.report.curves import AREA_FILE, CURVE_COLUMNS, CURVES_FILE, PLOT_FILE, area_table, curves_plot
+    from cmbench.report.curves import AREA_FILE, CURVE_COLUMNS, CURVES_FILE, PLOT_FILE, write_curves
     from cmbench.runs.experiment import data_dir
 
     names, targets, options = curve_methods(cfg), curve_targets(cfg), calibration_options(cfg)
@@ -130,11 +130,7 @@ def execute(cfg: DictConfig) -> int:
     reference = _board_row(_run(method_option(cfg, "fullkv")))
     curves = pd.DataFrame(rows, columns=CURVE_COLUMNS)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
-    out.mkdir(parents=True, exist_ok=True)
-    curves.to_csv(out / CURVES_FILE, index=False, float_format="%.6g")
-    areas = area_table(curves)
-    areas.to_csv(out / AREA_FILE, index=False, float_format="%.6g")
-    curves_plot(curves, out / PLOT_FILE, (reference["score"], reference["score_ci95"]), metric=str(reference["metric"]))
+    areas = write_curves(curves, out, (reference["score"], reference["score_ci95"]), metric=str(reference["metric"]))
     print(curves.drop(columns=["run_dir", "note"]).to_string(index=False, float_format="%.4f"))
     print(areas.to_string(index=False, float_format="%.4f"))
     print(f"wrote {CURVES_FILE}, {AREA_FILE}, {PLOT_FILE} to {out}")

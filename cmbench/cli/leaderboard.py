@@ -42,8 +42,24 @@ def find_run_dirs(cfg: DictConfig) -> list[Path]:
     )
 
 
-def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
-    """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``)."""
+def selected_task_ids(configs: list[DictConfig]) -> list[str]:
+    """The tasks the runs of ``configs`` selected (``task_ids`` / ``subset`` / ``limit``), in manifest order."""
+    from cmbench.data import load_manifest
+    from cmbench.runs.experiment import run_options
+    from cmbench.runs.runner import select_tasks
+
+    chosen: dict[str, None] = {}
+    for cfg in configs:
+        options = run_options(cfg)
+        tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
+        chosen.update(dict.fromkeys(t.task_id for t in select_tasks(
+            tasks, task_ids=options.task_ids, limit=options.limit, seed=options.sample_seed)))
+    return list(chosen)
+
+
+def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids: list[str] | None = None) -> int:
+    """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``);
+    with ``task_ids``, over the records of those tasks only (a sweep's board: :func:`selected_task_ids`)."""
     from cmbench.report import write_reports
     from cmbench.runs.experiment import data_dir
 
@@ -51,7 +67,7 @@ def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=comparison_labels(cfg, "focus"),
                           compare=comparison_labels(cfg, "compare"), curves=cfg.leaderboard.get("curves"),
-                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"))
+                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids)
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")
     return 0

@@ -53,10 +53,11 @@ def execute(cfg: DictConfig) -> int:
 
 
 def after_sweep(configs: list[DictConfig]) -> int:
-    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote (the seeds of one
-    setup, ``-m seed=2,3,4``, are one row)."""
+    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote, on the tasks the
+    sweep ran (a run directory may hold more from earlier runs); the seeds of one setup, ``-m
+    seed=2,3,4``, are one row."""
     from cmbench.calibration.target_pr import resolve_target_pr
-    from cmbench.cli.leaderboard import write_leaderboard
+    from cmbench.cli.leaderboard import selected_task_ids, write_leaderboard
 
     dirs = (run_dir_for(resolve_target_pr(c, verbose=False).cfg) for c in configs)  # calibrations: cached by the jobs
-    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(dirs)))
+    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(dirs)), task_ids=selected_task_ids(configs))

@@ -9,8 +9,12 @@ Outputs in ``out`` (default ``<videos>/scores_<scorer name>``):
 - ``records.jsonl``: one task record per matched task (the schema ``run`` writes, ``kind: score``), so
   ``python -m cmbench leaderboard runs=[...]`` puts it beside run directories; a task that fails for
   any reason is recorded with ``status: failed`` and its reason, and scoring goes on;
-- ``summary.json``: counts, missing / extra / skipped files, warnings, mean scores overall, per
-  source and per task type.
+- ``summary.json``: counts, missing / extra / skipped files, warnings (``lossy_videos``: lossy videos
+  small enough for compression to move their scores), mean scores overall, per source and per task type.
+
+``out`` must be empty or hold earlier scores of the same videos folder (never a run directory); every
+file is written new and renamed into place, so a rescore stopped half-way leaves the earlier scores
+whole (:mod:`cmbench.runs.score_videos`).
 
 ``label=NAME`` names the records on a leaderboard (default: the videos folder's name, or the run
 directory's when the folder is a run's ``videos/``). Exit status 0 when every matched video was
@@ -29,10 +33,11 @@ from cmbench.config_paths import to_dict
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
+from cmbench.runs import atomic
 from cmbench.runs.lock import RunFolderError
 from cmbench.runs.paths import videos_label
 from cmbench.runs.records import metric_name
-from cmbench.runs.score_videos import VIDEO_SUFFIXES, score_folder
+from cmbench.runs.score_videos import VIDEO_SUFFIXES, check_output, score_folder
 from cmbench.scoring.registry import build_scorer
 
 
@@ -80,12 +85,13 @@ def execute(cfg: DictConfig) -> int:
     label = str(cfg.get("label") or videos_label(videos.resolve()))
     config = {"data": to_dict(cfg.data), "scorer": scorer_cfg,
               "videos": str(videos), "label": label}
+    check_output(out, videos)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
     except OSError as err:
         raise RunFolderError(f"cannot write into {out}: {err.strerror or err}") from err
     summary = score_folder(scorer, tasks, adapter, videos, out, label=label, metric=metric_name(scorer_cfg))
+    atomic.write_text(out / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     summary = {
         "label": label,
         "scorer": scorer.name,
@@ -94,6 +100,6 @@ def execute(cfg: DictConfig) -> int:
         "data": {"name": str(cfg.data.get("name", "")), "root": str(cfg.data.root), "manifest": str(cfg.data.manifest)},
         **summary,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic.write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     _print_report(summary, out)
     return 0 if summary["tasks_ok"] and not summary["tasks_failed"] else 1

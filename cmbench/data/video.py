@@ -9,8 +9,9 @@ number of chunks (Wan VAE temporal stride 4).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import cv2
 import numpy as np
@@ -48,6 +49,26 @@ def probe_video(path: str | Path) -> tuple[int, float, int, int]:
     return count, fps, height, width
 
 
+LOSSLESS_FOURCCS = frozenset({"FFV1", "HFYU", "FFVH", "PNG ", "MPNG", "UTVD"})  # upper-cased FourCCs
+MAX_BATCH_BYTES = 256 * 2**20  # a decoded batch holds at most this many bytes of frames (at least one frame)
+
+
+def video_codec(path: str | Path) -> str:
+    """The FourCC of a video's stream as FFmpeg reports it (``FMP4``, ``avc1``, ``ffv1``; empty when unknown)."""
+    cap = cv2.VideoCapture(str(path))
+    try:
+        code = int(cap.get(cv2.CAP_PROP_FOURCC)) if cap.isOpened() else 0
+    finally:
+        cap.release()
+    text = code.to_bytes(4, "little", signed=False).decode("latin-1") if 0 < code < 2**32 else ""
+    return text if text.isprintable() else ""
+
+
+def is_lossless(codec: str) -> bool:
+    """Whether a FourCC (:func:`video_codec`) names a lossless codec (FFV1, HuffYUV, PNG, Ut Video)."""
+    return codec.upper() in LOSSLESS_FOURCCS
+
+
 class VideoReader:
     """Decode a video frame by frame, without holding it all in memory.
 
@@ -60,6 +81,8 @@ class VideoReader:
     ----------
     fps : float
         The container's frame rate.
+    codec : str
+        Its stream's FourCC (:func:`video_codec`).
 
     shape : tuple of int or None
         ``(F, H, W, 3)`` of the video, known once a pass over it has finished (None before).
@@ -80,6 +103,7 @@ class VideoReader:
             self.fps = float(cap.get(cv2.CAP_PROP_FPS))
         finally:
             cap.release()
+        self.codec = video_codec(self.path)
         if self.fps <= 0:
             raise VideoError(f"{self.path}: video has no frame rate")
         self.shape: tuple[int, ...] | None = None
@@ -101,8 +125,9 @@ class VideoReader:
             raise VideoError(f"{self.path}: no frame could be decoded (corrupt or empty video)")
         self.shape = (decoded, *frame_shape)
 
-    def batches(self, size: int) -> Iterator[np.ndarray]:
-        """Decode the video in consecutive batches of ``size`` frames (the last may be shorter).
+    def batches(self, size: int, max_bytes: int = MAX_BATCH_BYTES) -> Iterator[np.ndarray]:
+        """Decode the video in consecutive batches of at most ``size`` frames and ``max_bytes`` bytes
+        (at least one frame; the last batch may be shorter), so 4K frames are held a few at a time.
 
         Yields
         ------
@@ -114,6 +139,7 @@ class VideoReader:
         filled = 0
         for frame in self:  # decoded straight into the batch: never a list and a stacked copy at once
             if batch is None:
+                size = max(1, min(size, max_bytes // frame.nbytes))
                 batch = np.empty((size, *frame.shape), dtype=np.uint8)
             batch[filled] = frame
             filled += 1
@@ -140,18 +166,78 @@ def read_video(path: str | Path) -> tuple[np.ndarray, float]:
     reader = VideoReader(path)
     count, _, _, _ = probe_video(path)
     frames: np.ndarray | None = None
-    extra: list[np.ndarray] = []  # frames past the container's (approximate) count
     n = 0
     for frame in reader:  # copied into one array as decoded: never a list and a stacked copy at once
-        if frames is None:
-            frames = np.empty((count, *frame.shape), dtype=np.uint8)
-        if n < count:
-            frames[n] = frame
-        else:
-            extra.append(frame)
+        if frames is None:  # the header's count is a hint only (a corrupt one may claim millions)
+            frames = np.empty((max(1, min(count, MAX_BATCH_BYTES // frame.nbytes)), *frame.shape), dtype=np.uint8)
+        if n == len(frames):  # more frames than allocated: grow geometrically
+            frames = np.concatenate([frames, np.empty_like(frames)])
+        frames[n] = frame
         n += 1
     assert frames is not None  # VideoReader raises when nothing decodes
-    return (np.concatenate([frames, np.stack(extra)]) if extra else frames[:n]), reader.fps
+    return frames[:n], reader.fps
+
+
+@dataclass(frozen=True)
+class FrameSample:
+    """Frames of a video picked evenly (:func:`sample_frames`).
+
+    Attributes
+    ----------
+    frames : ndarray, ``uint8 [K, H, W, 3]``
+        Frames ``0, spacing, 2 * spacing, ...``.
+    spacing : int
+    count : int
+        The frames the video has (every one was decoded).
+    fps : float
+        The video's frame rate (the sample's is ``fps / spacing``).
+    kept : ndarray ``uint8 [H, W, 3]`` or None
+        The frame asked for with ``keep`` (None when not asked for, or past the end).
+    """
+
+    frames: np.ndarray
+    spacing: int
+    count: int
+    fps: float
+    kept: np.ndarray | None
+
+
+def sample_frames(path: str | Path, most: int, keep: int | None = None,
+                  transform: Callable[[np.ndarray], np.ndarray] | None = None) -> FrameSample:
+    """At most ``most`` frames of a video, evenly spaced, in one pass holding at most ``2 * most``.
+
+    The spacing doubles whenever the frames held reach ``2 * most`` (every other one is dropped), so
+    memory never depends on the video's length or on what its header claims.
+
+    Parameters
+    ----------
+    path : str or Path
+    most : int
+        The frames wanted (at least 1).
+    keep : int, optional
+        A frame index returned on its own, whatever the spacing (the best frame a report shows).
+    transform : callable, optional
+        Applied to each frame held (``uint8 [H, W, 3]`` to ``uint8 [H', W', 3]``: a shrink to display size
+        keeps 4K frames small).
+    """
+    if most < 1:
+        raise ValueError(f"most must be >= 1, got {most}")
+    reader = VideoReader(path)
+    spacing, held, kept, count = 1, [], None, 0
+    for index, frame in enumerate(reader):
+        count = index + 1
+        if index % spacing and index != keep:
+            continue
+        frame = transform(frame) if transform is not None else frame
+        if index == keep:
+            kept = frame
+        if index % spacing:
+            continue
+        held.append(frame)
+        if len(held) == 2 * most:
+            held, spacing = held[::2], spacing * 2
+    step = -(-len(held) // most)  # ceil: from up to 2 * most frames held to at most ``most``
+    return FrameSample(np.stack(held[::step]), spacing * step, count, reader.fps, kept)
 
 
 def write_video(path: str | Path, frames: np.ndarray, fps: float, codec: str = "mp4v") -> Path:

@@ -16,6 +16,8 @@ leaderboard's own statistics (:func:`cmbench.report.leaderboard.leaderboard`, cl
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from cmbench.report.reading import ReportError
+from cmbench.runs import atomic
 
 CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", "test_pr", "score", "ci_low", "ci_high",
                  "n_tasks", "label", "run_dir", "note"]
@@ -93,12 +96,23 @@ def read_curves(path: str | Path) -> pd.DataFrame:
     Raises
     ------
     ReportError
-        A missing file, or one without the columns a curve needs (named).
+        A missing, empty or torn file (its last line cut off, or a row of another field count), or one
+        without the columns a curve needs: one line naming the file (and line).
     """
     path = Path(path)
     if not path.is_file():
         raise ReportError(f"{path}: no curves file (python -m cmbench curves writes one)")
-    frame = pd.read_csv(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ReportError(f"{path}: empty (a curves run stopped while writing it?): rerun python -m cmbench curves")
+    if not text.endswith("\n"):
+        raise ReportError(f"{path}: torn: its last line is cut off (a curves run stopped while writing it?): rerun "
+                          f"python -m cmbench curves")
+    rows = list(csv.reader(io.StringIO(text)))
+    for number, row in enumerate(rows[1:], start=2):
+        if row and len(row) != len(rows[0]):
+            raise ReportError(f"{path}:{number}: {len(row)} fields where the header has {len(rows[0])}")
+    frame = pd.read_csv(io.StringIO(text))
     missing = [c for c in ("method", "test_pr", "score") if c not in frame.columns]
     if missing:
         raise ReportError(f"{path}: not a curves table: no column(s) {', '.join(missing)}")
@@ -110,31 +124,65 @@ def scores_at(curves: pd.DataFrame, x: float = OPERATING_PR) -> dict[str, float]
     return {str(m): score_at(g["test_pr"], g["score"], x) for m, g in curves.groupby("method", sort=False)}
 
 
+SCORE_MARGIN = 0.03  # space above and below the score range in plots
+
+
+def score_range(scores) -> tuple[float, float]:
+    """The score range a plot shows: [0, 1] (max-similarity scores), widened to any score outside it;
+    confidence intervals are clipped to it (with one context, a t-interval can span several units)."""
+    values = [float(v) for v in scores if not math.isnan(float(v))]
+    return min([0.0, *values]), max([1.0, *values])
+
+
 def curves_plot(curves: pd.DataFrame, path: str | Path, reference: tuple[float, float] | None = None,
                 metric: str = "score") -> Path:
     """Score (y) against realised test PR (x), one line per method with its 95% CI band; the reference
-    (FullKV: ``(score, ci95 half-width)``) as a horizontal line with its band."""
+    (FullKV: ``(score, ci95 half-width)``) as a horizontal line with its band. The y-axis is the
+    score range (:func:`score_range`), bands clipped to it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    points = curves.dropna(subset=["test_pr", "score"])
+    scores = [*points["score"], *([] if reference is None or math.isnan(reference[0]) else [reference[0]])]
+    lo, hi = score_range(scores)
     if reference is not None and not math.isnan(reference[0]):
         score, ci = reference
         ax.axhline(score, color="black", lw=1, label="fullkv")
         if not math.isnan(ci):
-            ax.axhspan(score - ci, score + ci, color="black", alpha=0.08)
-    for method, g in curves.dropna(subset=["test_pr", "score"]).groupby("method", sort=False):
+            ax.axhspan(max(lo, score - ci), min(hi, score + ci), color="black", alpha=0.08)
+    for method, g in points.groupby("method", sort=False):
         g = g.sort_values("test_pr")
         line, = ax.plot(100 * g["test_pr"], g["score"], "o-", ms=3, label=str(method))
-        ax.fill_between(100 * g["test_pr"], g["ci_low"], g["ci_high"], color=line.get_color(), alpha=0.15)
+        ax.fill_between(100 * g["test_pr"], g["ci_low"].clip(lo, hi), g["ci_high"].clip(lo, hi),
+                        color=line.get_color(), alpha=0.15)
+    ax.set_ylim(lo - SCORE_MARGIN, hi + SCORE_MARGIN)
     ax.set_xlabel("realised pruning ratio on the test suite (%)")
     ax.set_ylabel(f"{metric} (mean max-similarity)")
     ax.set_title(f"CMBench: {metric} vs PR (each method's own knob, calibrated)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, format="png")
     plt.close(fig)
     return Path(path)
+
+
+def write_curves(curves: pd.DataFrame, out: str | Path, reference: tuple[float, float], metric: str) -> pd.DataFrame:
+    """Write ``curves.csv``, ``auc.csv`` (:func:`area_table`) and ``curves.png`` (:func:`curves_plot`) into
+    ``out``, each a new file renamed into place (a full disk leaves the previous files whole); the areas.
+
+    Raises
+    ------
+    cmbench.runs.atomic.OutputError
+        A file cannot be written (one line naming it).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    areas = area_table(curves)
+    atomic.write_with(out / CURVES_FILE, lambda tmp: curves.to_csv(tmp, index=False, float_format="%.6g"))
+    atomic.write_with(out / AREA_FILE, lambda tmp: areas.to_csv(tmp, index=False, float_format="%.6g"))
+    atomic.write_with(out / PLOT_FILE, lambda tmp: curves_plot(curves, tmp, reference, metric=metric))
+    return areas

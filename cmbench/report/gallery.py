@@ -70,6 +70,13 @@ def fit_frames(frames: np.ndarray) -> np.ndarray:
     return np.stack([cv2.resize(f, (new_w, new_h), interpolation=cv2.INTER_AREA) for f in frames])
 
 
+def shrink(frame: np.ndarray) -> np.ndarray:
+    """A frame (``uint8 [H, W, 3]``) shrunk to its :func:`display_size` when larger, else as it is."""
+    height, width = frame.shape[:2]
+    new_h, new_w = display_size(height, width)
+    return frame if new_h >= height else cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_AREA)
+
+
 def draw_box(frame: np.ndarray, box: Sequence[float], colour: tuple[int, int, int]) -> np.ndarray:
     """A copy of ``frame`` (``uint8 [H, W, 3]``, RGB) with a normalised ``(x0, y0, x1, y1)`` box drawn.
 
@@ -130,22 +137,24 @@ def reference_image(path: Path, frame: np.ndarray, box: Sequence[float]) -> Path
 
 
 def continuation_images(
-    animation: Path, best: Path, frames: np.ndarray, fps: float, best_index: int | None, box: Sequence[float] | None
+    animation: Path, best: Path, frames: np.ndarray, fps: float, best_frame: np.ndarray, box: Sequence[float] | None
 ) -> tuple[Path, Path]:
     """The continuation as an animated image, and its best frame with the detected box.
 
     Parameters
     ----------
     frames : ndarray, ``uint8 [F, H, W, 3]``
-        The generated continuation at its own size.
-    best_index : int or None
-        The best frame (:func:`best_frame`); None (never detected) shows the last frame, unboxed.
+        The frames of the continuation shown (at its own size, or already shrunk by :func:`shrink`).
+    fps : float
+        Their frame rate.
+    best_frame : ndarray, ``uint8 [H, W, 3]``
+        The best frame (:func:`best_frame`; the last one when never detected), at the frames' size.
     box : normalised ``(x0, y0, x1, y1)`` or None
-        The detected box in the best frame.
+        The detected box in the best frame (None: drawn unboxed).
     """
     shown = fit_frames(frames)
     small = shown.shape[1] > frames.shape[1]  # upscaled for display: the page upscales the animation
     write_animation(animation, frames if small else shown, fps, lossless=small)
-    frame = shown[-1 if best_index is None else best_index]
+    frame = fit_frames(best_frame[None])[0]
     write_png(best, frame if box is None else draw_box(frame, box, DETECTION_COLOUR))
     return animation, best

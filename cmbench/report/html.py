@@ -14,12 +14,21 @@ most against FullKV (largest paired score drop).
 Reference frames come from each run's dataset (``data.root`` / ``data.manifest`` of its
 ``config.yaml``, or ``data_root`` when the data moved); continuations from ``videos/<task_id>.mp4``
 of each run directory.
+
+Run folders are data, never code (docs/report.md, "What a report trusts"): the dataset adapter a
+folder's ``config.yaml`` names is used only when it is a registered adapter or one a data config of
+the user's own config search path names (:func:`check_adapter`); a video a record names is shown only
+when it lies inside its folder (:func:`continuation_video`); only the frames shown are decoded, a
+bounded number whatever a file's header claims. The page is built in a sibling folder and swapped in
+whole, over an earlier report only (:func:`check_report_folder`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,13 +38,16 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from cmbench.config_paths import to_dict
-from cmbench.data import Task, load_manifest, read_video
-from cmbench.data.adapter import DatasetAdapter, build_adapter
+from cmbench.config_paths import config_dirs
+from cmbench.data import Task, load_manifest
+from cmbench.data.adapter import ADAPTERS, DatasetAdapter, build_adapter
+from cmbench.data.video import sample_frames
 from cmbench.report import gallery
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
+from cmbench.runs.atomic import dead_builds
+from cmbench.report.reading import folder_config
 from cmbench.report.leaderboard import (
     MATCHED_NOTE,
     REFERENCE_METHOD,
@@ -50,10 +62,11 @@ from cmbench.report.leaderboard import (
     paired_deltas,
     pareto_plot,
 )
-from cmbench.data.references import reference_frames
 
 INDEX = "index.html"
 IMAGES = "img"
+GENERATOR = '<meta name="generator" content="CMBench report">'  # marks a folder as a report ``report`` may replace
+BUILD_PREFIX = ".{name}.report-"  # sibling folder a report is built in, then swapped in (+ process id)
 LOSSES_SHOWN = 8  # tasks listed in "where X loses most against FullKV"
 
 # headers of the columns the leaderboard functions produce today; any other column gets its own name
@@ -176,8 +189,7 @@ class Dataset:
 def _dataset_of(run: RunRecords, data_root: Path | None) -> tuple[Path, dict[str, Any]]:
     """The manifest a folder was made from (:attr:`RunRecords.manifest`, or the one in ``data_root``)
     and the data config of its ``config.yaml`` with ``root`` and ``manifest`` pointing there."""
-    config_file = run.path / "config.yaml"
-    data = to_dict(OmegaConf.load(config_file)).get("data") if config_file.is_file() else None
+    data = folder_config(run.path).get("data")
     data = data if isinstance(data, dict) else {}
     manifest = run.manifest
     if data_root is not None:
@@ -191,12 +203,50 @@ def _dataset_of(run: RunRecords, data_root: Path | None) -> tuple[Path, dict[str
     return manifest, {**data, "root": str(manifest.parent), "manifest": manifest.name}
 
 
+def user_adapters() -> set[str]:
+    """The dataset adapters the data configs of the user's config search path name (``configs/data/``
+    and ``CMBENCH_CONFIG_PATH``): code the user chose to trust."""
+    named = set()
+    for folder in config_dirs():
+        for path in sorted((folder / "data").glob("*.yaml")):
+            try:
+                config = OmegaConf.load(path)
+            except Exception:  # a malformed yaml names nothing (``ls`` and ``run`` report it)
+                continue
+            adapter = config.get("adapter") if isinstance(config, DictConfig) else None
+            if adapter:
+                named.add(str(adapter))
+    return named
+
+
+def check_adapter(run: RunRecords, data: dict[str, Any]) -> None:
+    """Refuse a folder whose dataset adapter is not one the user trusts; nothing it names is imported.
+
+    A run folder's ``config.yaml`` is data: its ``data.adapter`` is used only when it is a registered
+    adapter (built-in or an installed plug-in's entry point) or named by a data config of the user's
+    own config search path (:func:`user_adapters`).
+
+    Raises
+    ------
+    ReportError
+        Any other adapter, naming it and how to trust it.
+    """
+    name = str(data.get("adapter") or "official")
+    if name not in ADAPTERS and name not in user_adapters():
+        raise ReportError(f"{run.path}: its config.yaml names the dataset adapter {name!r}, which is neither a "
+                          f"registered adapter ({', '.join(ADAPTERS.names())}) nor named by a data config of yours "
+                          f"(configs/data/, CMBENCH_CONFIG_PATH); a run folder is data and never names code: add a "
+                          f"data config with `adapter: {name}` to your config path if you trust it")
+
+
 def load_tasks(runs: list[RunRecords], data_root: str | Path | None = None) -> dict[str, tuple[Task, DatasetAdapter]]:
-    """Every task the runs have records for, by task id, with the adapter of its dataset."""
+    """Every task the runs have records for, by task id, with the adapter of its dataset (each folder's
+    checked by :func:`check_adapter`)."""
     datasets: dict[Path, Dataset] = {}
     found: dict[str, tuple[Task, DatasetAdapter]] = {}
     for run in runs:
         manifest, data = _dataset_of(run, None if data_root is None else Path(data_root))
+        check_adapter(run, data)
         if manifest not in datasets:
             tasks = load_manifest(manifest.parent, manifest.name, check_videos=False)
             datasets[manifest] = Dataset(manifest, build_adapter(data), {t.task_id: t for t in tasks})
@@ -219,19 +269,19 @@ def _score_text(value: Any) -> str:
 
 
 def _reference_views(tasks: list[tuple[Task, DatasetAdapter]], out: Path) -> dict[str, list[dict[str, Any]]]:
-    """Per task (in the order given), its reference images (annotated box drawn), reading each context once."""
+    """Per task (in the order given), its reference images (annotated box drawn); only the referenced
+    frames are decoded (:meth:`DatasetAdapter.references`)."""
     views: dict[str, list[dict[str, Any]]] = {}
-    cached: tuple[str, np.ndarray, float] | None = None
-    numbered = sorted(enumerate(tasks), key=lambda item: (item[1][0].context_id, item[1][0].task_id))
-    for number, (task, adapter) in numbered:
-        if cached is None or cached[0] != task.context_id:
-            cached = (task.context_id, *adapter.reference_source(task))
-        frames = reference_frames(task, cached[1], cached[2], native=True)
+    for number, (task, adapter) in enumerate(tasks):
+        references = adapter.references(task)
         views[task.task_id] = []
-        for i, (frame, ref) in enumerate(zip(frames, task.references)):
+        for i, (frame, key, ref) in enumerate(zip(references.frames(), references.keys, task.references)):
             name = f"{IMAGES}/ref/t{number:04d}_{i}.png"
             gallery.reference_image(out / name, frame, ref.bbox_xyxy_normalized)
-            views[task.task_id].append({"src": name, "frame": ref.frame_at(cached[2], native=True)})
+            index = key.rpartition("@")[2]  # content names end in @<frame index> when they come from a video
+            shown = index if index.isdigit() else (ref.frame_index if ref.frame_index is not None
+                                                    else f"at {ref.timestamp_seconds:g} s")
+            views[task.task_id].append({"src": name, "frame": shown})
     return views
 
 
@@ -249,15 +299,46 @@ def _best_frame(record: dict[str, Any]) -> tuple[int | None, list[float] | None]
     return derived, boxes[derived]
 
 
+class OutsideFolder(ReportError):
+    """A record names a video outside its folder."""
+
+
+def video_roots(folder: Path) -> list[Path]:
+    """Where a folder's videos may be: inside the folder, and for a ``score`` output in its default place
+    (``<videos>/scores_<scorer>``) the videos folder it sits in, when its ``config.yaml`` names that one."""
+    roots = [folder.resolve()]
+    videos = folder_config(folder).get("videos")
+    if isinstance(videos, str) and videos and Path(videos).resolve() == folder.resolve().parent:
+        roots.append(folder.resolve().parent)
+    return roots
+
+
 def continuation_video(folder: Path, record: dict[str, Any]) -> Path | None:
     """The continuation a record scored: its ``video`` (relative to the folder, or as given), else
-    ``videos/<task_id>.mkv`` (lossless) or ``.mp4`` of the folder; None when none is there."""
+    ``videos/<task_id>.mkv`` (lossless) or ``.mp4`` of the folder; None when none is there.
+
+    Only a file inside :func:`video_roots` is taken, the path resolved (``..`` and links followed).
+
+    Raises
+    ------
+    OutsideFolder
+        The record names a file outside them (and none is in the folder's ``videos/``).
+    """
+    roots = video_roots(folder)
     candidates = []
     named = record.get("video")
     if isinstance(named, str) and named:
         candidates += [Path(named)] if Path(named).is_absolute() else [folder / named, Path(named)]
     candidates += [folder / "videos" / f"{record['task_id']}{suffix}" for suffix in (".mkv", ".mp4")]
-    return next((path for path in candidates if path.is_file()), None)
+    outside = None
+    for path in candidates:
+        if path.is_file():
+            if any(path.resolve().is_relative_to(root) for root in roots):
+                return path
+            outside = outside or path
+    if outside is not None:
+        raise OutsideFolder(f"{folder}: task {record['task_id']}: its video {named} is outside the folder")
+    return None
 
 
 def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_number: int, out: Path) -> dict[str, Any]:
@@ -275,18 +356,24 @@ def _method_cell(run: RunRecords, index: int, record: dict[str, Any], task_numbe
     cell.update(best_frame=best, detection_rate="—" if _missing(rate) else f"{100 * float(rate):.0f}%")
     if len(run.seeds) > 1:
         cell["seed"] = record.get("run_seed")
-    video = continuation_video(Path(record["folder"]), record)
+    try:
+        video = continuation_video(Path(record["folder"]), record)
+    except OutsideFolder:
+        cell["error"] = "video outside its folder: not shown"
+        return cell
     if video is None:
         cell["error"] = "no video saved (save_videos=false?)"
         return cell
-    frames, fps = read_video(video)
-    if best is not None and best >= len(frames):
+    # only the frames shown are decoded into memory, shrunk to display size as they come
+    sample = sample_frames(video, gallery.MAX_ANIMATION_FRAMES, keep=best, transform=gallery.shrink)
+    if best is not None and sample.kept is None:
         raise ReportError(f"{run.path}: task {record['task_id']}: the record's best frame {best} is past the "
-                          f"end of {video} ({len(frames)} frames)")
+                          f"end of {video} ({sample.count} frames)")
     animation = f"{IMAGES}/m{index:02d}/t{task_number:04d}.webp"
     still = f"{IMAGES}/m{index:02d}/t{task_number:04d}_best.png"
-    gallery.continuation_images(out / animation, out / still, frames, fps or 16.0, best, box)
-    cell.update(animation=animation, best=still, frames=len(frames))
+    gallery.continuation_images(out / animation, out / still, sample.frames, (sample.fps or 16.0) / sample.spacing,
+                                sample.frames[-1] if sample.kept is None else sample.kept, box)
+    cell.update(animation=animation, best=still, frames=sample.count)
     return cell
 
 
@@ -378,12 +465,36 @@ def build_report(
     ReportOutput with the index path, file count, total bytes and seconds taken.
     """
     start = time.perf_counter()
+    out = Path(out_dir)
+    check_report_folder(out)
     runs = load_runs(run_dirs, allow_mixed)
     tasks = load_tasks(runs, data_root)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / IMAGES, ignore_errors=True)
-    (out / IMAGES).mkdir()
+    stale = remove_stale_builds(out)
+    if stale:
+        print(f"report: removed {len(stale)} folder(s) left by killed reports: {', '.join(p.name for p in stale)}",
+              file=sys.stderr)
+    build = out.parent / f"{BUILD_PREFIX.format(name=out.name)}{os.getpid()}"
+    try:
+        shutil.rmtree(build, ignore_errors=True)
+        (build / IMAGES).mkdir(parents=True)
+        page, methods = _write_page(runs, tasks, build, title=title, focus=focus, compare=compare, curves=curves)
+        files = [page, *(p for p in (build / IMAGES).rglob("*") if p.is_file())]
+        size = sum(p.stat().st_size for p in files)
+        swap_in(build, out)
+    except OSError as err:
+        raise ReportError(f"cannot write the report into {out}: {err.strerror or err} (the previous report, "
+                          f"if any, is unchanged)") from err
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return ReportOutput(index=out / INDEX, files=len(files), bytes=size, seconds=time.perf_counter() - start,
+                        methods=methods, tasks=len(tasks))
+
+
+def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdapter]], out: Path, *, title: str,
+                focus: Sequence[str] | None, compare: Sequence[Any] | None, curves: pd.DataFrame | None
+                ) -> tuple[Path, list[str]]:
+    """Write ``index.html`` and its images into ``out`` (an empty folder with ``img/``); the page's path
+    and the methods in the order shown."""
 
     board = leaderboard(runs, curves).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
     order = {label: i for i, label in enumerate(board["method"])}
@@ -433,9 +544,58 @@ def build_report(
     )
     page = out / INDEX
     page.write_text(html, encoding="utf-8")
-    files = [page, *(p for p in (out / IMAGES).rglob("*") if p.is_file())]
-    return ReportOutput(index=page, files=len(files), bytes=sum(p.stat().st_size for p in files),
-                        seconds=time.perf_counter() - start, methods=[r.label for r in runs], tasks=len(task_list))
+    return page, [r.label for r in runs]
+
+
+def is_report(folder: Path) -> bool:
+    """Whether a folder holds a CMBench report and nothing else (``index.html`` marked as ours, ``img/``)."""
+    names = {p.name for p in folder.iterdir()}
+    if not names <= {INDEX, IMAGES} or not (folder / INDEX).is_file() or (folder / INDEX).is_symlink():
+        return False
+    with open(folder / INDEX, encoding="utf-8", errors="replace") as page:
+        return GENERATOR in page.read(4096)
+
+
+def check_report_folder(out: Path) -> None:
+    """Refuse an output folder that is not missing, empty or an earlier CMBench report.
+
+    Raises
+    ------
+    ReportError
+        Naming the folder and why.
+    """
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ReportError(f"report.out={out}: not a folder (a link or a file); choose another report.out")
+    if out.is_dir() and any(out.iterdir()) and not is_report(out):
+        raise ReportError(f"report.out={out}: not empty and not a CMBench report (a report folder holds only "
+                          f"{INDEX} and {IMAGES}/); choose an empty or new folder, so nothing of yours is replaced")
+
+
+def remove_stale_builds(out: Path) -> list[Path]:
+    """Remove the sibling build folders of ``out`` that reports killed half-way left; a report killed
+    between moving the earlier one aside and the new one in gets the earlier one back."""
+    gone = []
+    for folder, rest in dead_builds(out, BUILD_PREFIX.format(name=out.name)):
+        if rest == "old" and not out.exists():
+            os.replace(folder, out)
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        gone.append(folder)
+    return gone
+
+
+def swap_in(build: Path, out: Path) -> None:
+    """Put the folder ``build`` in the place of ``out`` (an earlier report, removed once replaced)."""
+    old = out.parent / f"{BUILD_PREFIX.format(name=out.name)}{os.getpid()}-old"
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(build, out)
+    except OSError:
+        if old.exists():
+            os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 __all__ = ["ReportOutput", "build_report", "comparison_table", "format_value", "load_runs", "load_tasks", "table"]

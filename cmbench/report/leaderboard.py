@@ -45,8 +45,9 @@ from cmbench.report.reading import (
     load_runs,
     read_records,
 )
-from cmbench.report.curves import CURVES_FILE, OPERATING_PR, read_curves, scores_at
+from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
+from cmbench.runs.atomic import dead_builds
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
            "check_comparable", "clustered_mean_ci", "comparison_pairs", "comparisons", "find_curves", "folder_manifest",
@@ -59,10 +60,10 @@ MATCHED_NOTE = ("Score @ 85% PR: the method's score-vs-PR curve (curves.csv from
                 "knob calibrated to each target PR on calibration contexts, then run on the test suite: on as many of "
                 "its tasks as curves.csv's `n_tasks` says) interpolated linearly at realised PR 85%; — where 85% "
                 "lies outside its realised range or it has no curve.")
+BUILD_PREFIX = ".{name}.tmp-"  # the sibling folder a leaderboard is built in (+ process id)
 REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
                 "paired_deltas.csv", "comparisons.csv", "leaderboard.md", "pareto.png")
-"""Every file :func:`write_reports` writes (and removes, when a leaderboard fails, so that no older
-one is taken for it)."""
+"""Every file :func:`write_reports` writes (an earlier board's files this one does not write are removed)."""
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -269,6 +270,14 @@ def _cell(value: float | None, fmt: str) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
 
+MARKDOWN_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown_text(text: object) -> str:
+    """A label as markdown text: table pipes, emphasis, code and HTML escaped (labels come from run folders)."""
+    return "".join(MARKDOWN_ESCAPES.get(c, c) for c in str(text))
+
+
 def board_metric(board: pd.DataFrame) -> str:
     """The metric a leaderboard reports (``DINO``, a scorer's name); several are joined by ``/``."""
     return " / ".join(sorted(set(board["metric"].astype(str)))) or UNNAMED_METRIC
@@ -279,7 +288,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
     counts; ``—`` where nothing was measured), notes on what the speed columns are and on records from
     other code, and the paired comparisons when there are any."""
     matched = MATCHED_COLUMN in board.columns
-    lines = [f"| Method | {board_metric(board)} (95% CI) | " + ("Score @ 85% PR | " if matched else "")
+    lines = [f"| Method | {markdown_text(board_metric(board))} (95% CI) | " + ("Score @ 85% PR | " if matched else "")
              + "PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks | Failed |",
              "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if matched else "")]
     apart = other = False
@@ -288,7 +297,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         fps_speedup = _cell(r.speedup_vs_fullkv, "{:.2f}x")
         if fps_speedup != "—" and r.fps_measured_together is False:
             fps_speedup, apart = fps_speedup + "*", True
-        name = r.method + (" †" if r.other_code_tasks else "")
+        name = markdown_text(r.method) + (" †" if r.other_code_tasks else "")
         other = other or bool(r.other_code_tasks)
         seeds = f"{r.seeds}" + ("" if math.isnan(r.score_seed_std) else f" (sd {r.score_seed_std:.4f})")
         at = f"{_cell(getattr(r, MATCHED_COLUMN), '{:.4f}')} | " if matched else ""
@@ -309,31 +318,34 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         lines.append("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                      "`other_code_tasks` in leaderboard.csv.")
     if compared is not None and len(compared):
-        lines += ["", f"Paired comparisons ({board_metric(board)}: method minus versus over the (task, seed) pairs "
+        lines += ["", f"Paired comparisons ({markdown_text(board_metric(board))}: method minus versus over the (task, seed) pairs "
                       "both finished; 95% CI clustered by context; p: cluster-robust paired t-test)", "",
                   "| Method | vs | Δ (95% CI) | p | W / T / L | Pairs |", "|---|---|---|---|---|---|"]
         for c in compared.itertuples():
             ci = "" if math.isnan(c.delta_ci95) else f" ± {c.delta_ci95:.4f}"
-            lines.append(f"| {c.method} | {c.versus} | {_cell(c.delta, '{:+.4f}')}{ci} | {_cell(c.p_value, '{:.3g}')} "
+            lines.append(f"| {markdown_text(c.method)} | {markdown_text(c.versus)} | {_cell(c.delta, '{:+.4f}')}{ci} | {_cell(c.p_value, '{:.3g}')} "
                          f"| {c.wins} / {c.ties} / {c.losses} | {c.n_pairs} |")
     return "\n".join(lines) + "\n"
 
 
 def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Path:
-    """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars; the
-    title says so (``CMBench: light score vs pruning ratio``) unless given."""
+    """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars (clipped to
+    the score range, :func:`cmbench.report.curves.score_range`, which the y-axis shows); the title says so (``CMBench: light score vs pruning ratio``) unless given."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    lo, hi = score_range(board["score"])
     for r in board.itertuples():
         if math.isnan(r.pr) or math.isnan(r.score):
             continue  # nothing to place (no PR: scored videos of another generator; no score: all failed)
-        yerr = None if math.isnan(r.score_ci95) else r.score_ci95
+        ci = 0.0 if math.isnan(r.score_ci95) else r.score_ci95
+        yerr = [[r.score - max(lo, r.score - ci)], [min(hi, r.score + ci) - r.score]]  # clipped to the range
         ax.errorbar(100 * r.pr, r.score, yerr=yerr, fmt="o", capsize=3)
         ax.annotate(r.method, (100 * r.pr, r.score), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_ylim(lo - SCORE_MARGIN, hi + SCORE_MARGIN)
     ax.set_xlabel("pruning ratio PR (%)")
     ax.set_ylabel(f"{board_metric(board)} (mean max-similarity)")
     ax.set_title(title or f"CMBench: {board_metric(board)} score vs pruning ratio")
@@ -345,14 +357,11 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Pa
 
 
 # ------------------------------------------------------------------------------------------ writing
-def _remove_previous(out: Path, keep: Iterable[str] = ()) -> list[str]:
-    """Remove the report files of an earlier leaderboard from ``out`` (except ``keep``); their names."""
-    gone = []
+def _remove_previous(out: Path, keep: Iterable[str] = ()) -> None:
+    """Remove the report files of an earlier leaderboard from ``out`` (except ``keep``)."""
     for name in REPORT_FILES:
         if name not in keep and (out / name).is_file():
             (out / name).unlink()
-            gone.append(name)
-    return gone
 
 
 def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.DataFrame | None:
@@ -366,13 +375,14 @@ def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.Dat
 
 def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False,
                   focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None,
-                  curves: str | Path | None = None, reference_aggregation: str | None = None) -> dict[str, Path]:
+                  curves: str | Path | None = None, reference_aggregation: str | None = None,
+                  task_ids: Iterable[str] | None = None) -> dict[str, Path]:
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
-    All files are written into a temporary folder first and moved into ``out_dir`` only when all of
-    them exist; report files of an earlier leaderboard that this one does not write are removed. When
-    the leaderboard fails, the report files of an earlier one are removed from ``out_dir`` (and that
-    is said on stderr), so no older leaderboard is taken for this one's.
+    All files are written into a sibling folder first (``.<out>.tmp-<pid>``) and moved into ``out_dir``
+    only when all of them exist; report files of an earlier leaderboard that this one does not write
+    are removed. When the leaderboard is refused or fails, the previous one in ``out_dir`` is kept as
+    it was, and stderr says so. Build folders of leaderboards that were killed are removed first.
 
     Parameters
     ----------
@@ -388,16 +398,27 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     reference_aggregation : {"mean", "max"}, optional
         Show every score as this aggregation of its references' best scores (default: each record's
         own score, i.e. its scorer's ``reference_aggregation``).
+    task_ids : iterable of str, optional
+        Only the records of these tasks (a sweep's board: the tasks the sweep ran).
 
     Returns
     -------
     dict name -> written path, for the names of :data:`REPORT_FILES` written (``comparisons.csv``
     only when there are pairs to compare).
+
+    Raises
+    ------
+    ReportError
+        Runs that cannot be compared or read, or an output folder that cannot be written (one line).
     """
     out = Path(out_dir)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = out.parent / f"{BUILD_PREFIX.format(name=out.name)}{os.getpid()}"
+    removed = remove_stale_builds(out)
+    if removed:
+        print(f"leaderboard: removed {len(removed)} folder(s) left by killed leaderboards: "
+              f"{', '.join(p.name for p in removed)}", file=sys.stderr)
     try:
-        runs = load_runs(run_dirs, allow_mixed, reference_aggregation=reference_aggregation)
+        runs = load_runs(run_dirs, allow_mixed, reference_aggregation=reference_aggregation, task_ids=task_ids)
         board = leaderboard(runs, find_curves(out, curves)).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
         compared = comparisons(runs, comparison_pairs(runs, focus, compare))
         tables = {
@@ -415,17 +436,32 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
             frame.to_csv(tmp / name, index=False, float_format="%.6g")
         (tmp / "leaderboard.md").write_text(markdown_table(board, compared))
         pareto_plot(board, tmp / "pareto.png")
+        out.mkdir(parents=True, exist_ok=True)
+        written = sorted(p.name for p in tmp.iterdir())
+        _remove_previous(out, keep=written)
+        for name in written:
+            os.replace(tmp / name, out / name)
+    except OSError as err:
+        _kept(out)
+        raise ReportError(f"cannot write the leaderboard into {out}: {err.strerror or err}") from err
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        gone = _remove_previous(out) if out.is_dir() else []
-        if gone:
-            print(f"leaderboard: failed; removed the previous {', '.join(gone)} from {out} so they are not "
-                  f"taken for this leaderboard", file=sys.stderr)
+        _kept(out)
         raise
-    out.mkdir(parents=True, exist_ok=True)
-    written = sorted(p.name for p in tmp.iterdir())
-    _remove_previous(out, keep=written)
-    for name in written:
-        os.replace(tmp / name, out / name)
-    tmp.rmdir()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {name: out / name for name in written}
+
+
+def _kept(out: Path) -> None:
+    """Say that a refused or failed leaderboard left the previous one in ``out`` as it was."""
+    if (out / "leaderboard.md").is_file():
+        print(f"leaderboard: not written; the previous leaderboard in {out} is kept as it was (it does not "
+              f"show these runs)", file=sys.stderr)
+
+
+def remove_stale_builds(out: Path) -> list[Path]:
+    """Remove the build folders (``.<out>.tmp-<pid>``) that leaderboards killed half-way left beside ``out``."""
+    gone = [folder for folder, _ in dead_builds(out, BUILD_PREFIX.format(name=out.name))]
+    for folder in gone:
+        shutil.rmtree(folder, ignore_errors=True)
+    return gone

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 import pandas as pd
-from omegaconf import OmegaConf
+import yaml
 
-from cmbench.config_paths import to_dict
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.runs.labels import knob_text
+from cmbench.runs.lock import active_writer
 from cmbench.runs.paths import videos_label
 from cmbench.runs.records import FIELD_NAMES, REFERENCE_AGGREGATIONS, RUN_FILE, aggregate_references, read_task_records
 
@@ -121,10 +121,21 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def folder_config(folder: str | Path) -> dict[str, Any]:
+    """A folder's ``config.yaml`` as plain data: parsed as YAML text, its ``${...}`` interpolations left
+    as written (resolving them would run resolvers a received folder chooses: the reader's environment
+    variables, ...); empty when absent, unreadable or not a mapping."""
+    path = Path(folder) / "config.yaml"
+    try:
+        value = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return {}
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``config.yaml`` and ``summary.json`` of a folder (empty when absent)."""
-    config = to_dict(OmegaConf.load(folder / "config.yaml")) if (folder / "config.yaml").is_file() else {}
-    return config, _read_json(folder / "summary.json")
+    """``config.yaml`` (:func:`folder_config`) and ``summary.json`` of a folder (empty when absent)."""
+    return folder_config(folder), _read_json(folder / "summary.json")
 
 
 def folder_manifest(folder: str | Path) -> Path | None:
@@ -144,7 +155,8 @@ def _default_label(folder: Path) -> str:
     return videos_label(videos) if videos else folder.name
 
 
-def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> RunRecords:
+def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None,
+                 only: Iterable[str] | None = None) -> RunRecords:
     """Read every records file of a folder; the last record (in time) of a (task_id, seed) wins.
 
     Parameters
@@ -154,6 +166,8 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
     task_ids : iterable of str or None
         The tasks that may appear; by default those of the folder's manifest
         (:func:`folder_manifest`), or all when it names none or it is missing.
+    only : iterable of str or None
+        The tasks a board is about (a sweep's): records of other tasks are left out without a word.
 
     Raises
     ------
@@ -195,6 +209,10 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None) -> 
         frame = frame[known]
     if frame.empty:
         raise ReportError(f"{run_dir}: no records of tasks in its manifest {manifest} (left out: {', '.join(dropped)})")
+    if only is not None:
+        frame = frame[frame["task_id"].isin(set(only))]
+        if frame.empty:
+            raise ReportError(f"{run_dir}: no records of the tasks chosen ({', '.join(sorted(set(only))[:5])} ...)")
     frame = frame.drop_duplicates(subset=["task_id", "seed"], keep="last")
     methods = sorted({str(m) for m in frame["method"].dropna()})
     if len(methods) > 1:
@@ -251,7 +269,7 @@ def merge_seeds(runs: list[RunRecords], allow_mixed: bool = False) -> list[RunRe
         if len(task_sets) > 1 and not allow_mixed:
             sizes = ", ".join(f"{r.path} ({r.frame['task_id'].nunique()} tasks)" for r in members)
             raise ReportError(f"the seeds of {members[0].label} cover different tasks: {sizes}; rerun the missing "
-                              f"tasks, or pass allow_mixed=true to report them anyway")
+                              f"tasks, or pass leaderboard.allow_mixed=true to report them anyway")
         first = members[0]
         newest = max(members, key=lambda r: r.frame["recorded_ns"].fillna(0).max())
         merged.append(replace(
@@ -332,7 +350,7 @@ def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
                 raise ReportError(
                     f"runs differ in {key}: {first.path} ({first.label}) has {only_a} that {run.path} "
                     f"({run.label}) lacks, which has {only_b}; compare like with like, or pass "
-                    f"allow_mixed=true to report them anyway"
+                    f"leaderboard.allow_mixed=true to report them anyway"
                 )
 
 
@@ -365,20 +383,29 @@ def reaggregate(run: RunRecords, how: str) -> None:
 
 
 def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None,
-              reference_aggregation: str | None = None) -> list[RunRecords]:
+              reference_aggregation: str | None = None, task_ids: Iterable[str] | None = None) -> list[RunRecords]:
     """Read folders into leaderboard entries: warn about records left out, merge the seeds of each
     setup (:func:`merge_seeds`), give every entry a distinct label (:func:`distinct_labels`) and check
     they are comparable (:func:`check_comparable`). With ``reference_aggregation`` (``mean`` or
     ``max``) every score is that aggregation of the record's references (:func:`reaggregate`); None
-    keeps each record's own score (its scorer's ``reference_aggregation``).
+    keeps each record's own score (its scorer's ``reference_aggregation``). With ``task_ids``, only
+    the records of those tasks (a sweep's board covers the tasks the sweep ran).
 
     Raises
     ------
     ReportError
-        No folders, a setup's seeds that do not fit together, or runs that are not comparable.
+        No folders, a folder a run is still writing, a setup's seeds that do not fit together, or
+        runs that are not comparable.
     """
     stream = stream or sys.stderr
-    runs = [read_records(d) for d in run_dirs]
+    run_dirs = list(run_dirs)
+    for folder in run_dirs:
+        writer = active_writer(Path(folder))
+        if writer is not None:
+            raise ReportError(f"{folder}: a run is still writing it (process {writer}): its unfinished tasks would be "
+                              f"missing; wait for it to finish, or stop it")
+    chosen = None if task_ids is None else list(task_ids)
+    runs = [read_records(d, only=chosen) for d in run_dirs]
     if not runs:
         raise ReportError("no run directories given")
     if reference_aggregation is not None:

@@ -1,8 +1,8 @@
 """An exclusive, crash-safe lock on one records file of a folder (a run shard, a score output), or
 on one folder a process builds (a MiniWorld suite).
 
-The lock is an OS advisory lock (``flock``) on a hidden file beside the records file, holding the
-holder's PID for the message a second process gets. The kernel drops it when its process ends, however
+The lock is an OS advisory lock (``flock``) on a hidden file beside the records file (never a link
+placed there: that is refused, not written through), holding the holder's PID for the message a second process gets. The kernel drops it when its process ends, however
 it ends (SIGKILL included), so a stale lock file never blocks a rerun. A holder that ends normally
 removes the file; a new holder checks that the file it locked is still the one at the path (not one
 removed meanwhile), so removal never lets two processes in. A second process is refused at once with
@@ -12,6 +12,7 @@ suite: the second then uses what the first built).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Callable
@@ -89,8 +90,11 @@ class RunLock:
     def _open(self) -> int:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise RunFolderError(f"cannot lock {self.path}: it is a link (a lock file is never written through "
+                                     f"one: remove it)") from err
             raise RunFolderError(f"cannot write into {self.path.parent}: {err.strerror or err}") from err
 
     def _still_at_path(self, fd: int) -> bool:
@@ -104,3 +108,33 @@ class RunLock:
             self.path.unlink(missing_ok=True)  # while still held, so no one locks the removed file for good
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def active_writer(folder: Path) -> str | None:
+    """The process id of a live writer of one of a folder's records files, or None.
+
+    Read from the lock files without locking them (taking a lock, even briefly, would refuse a run
+    starting at that moment): a lock file that names a live process means a run is writing; one left
+    by a killed process names a dead one. A reused process id can make a finished run look busy.
+    """
+    for lock in sorted(Path(folder).glob(".records*.jsonl.lock")):
+        if lock.is_symlink():
+            continue
+        try:
+            holder = lock.read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if holder.isdigit() and process_alive(int(holder)):
+            return holder
+    return None

@@ -12,6 +12,8 @@ Guarantees (docs/runs.md):
 - a torn last line (no newline: the process died mid-write) is skipped by readers and cut off by the
   next writer of that file, so it never wedges a run; any other unreadable line is an error naming
   file and line;
+- a records file is never written through a link: a link placed at its path is refused, not followed
+  (``score`` writes a new file and renames it into place, :mod:`cmbench.runs.atomic`);
 - every record carries ``recorded_ns`` (wall clock, strictly increasing per file), and readers order
   records by it, so "the last record of a task wins" means last in time across all files;
 - values are checked when written and when read (a score outside [-1, 1], a negative time, a field
@@ -482,25 +484,28 @@ class RecordWriter:
     Parameters
     ----------
     path : Path
-    fresh : bool
-        Start the file empty (``score`` rewrites its records on every invocation).
+        The records file; never a link (a link placed there is refused, not followed).
     """
 
-    def __init__(self, path: Path, fresh: bool = False):
+    def __init__(self, path: Path):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if fresh:
-                self.path.write_bytes(b"")
-            elif self.path.exists():
-                data = self.path.read_bytes()
-                if data and not data.endswith(b"\n"):
-                    with open(self.path, "r+b") as f:
+            if self.path.exists() or self.path.is_symlink():
+                with os.fdopen(os.open(self.path, os.O_RDWR | os.O_NOFOLLOW), "r+b") as f:
+                    data = f.read()
+                    if data and not data.endswith(b"\n"):
                         f.truncate(data.rfind(b"\n") + 1)
         except OSError as err:
-            raise RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}") from err
+            raise self._error(err) from err
         self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=0) \
             if self.path.exists() else 0
+
+    def _error(self, err: OSError) -> RecordsWriteError:
+        if err.errno == errno.ELOOP:
+            return RecordsWriteError(f"cannot write {self.path}: it is a link (records are never written through "
+                                     f"one: remove it)")
+        return RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}")
 
     def write(self, record: TaskRecord | Mapping[str, Any]) -> TaskRecord:
         """Stamp ``recorded_ns``, check and append one record; returns the record as written.
@@ -518,9 +523,9 @@ class RecordWriter:
         record = dataclasses.replace(record, recorded_ns=self._last_ns)
         line = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
-            raise RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}") from err
+            raise self._error(err) from err
         try:
             size = os.fstat(fd).st_size
             try:
@@ -533,7 +538,7 @@ class RecordWriter:
                     os.ftruncate(fd, size)
                 except OSError:
                     pass  # the next writer cuts it (see __init__)
-                raise RecordsWriteError(f"cannot write {self.path}: {err.strerror or err}") from err
+                raise self._error(err) from err
         finally:
             os.close(fd)
         return record

@@ -23,6 +23,7 @@ What happens to one context and its tasks is delegated to an :class:`Evaluator` 
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ import numpy as np
 from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
+from cmbench.runs.identity import changed_parts, describe_changes
 from cmbench.runs.lock import RunLock
 from cmbench.runs.progress import Progress
 from cmbench.runs.records import RecordWriter, TaskRecord, latest_records, read_task_records, records_path
@@ -196,6 +198,11 @@ def run_tasks(
         other = [i for i, r in succeeded.items() if r.code_hash != code_hash]
         kept = {i: r for i, r in succeeded.items() if keep_other_code or r.code_hash == code_hash}
         todo = [t for t in mine if t.task_id not in kept]
+        recompute = [i for i in other if i not in kept]
+        if recompute:  # said before the work starts, not only in the closing lines
+            parts = sorted({p for i in recompute for p in changed_parts(succeeded[i].code, base_record.get("code") or {})})
+            print(f"{run_dir.name}: {len(recompute)} task(s) will be recomputed: their records came from other code "
+                  f"({describe_changes(parts)})", file=sys.stderr)
         by_context: dict[str, list[Task]] = defaultdict(list)
         for t in todo:
             by_context[t.context_id].append(t)
@@ -211,7 +218,7 @@ def run_tasks(
                 progress.update(record)
         progress.close()
     return RunResult(run_dir, done=done, cached=len(kept), failed=failed,
-                     recomputed=[i for i in other if i not in kept], other_code=[i for i in other if i in kept],
+                     recomputed=recompute, other_code=[i for i in other if i in kept],
                      previous_code={i: succeeded[i].code for i in other})
 
 

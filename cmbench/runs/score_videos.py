@@ -9,6 +9,11 @@ listed as skipped with the reason, never dropped silently.
 Each matched task gets one :class:`~cmbench.runs.records.TaskRecord` (``kind="score"``); any
 exception while reading or scoring one task (a corrupt video, a CUDA out-of-memory error) is recorded
 as that task's failure and scoring goes on.
+
+The output folder is data (:func:`check_output`): it must be empty or hold earlier scores of the same
+videos folder, never a run's records. Records go into a new hidden file, renamed over
+``records.jsonl`` once every task is done, so a rescore stopped half-way keeps the earlier records
+whole (rescoring is cheap: the scorer's feature cache keeps what was computed).
 """
 
 from __future__ import annotations
@@ -21,15 +26,67 @@ from pathlib import Path
 from typing import Any
 
 
+from omegaconf import OmegaConf
+
 from cmbench.data import Task
-from cmbench.data.video import VideoReader
 from cmbench.data.adapter import ContinuationShape, DatasetAdapter
-from cmbench.runs.lock import RunLock
-from cmbench.runs.records import RecordWriter, TaskRecord, read_task_records, records_path, scored_fields
+from cmbench.data.video import VideoReader, is_lossless
+from cmbench.runs import atomic
+from cmbench.runs.lock import RunFolderError, RunLock
+from cmbench.runs.records import (
+    RUN_FILE,
+    RecordsError,
+    RecordWriter,
+    TaskRecord,
+    read_records_file,
+    read_task_records,
+    records_files,
+    records_path,
+    scored_fields,
+)
 from cmbench.runs.summary import summarise
 from cmbench.scoring.pipeline import Scorer
 
 VIDEO_SUFFIXES = (".mkv", ".mp4")  # preference order: run's lossless copy first
+LOSSY_WARN_SIDE = 128
+"""A lossy video whose smaller side is under this many pixels is warned about: at such sizes the
+codec's blocks are a large share of every object, and a run's 32x32 continuations rescored from mp4
+copies score measurably differently from the run's own lossless ones (README, ``score``)."""
+
+
+def check_output(out: Path, videos: Path) -> None:
+    """Refuse an output folder that is not empty and not earlier scores of ``videos``.
+
+    Raises
+    ------
+    RunFolderError
+        ``out`` is not a folder, holds a run (``run.json``, records of ``kind`` run, shard files),
+        or the scores of another videos folder (its ``config.yaml`` names another ``videos``).
+    """
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"out={out}: not a folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    refuse = f"out={out}: holds the records of a run"
+    hint = "; score writes a folder of its own: choose another out= (default: <videos>/scores_<scorer>)"
+    if (out / RUN_FILE).exists() or records_files(out) != [records_path(out)] and records_files(out):
+        raise RunFolderError(refuse + hint)
+    if records_path(out).is_file():
+        try:
+            kinds = {r.kind for r, _ in read_records_file(records_path(out))}
+        except RecordsError as err:
+            raise RunFolderError(f"out={out}: holds unreadable records ({err}){hint}") from err
+        if kinds - {"score"}:
+            raise RunFolderError(f"{refuse} (records of kind {', '.join(sorted(map(str, kinds - {'score'})))}){hint}")
+    config = out / "config.yaml"
+    if config.is_file() or config.is_symlink():
+        try:
+            scored = OmegaConf.to_container(OmegaConf.load(config)) if config.is_file() else None
+        except Exception as err:  # any yaml error: the folder is not ours to overwrite
+            raise RunFolderError(f"out={out}: its config.yaml is unreadable ({type(err).__name__}){hint}") from err
+        named = scored.get("videos") if isinstance(scored, dict) else None
+        if named is None or Path(str(named)).resolve() != videos.resolve():
+            raise RunFolderError(f"out={out}: holds the scores of {named or 'something else'}, not of {videos}{hint}")
 
 
 @dataclass
@@ -154,31 +211,24 @@ def score_folder(
     match = match_videos(tasks, videos, exclude=out)
     expected = adapter.continuation_shape()
     warnings: list[str] = []
+    lossy: dict[str, list[str]] = defaultdict(list)  # "<codec> at HxW" -> videos (relative to ``videos``)
     base = {"kind": "score", "label": label, "scorer": scorer.name, "scorer_hash": scorer.config_hash,
             "metric": metric}
     path = records_path(out)
     with RunLock(path):
-        writer = RecordWriter(path, fresh=True)
-        for task, video in _in_order(tasks, match):
-            fields: dict[str, Any] = {**base, "task_id": task.task_id, "context_id": task.context_id, "source": task.source,
-                      "task_type": task.task_type}
-            try:
-                if video is None:
-                    names = ", ".join(p.relative_to(videos).as_posix() for p in match.ambiguous[task.task_id])
-                    raise FileExistsError(f"several videos for this task: {names}")
-                reader = VideoReader(video)  # streamed: one batch of decoded frames at a time
-                scored = scorer.score_task(task, reader, adapter.references(task))
-                assert reader.shape is not None  # set by the scorer's pass over the video
-                warning = shape_warning(video, reader.shape, expected)
-                if warning:
-                    warnings.append(warning)
-                    print(f"score: warning: {warning}", file=sys.stderr)
-                record = TaskRecord(**{**fields, **scored_fields(scored), "video": str(video), "status": "ok"})
-            except Exception as err:  # any failure of one task (corrupt video, CUDA OOM) is that task's
-                record = TaskRecord(**fields, video=None if video is None else str(video), status="failed",
-                                    error=f"{type(err).__name__}: {err}")
-                print(f"score: {task.task_id}: failed: {err}", file=sys.stderr)
-            writer.write(record)
+        atomic.remove_stale(out, path.name)  # left by a score that was killed
+        partial = atomic.new_sibling(path)
+        try:
+            _score_into(RecordWriter(partial), scorer, tasks, adapter, videos, match, base, expected, warnings,
+                        lossy)
+            partial.replace(path)
+        finally:
+            partial.unlink(missing_ok=True)
+    if lossy:
+        for kind, names in lossy.items():
+            print(f"score: warning: {len(names)} video(s) are lossy ({kind}): at this size compression moves "
+                  f"scores (keep continuations lossless, e.g. FFV1 .mkv as run saves them): "
+                  f"{', '.join(names[:5])}{' ...' if len(names) > 5 else ''}", file=sys.stderr)
     summary = summarise(read_task_records(out), [t.task_id for t in tasks])
     return {
         **summary,
@@ -186,8 +236,38 @@ def score_folder(
         "extra": match.extra,
         "skipped": [list(s) for s in match.skipped],
         "warnings": warnings,
+        "lossy_videos": sorted(n for names in lossy.values() for n in names),
         "cache": {"hits": scorer.cache_hits, "misses": scorer.cache_misses},
     }
+
+
+def _score_into(writer: RecordWriter, scorer: Scorer, tasks: list[Task], adapter: DatasetAdapter, videos: Path,
+                match: VideoMatch, base: dict[str, Any], expected: ContinuationShape, warnings: list[str],
+                lossy: dict[str, list[str]]) -> None:
+    """Score every matched task into ``writer``; shape warnings into ``warnings``, lossy videos into ``lossy``."""
+    for task, video in _in_order(tasks, match):
+        fields: dict[str, Any] = {**base, "task_id": task.task_id, "context_id": task.context_id, "source": task.source,
+                  "task_type": task.task_type}
+        try:
+            if video is None:
+                names = ", ".join(p.relative_to(videos).as_posix() for p in match.ambiguous[task.task_id])
+                raise FileExistsError(f"several videos for this task: {names}")
+            reader = VideoReader(video)  # streamed: one batch of decoded frames at a time
+            scored = scorer.score_task(task, reader, adapter.references(task))
+            assert reader.shape is not None  # set by the scorer's pass over the video
+            if reader.codec and not is_lossless(reader.codec) and min(reader.shape[1:3]) < LOSSY_WARN_SIDE:
+                lossy[f"{reader.codec} at {reader.shape[1]}x{reader.shape[2]}"].append(
+                    video.relative_to(videos).as_posix())
+            warning = shape_warning(video, reader.shape, expected)
+            if warning:
+                warnings.append(warning)
+                print(f"score: warning: {warning}", file=sys.stderr)
+            record = TaskRecord(**{**fields, **scored_fields(scored), "video": str(video), "status": "ok"})
+        except Exception as err:  # any failure of one task (corrupt video, CUDA OOM) is that task's
+            record = TaskRecord(**fields, video=None if video is None else str(video), status="failed",
+                                error=f"{type(err).__name__}: {err}")
+            print(f"score: {task.task_id}: failed: {err}", file=sys.stderr)
+        writer.write(record)
 
 
 def _in_order(tasks: list[Task], match: VideoMatch) -> list[tuple[Task, Path | None]]:

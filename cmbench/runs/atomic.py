@@ -1,0 +1,86 @@
+"""Writing output files whole, never through a link: a new hidden file beside the target, renamed over it.
+
+Run folders, score folders, leaderboards and reports are shared between people, so a file that is
+already at an output path (a symbolic link to a victim file, a half-written file of a killed process)
+is never opened for writing: the content goes into a new file created exclusively in the same folder
+(``.<name>.<random>.tmp``), which is flushed and then renamed over the target. The rename replaces a
+link itself, not what it points at, and readers see the old file or the new one, never half of one.
+A process killed in between leaves only the hidden temporary file, which :func:`remove_stale` clears.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cmbench.errors import CMBenchError
+from cmbench.runs.lock import process_alive
+
+TMP_SUFFIX = ".tmp"
+
+
+class OutputError(CMBenchError):
+    """An output file cannot be written (read-only folder, disk full, not a folder)."""
+
+
+def new_sibling(path: Path) -> Path:
+    """Create an empty hidden file beside ``path`` (exclusively: never an existing file or link)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
+    os.close(fd)
+    return Path(name)
+
+
+def write_with(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """Have ``write(tmp)`` write a new file, then rename it to ``path`` (the folder must exist).
+
+    Raises
+    ------
+    OutputError
+        The folder cannot be written (one line naming ``path``); nothing is left behind.
+    """
+    path = Path(path)
+    tmp = new_sibling(path)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole (:func:`write_with`)."""
+    return write_with(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def remove_stale(folder: Path, name: str) -> list[Path]:
+    """Remove the temporary files that writers of ``folder / name`` left when killed; the removed paths."""
+    gone = []
+    for tmp in Path(folder).glob(f".{name}.*{TMP_SUFFIX}"):
+        if tmp.is_file() or tmp.is_symlink():
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
+    return gone
+
+
+def dead_builds(out: Path, prefix: str) -> list[tuple[Path, str]]:
+    """Folders beside ``out`` named ``<prefix><pid>[-<rest>]`` (where a process builds what replaces
+    ``out``) whose process is gone: killed half-way. Each with its ``<rest>`` (empty when none)."""
+    found = []
+    for folder in sorted(Path(out).parent.glob(prefix + "*")):
+        pid, _, rest = folder.name[len(prefix):].partition("-")
+        if pid.isdigit() and not process_alive(int(pid)) and folder.is_dir() and not folder.is_symlink():
+            found.append((folder, rest))
+    return found
