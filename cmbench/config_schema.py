@@ -79,6 +79,9 @@ SCORER_KEYS: dict[str, Role] = {
 }
 """Keys of a ``configs/scorer/*.yaml`` (the effective precision, fp32 on a CPU, is hashed by the scorer)."""
 
+REFERENCE_AGGREGATIONS = ("mean", "max")
+"""Values of ``scorer.reference_aggregation``: how a task's score combines its references' best scores."""
+
 BACKBONE_KEYS: dict[str, Role] = {
     "name": "doc",
     "description": "doc",

@@ -18,19 +18,19 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 from hydra import compose, initialize_config_dir
 
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.data import load_manifest
 from cmbench.errors import CMBenchError
-from cmbench.runs.evaluator import ModelEvaluator, generation_settings
+from cmbench.runs.evaluator import ModelEvaluator, encode_context
+from cmbench.spec import resolve_run
 from cmbench.calibration.head_map import calibrate_head_scores
 from cmbench.methods.head_map import HeadMap
 from cmbench.hashing import task_seed
 
 
-def calibration_contexts(evaluator: ModelEvaluator, tasks, count: int, seed: int):
+def calibration_contexts(evaluator: ModelEvaluator, context: dict, tasks, count: int, seed: int):
     """Yield ``(latents, cond, seed)`` for the first ``count`` contexts (by context id)."""
     first_task = {}
     for task in sorted(tasks, key=lambda t: (t.context_id, t.task_id)):
@@ -38,8 +38,7 @@ def calibration_contexts(evaluator: ModelEvaluator, tasks, count: int, seed: int
     chosen = sorted(first_task)[:count]
     for context_id in chosen:
         task = first_task[context_id]
-        frames, _, _ = evaluator.context_frames(task)
-        latents = evaluator.backbone.encode(torch.from_numpy(frames.copy()))
+        latents = encode_context(context, evaluator.adapter, evaluator.backbone, task)[1]
         yield latents, evaluator.backbone.condition(task), task_seed(seed, context_id)
 
 
@@ -54,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
     try:
-        evaluator = ModelEvaluator(cfg, Path(cfg.out_dir))
-        tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
-        contexts = list(calibration_contexts(evaluator, tasks, args.contexts, int(cfg.seed)))
-        scores = calibrate_head_scores(evaluator.backbone, contexts, generation_settings(cfg), args.first, args.last)
+        spec = resolve_run(cfg)
+        evaluator = ModelEvaluator(spec.method, spec.generation, spec.data, spec.backbone, spec.scorer,
+                                   seed=spec.selection.seed)
+        tasks = load_manifest(str(spec.data.root), spec.data.manifest)
+        contexts = list(calibration_contexts(evaluator, spec.backbone["context"], tasks, args.contexts, spec.selection.seed))
+        scores = calibrate_head_scores(evaluator.backbone, contexts, spec.generation.settings, args.first, args.last)
     except CMBenchError as err:
         print(f"build_head_map: error: {err}", file=sys.stderr)
         return 1

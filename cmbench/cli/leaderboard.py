@@ -33,7 +33,7 @@ def comparison_labels(cfg: DictConfig, key: str) -> Any:
 
 def find_run_dirs(cfg: DictConfig) -> list[Path]:
     """``cfg.runs`` when given, else every run directory (one with records) under ``<out_dir>/<data>/``."""
-    from cmbench.runs.experiment import data_dir
+    from cmbench.spec import data_dir
 
     base = data_dir(cfg)
     return [Path(str(r)) for r in cfg.runs or []] or sorted(
@@ -44,7 +44,7 @@ def find_run_dirs(cfg: DictConfig) -> list[Path]:
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None) -> int:
     """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``)."""
     from cmbench.report import write_reports
-    from cmbench.runs.experiment import data_dir
+    from cmbench.spec import data_dir
 
     runs = runs or find_run_dirs(cfg)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))

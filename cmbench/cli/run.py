@@ -12,8 +12,9 @@ import sys
 
 from omegaconf import DictConfig
 
-from cmbench.runs.experiment import ExperimentResult, run_dir_for, run_experiment
+from cmbench.runs.experiment import ExperimentResult, run_experiment
 from cmbench.runs.identity import changed_parts, describe_changes
+from cmbench.spec import resolve_run, run_dir_for
 
 
 def _ids(task_ids: list[str], most: int = 10) -> str:
@@ -36,7 +37,7 @@ def code_messages(done: ExperimentResult) -> list[str]:
 
 def execute(cfg: DictConfig) -> int:
     """Run and print one line of results; exit 3 when some task failed."""
-    done = run_experiment(cfg)
+    done = run_experiment(resolve_run(cfg))
     summary, result = done.summary, done.result
     for line in code_messages(done):
         print(line, file=sys.stderr)

@@ -29,7 +29,7 @@ from cmbench.config_paths import to_dict
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
-from cmbench.runs.lock import RunFolderError
+from cmbench.lock import RunFolderError
 from cmbench.runs.paths import videos_label
 from cmbench.runs.records import metric_name
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, score_folder

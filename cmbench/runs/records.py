@@ -39,6 +39,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from cmbench.config_schema import REFERENCE_AGGREGATIONS
 from cmbench.errors import CMBenchError
 
 SCHEMA_VERSION = 3
@@ -48,7 +49,6 @@ RECORDS_GLOB = "records*.jsonl"
 RUN_FILE = "run.json"  # a run directory's current label and code identity (cmbench.runs.experiment)
 STATUSES = ("ok", "failed")
 KINDS = ("run", "score")
-REFERENCE_AGGREGATIONS = ("mean", "max")  # how a task's score combines its references' best scores
 DINO_METRIC = "DINO"
 DINO_EMBEDDERS = ("dinov2",)  # embedder backends whose cosine is the paper's DINO score
 
@@ -440,7 +440,7 @@ class RecordWriter:
 
     Opening the writer cuts a torn last line off its file (left by a process killed mid-write), so
     the task it belonged to simply runs again. One writer per file at a time: hold the folder's
-    :class:`cmbench.runs.lock.RunLock` while writing.
+    :class:`cmbench.lock.RunLock` while writing.
 
     Parameters
     ----------

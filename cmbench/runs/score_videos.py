@@ -24,7 +24,7 @@ from typing import Any
 from cmbench.data import Task
 from cmbench.data.video import VideoReader
 from cmbench.data.adapter import ContinuationShape, DatasetAdapter
-from cmbench.runs.lock import RunLock
+from cmbench.lock import RunLock
 from cmbench.runs.records import RecordWriter, TaskRecord, read_task_records, records_path, scored_fields
 from cmbench.runs.summary import summarise
 from cmbench.scoring.pipeline import Scorer
