@@ -234,21 +234,23 @@ def check_finite(value: Any, key: str) -> None:
             check_finite(v, f"{key}[{i}]")
 
 
-def whole(value: Any, key: str, minimum: int, optional: bool = False) -> int | None:
-    """``value`` as a whole number >= ``minimum`` (``None`` allowed when ``optional``), or a one-line error."""
+def whole(value: Any, key: str, minimum: int, optional: bool = False, what: str | None = None) -> int | None:
+    """``value`` as a whole number >= ``minimum`` (``None`` allowed when ``optional``), or a one-line error
+    ``<key>=<value>: expected <what>``."""
     if value is None and optional:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        none = " (or null)" if optional else ""
-        raise ConfigError(f"{key}={value!r}: expected a whole number >= {minimum}{none}")
+        raise ConfigError(f"{key}={value!r}: expected "
+                          f"{what or f'a whole number >= {minimum}' + (' (or null)' if optional else '')}")
     return value
 
 
-def positive(value: Any, key: str, minimum: float = 0.0, strict: bool = True) -> float:
+def positive(value: Any, key: str, minimum: float = 0.0, strict: bool = True, what: str | None = None) -> float:
     """``value`` as a finite number > ``minimum`` (>= with ``strict=False``), or a one-line error."""
     ok = _number(value) and math.isfinite(value) and (value > minimum if strict else value >= minimum)
     if not ok:
-        raise ConfigError(f"{key}={value!r}: expected a finite number {'>' if strict else '>='} {minimum:g}")
+        bound = (">" if strict else ">=") + f" {minimum:g}"
+        raise ConfigError(f"{key}={value!r}: expected {what or 'a finite number ' + bound}")
     return float(value)
 
 
@@ -364,16 +366,15 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
             raise ConfigError(f"subset={subset_name} lists {subset.dataset} tasks ({subset.path}), not {data_name}'s")
         ids = list(subset.task_ids)
     shard_cfg = cfg.get("shard") or {}
-    count = whole(shard_cfg.get("count", 1), "shard.count", 1)
-    index = whole(shard_cfg.get("index", 0), "shard.index", 0)
     try:
-        shard = shard_from_env(int(count or 1), int(index or 0))
+        shard = shard_from_env(int(shard_cfg.get("count", 1)), int(shard_cfg.get("index", 0)))
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"WORLD_SIZE / RANK: expected whole numbers ({err})") from err
+        raise ConfigError(f"shard.count / shard.index (or WORLD_SIZE / RANK): expected whole numbers ({err})") from err
     check_shard(*shard)
     return Selection(
         seed=whole(cfg.get("seed"), "seed", 0) or 0,
-        limit=whole(cfg.get("limit"), "limit", 1, optional=True),
+        limit=whole(cfg.get("limit"), "limit", 1, optional=True,
+                    what="a positive whole number of tasks (or null for all)"),
         sample_seed=whole(cfg.get("sample_seed", 0), "sample_seed", 0) or 0,
         task_ids=None if ids is None else tuple(str(i) for i in ids),
         shard=shard,
@@ -446,9 +447,12 @@ def resolve_run(cfg: DictConfig) -> RunSpec:
         save_videos=flag(plain.get("save_videos", True), "save_videos"),
         lossless_max_pixels=whole(plain.get("lossless_max_pixels") or 0, "lossless_max_pixels", 0) or 0,
         progress=flag(plain.get("progress", True), "progress"),
-        progress_every=whole(plain.get("progress_every", 10), "progress_every", 1) or 10,
-        progress_seconds=positive(plain.get("progress_seconds", 60.0), "progress_seconds"),
-        threads=whole(plain.get("threads"), "threads", 1, optional=True),
+        progress_every=whole(plain.get("progress_every", 10), "progress_every", 1,
+                             what="a whole number of tasks >= 1") or 10,
+        progress_seconds=positive(plain.get("progress_seconds", 60.0), "progress_seconds",
+                                  what="a number of seconds > 0"),
+        threads=whole(plain.get("threads"), "threads", 1, optional=True,
+                      what="a whole number of torch threads >= 1 (or null)"),
     )
     return RunSpec(data=data, backbone=plain["backbone"], method=method, method_name=method_name,
                    method_config=full_method_config(method_cfg, method), scorer=plain["scorer"],

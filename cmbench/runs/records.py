@@ -292,7 +292,24 @@ def record_problem(record: TaskRecord) -> str | None:
         return f"seed: is {record.seed!r}, expected an integer"
     if record.best_frame is not None and record.n_frames is not None and not 0 <= record.best_frame < record.n_frames:
         return f"best_frame: is {record.best_frame}, expected an index below n_frames={record.n_frames}"
+    for f in dataclasses.fields(record):
+        where = _non_finite(getattr(record, f.name), f.name)
+        if where:
+            return f"{where}: is not a finite number (records are strict JSON: no NaN or infinity)"
     return _reference_problem(record)
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where a NaN or an infinity sits in a field's value (``similarities[3]``), or None."""
+    if isinstance(value, (float, np.floating)):
+        return None if math.isfinite(float(value)) else where
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return next((w for k, v in value.items() if (w := _non_finite(v, f"{where}.{k}"))), None)
+    if isinstance(value, (list, tuple)):
+        return next((w for i, v in enumerate(value) if (w := _non_finite(v, f"{where}[{i}]"))), None)
+    return None
 
 
 def _reference_problem(record: TaskRecord) -> str | None:
@@ -479,7 +496,7 @@ class RecordWriter:
             record = TaskRecord.from_json(record)
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
         record = dataclasses.replace(record, recorded_ns=self._last_ns)
-        line = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
+        line = (json.dumps(record.to_json(), sort_keys=True, allow_nan=False) + "\n").encode()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as err:
