@@ -1,7 +1,8 @@
 """``python -m cmbench run``: one method over the selected tasks; ``-m`` sweeps end with the leaderboard.
 
-Selection (``limit``, ``task_ids``), sharding (``shard.count`` / ``shard.index`` or torchrun's
-``WORLD_SIZE`` / ``RANK``) and the run directory are described in :mod:`cmbench.runs.experiment`.
+The composed config is resolved and checked once (:func:`cmbench.spec.resolve_run`: every knob, the
+method, selection, sharding (``shard.count`` / ``shard.index`` or torchrun's ``WORLD_SIZE`` / ``RANK``)
+and the run directory), then run by :func:`cmbench.runs.experiment.run_experiment`.
 Tasks whose records came from other code (an edited method, CMBench or weights) are computed again
 and the run says so; with ``keep_other_code=true`` they are kept and the run warns, naming them.
 """

@@ -2,7 +2,7 @@
 
 A run has two identities, kept apart on purpose (docs/runs.md):
 
-- its **config** names the run directory (:func:`cmbench.runs.experiment.run_dir_for`): a different
+- its **config** names the run directory (:func:`cmbench.spec.run_dir_for`): a different
   knob is a different run, and the folder is where a user keeps or deletes results;
 - its **code** is stamped on every record (:func:`code_identity`: ``code`` with one hash per part,
   ``code_hash`` over them). A rerun recomputes every task whose record carries another ``code_hash``
