@@ -39,6 +39,7 @@ from cmbench.methods.registry import build_method, canonical_method_config, full
 from cmbench.runs.identity import CodeIdentity, code_identity, portable
 from cmbench.runs.labels import run_label
 from cmbench.runs.paths import path_component
+from cmbench.runs.runner import check_shard, shard_from_env
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
 SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
@@ -350,8 +351,6 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
     ConfigError
         One line naming the knob, its value and what is expected.
     """
-    from cmbench.runs.runner import check_shard, shard_from_env
-
     ids = cfg.get("task_ids")
     if isinstance(ids, str):
         ids = [ids]
@@ -382,10 +381,10 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
     )
 
 
-def result_config(plain: Mapping[str, Any], method_cfg: Mapping[str, Any] | None = None,
-                  method: Method | None = None) -> dict[str, Any]:
+def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dict[str, Any]:
     """The resolved config minus task selection, display and where components run: what changes a record
-    (the method as its name and the knobs that differ from its class, :func:`canonical_method_config`).
+    (the method as its name and the knobs that differ from its class, :func:`canonical_method_config`;
+    ``method``: the method already built from ``plain["method"]``).
 
     Root keys of role ``selection`` go, and so do the ``runtime`` keys of the backbone and the scorer
     (memory offloads, scorer device, batch size, cache folder; the scorer's effective precision is in
@@ -397,13 +396,13 @@ def result_config(plain: Mapping[str, Any], method_cfg: Mapping[str, Any] | None
             runtime = set(keys_with_role(schema, "runtime"))
             out[group] = {k: v for k, v in out[group].items() if k not in runtime}
     if isinstance(out.get("method"), dict):  # a method setting hashes the same however it was spelled
-        out["method"] = canonical_method_config(method_cfg or out["method"], method)
+        out["method"] = canonical_method_config(out["method"], method)
     return out
 
 
 def run_identity(cfg: DictConfig, plain: Mapping[str, Any], method: Method) -> RunIdentity:
     """Label, config hash and setup hash of a run (``plain``: ``cfg`` resolved to plain values)."""
-    config = result_config(plain, plain["method"], method)
+    config = result_config(plain, method)
     hashed = portable(config)
     return RunIdentity(label=run_label(cfg), config_hash=config_hash(hashed),
                        setup_hash=config_hash({k: v for k, v in hashed.items() if k != "seed"}),

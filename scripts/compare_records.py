@@ -8,9 +8,10 @@ Usage::
 ``records*.jsonl``. Runs are matched by their ``label`` (one per method for plain ``method=<name>``
 runs), records by ``task_id`` (the latest record of a task wins). Every field that carries a result is
 compared exactly (score, pruning ratios, kept tokens, per-frame similarities, boxes, KV bytes, FLOPs,
-seeds, the config hash, ...); fields that may differ without any result moving are left out: timings,
-the wall-clock stamp, the git commit, versions, the machine, the code identity (a refactor changes the
-code by definition) and the traceback text.
+seeds, the config hash, the method's knobs, ...); fields that may differ without any result moving are
+left out: timings, the wall-clock stamp, the git commit, versions, the machine, the code identity (a
+refactor changes the code by definition) and the traceback text; absolute paths inside a value (a head
+map file in ``method_config``) are compared by file name, so two checkouts in different folders compare.
 
 Prints one line per run, ``<label>: identical (N records)`` or ``<label>: differs: ...`` naming each
 task and field that differs; exit 1 when any run differs or is missing on one side.
@@ -44,10 +45,22 @@ def read_runs(root: Path) -> dict[str, dict[str, dict[str, Any]]]:
     return {label: {t: r for t, (_, r) in tasks.items()} for label, tasks in runs.items()}
 
 
+def without_paths(value: Any) -> Any:
+    """``value`` with every absolute path (a string starting with ``/``) replaced by its file name."""
+    if isinstance(value, dict):
+        return {k: without_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_paths(v) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        return Path(value).name
+    return value
+
+
 def record_differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """The result fields whose values differ (a field on one side only counts)."""
     fields = sorted((set(before) | set(after)) - IGNORED)
-    return [f for f in fields if before.get(f, "<absent>") != after.get(f, "<absent>")]
+    return [f for f in fields
+            if without_paths(before.get(f, "<absent>")) != without_paths(after.get(f, "<absent>"))]
 
 
 def compare(before: Path, after: Path) -> tuple[list[str], bool]:

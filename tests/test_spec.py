@@ -211,11 +211,12 @@ def test_compare_records_reports_identical_and_differing_fields(tmp_path):
         run = folder / "miniworld" / "m__tiny__light__abc"
         run.mkdir(parents=True)
         row = {"task_id": "t1", "status": "ok", "label": "m", "score": score, "prefill_seconds": seconds,
-               "recorded_ns": 1, "similarities": [score]}
+               "recorded_ns": 1, "similarities": [score],
+               "method_config": {"name": "m", "head_map": f"{folder}/cmbench/weights/head_map.json"}}
         (run / "records.jsonl").write_text(json.dumps(row) + "\n")
 
     write(tmp_path / "a", 0.5, 1.0)
-    write(tmp_path / "b", 0.5, 9.0)  # a timing differs: not a result
+    write(tmp_path / "b", 0.5, 9.0)  # a timing and the checkout's folder differ: not results
     write(tmp_path / "c", 0.25, 1.0)
     script = [sys.executable, str(ROOT / "scripts" / "compare_records.py")]
     same = subprocess.run([*script, str(tmp_path / "a"), str(tmp_path / "b")], capture_output=True, text=True,

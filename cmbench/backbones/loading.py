@@ -48,11 +48,12 @@ def backbone_loader(cfg: Mapping[str, Any]) -> Any:
 
 def build_backbone(cfg: Mapping[str, Any] | DictConfig) -> Backbone:
     """Call the config's ``_target_`` with its remaining keys; check the result is a Backbone."""
-    plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    assert isinstance(plain, dict)
+    resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    assert isinstance(resolved, dict)
+    plain = {str(k): v for k, v in resolved.items()}
     target = plain.get("_target_")
     loader = backbone_loader(plain)
-    kwargs = {str(k): v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
+    kwargs = {k: v for k, v in plain.items() if k not in NON_ARGUMENT_KEYS}
     try:
         backbone = loader(**kwargs)
     except TypeError as err:
