@@ -26,10 +26,10 @@ import pandas as pd
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, user_config_dirs
+from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, search_path_overrides
 from cmbench.errors import ConfigError
 from cmbench.methods.base import Method
-from cmbench.methods.registry import METHODS
+from cmbench.methods.registry import METHODS, config_class
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,11 @@ def method_config(method: str | Mapping[str, Any] | Method) -> tuple[str | None,
         return None, {"_target_": f"{cls.__module__}.{cls.__qualname__}", "name": cls.name or cls.__name__.lower(),
                       **knobs}
     if isinstance(method, Mapping):
-        return None, dict(method)
+        explicit = dict(method)
+        if not explicit.get("name") and explicit.get("_target_"):  # named like an instance of its class
+            cls = config_class(explicit)
+            explicit["name"] = cls.name or cls.__name__.lower()
+        return None, explicit
     raise ConfigError(f"method must be a name, a config mapping or a Method instance, got {type(method).__name__}")
 
 
@@ -75,7 +79,7 @@ def compose_config(method: str | Mapping[str, Any] | Method = "decoprune", overr
     """The root config the command line would build for ``method`` and ``overrides``."""
     choice, explicit = method_config(method)
     base_choice = choice or (explicit.get("name") if explicit and explicit.get("name") in METHODS else None)
-    search = [f"hydra.searchpath=[{','.join(f'file://{p}' for p in user_config_dirs())}]"] if user_config_dirs() else []
+    search = search_path_overrides()
     group = [f"method={base_choice}"] if base_choice else []
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[*search, *group, *knob_overrides(list(overrides))])
@@ -134,8 +138,10 @@ def evaluate(
     Evaluation
         The selected tasks' records (a DataFrame), the run directory and its summary.
     """
+    from cmbench.calibration.target_pr import resolve_target_pr
     from cmbench.report import read_records
     from cmbench.runs.experiment import run_experiment
+    from cmbench.spec import resolve_run
 
     args = [f"data={data}", f"backbone={backbone}", f"scorer={scorer}", f"out_dir={out_dir}",
             f"threads={int(threads)}", f"progress={str(bool(progress)).lower()}"]
@@ -147,8 +153,8 @@ def evaluate(
         args.append(f"task_ids=[{','.join(task_ids)}]")
     if label is not None:
         args.append(f"label={label}")
-    cfg = compose_config(method, [*args, *overrides])
-    done = run_experiment(cfg)
+    target = resolve_target_pr(compose_config(method, [*args, *overrides]))  # method.target_pr: its calibrated knob
+    done = run_experiment(resolve_run(target.cfg, target.record_fields()))
     frame = read_records(done.run_dir).frame
     records = frame[frame["task_id"].isin(set(done.task_ids))].reset_index(drop=True)
     return Evaluation(records=records, run_dir=done.run_dir, summary=done.summary)

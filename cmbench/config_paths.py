@@ -8,15 +8,18 @@ editing it (its yaml names the user's class with ``_target_``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cmbench.errors import ConfigError
 from cmbench.shipped import PACKAGE_ROOT, shipped_dir
 
 CONFIG_DIR = shipped_dir("configs")
 GROUPS = ("data", "method", "backbone", "scorer", "experiment")
+SEARCH_PATH_UNSAFE = ",[]{}'\""  # Hydra's override grammar: a search path holding one is split or misread
 
 # `${package_root:}` in a config is the installed cmbench package, so shipped files (weights, head
 # maps, dataset specs) resolve from any working directory, in a checkout and in a wheel alike
@@ -40,9 +43,28 @@ def editable_copy(cfg: DictConfig) -> DictConfig:
 
 
 def user_config_dirs() -> list[Path]:
-    """Folders from ``CMBENCH_CONFIG_PATH`` (``os.pathsep``-separated), in order."""
+    """Folders from ``CMBENCH_CONFIG_PATH`` (``os.pathsep``-separated), in order.
+
+    Raises
+    ------
+    ConfigError
+        A folder whose path holds a character of Hydra's override grammar (``,`` splits its search path):
+        Hydra would look for another folder than the one ``ls`` lists.
+    """
     raw = os.environ.get("CMBENCH_CONFIG_PATH", "")
-    return [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+    folders = [Path(p).expanduser().resolve() for p in raw.split(os.pathsep) if p.strip()]
+    for folder in folders:
+        bad = sorted(set(str(folder)) & set(SEARCH_PATH_UNSAFE))
+        if bad:
+            raise ConfigError(f"CMBENCH_CONFIG_PATH: the folder {str(folder)!r} contains {' '.join(map(repr, bad))}, "
+                              f"which Hydra's search path cannot hold (it splits the path at ','): move or rename it")
+    return folders
+
+
+def search_path_overrides() -> list[str]:
+    """The Hydra override that adds the ``CMBENCH_CONFIG_PATH`` folders to the search path (none without any)."""
+    extra = user_config_dirs()
+    return [f"hydra.searchpath=[{','.join(f'file://{p}' for p in extra)}]"] if extra else []
 
 
 def config_dirs() -> list[Path]:
@@ -50,26 +72,39 @@ def config_dirs() -> list[Path]:
     return [CONFIG_DIR, *user_config_dirs()]
 
 
-def group_entries(group: str) -> dict[str, dict[str, str]]:
+def group_entries(group: str, describe: Callable[[DictConfig], Mapping[str, Any]] | None = None
+                  ) -> dict[str, dict[str, str]]:
     """Configs of one group across all config folders (later folders override earlier ones).
+
+    Parameters
+    ----------
+    group : str
+    describe : callable, optional
+        ``config -> {"description", "paper"}`` (methods document themselves in their class); default:
+        the yaml's own ``description`` and ``paper``.
 
     Returns
     -------
-    dict name -> {"description": ..., "paper": ..., "origin": folder}
+    dict name -> {"description": ..., "paper": ..., "origin": folder}; a yaml that does not parse is
+    listed with ``"error"``: its path and the parser's reason.
     """
     found: dict[str, dict[str, str]] = {}
     for folder in config_dirs():
         for path in sorted((folder / group).glob("*.yaml")):
-            cfg = OmegaConf.load(path)
+            try:
+                cfg = OmegaConf.load(path)
+            except Exception as err:  # yaml and OmegaConf raise several types; a listing must go on
+                reason = " ".join(str(err).split())[:200]
+                found[path.stem] = {"description": "(unreadable yaml)", "paper": "", "origin": str(folder),
+                                    "error": f"{path}: not a readable config ({type(err).__name__}: {reason})"}
+                continue
             if not isinstance(cfg, DictConfig):
                 continue
             # experiment configs are global packages: their documentation sits under `experiment:`
             inner = cfg.get(group)
             doc: Any = inner if group == "experiment" and isinstance(inner, DictConfig) else cfg
-            if group == "method":  # a method documents itself in its class
-                from cmbench.methods.registry import config_doc
-
-                doc = config_doc(cfg)
+            if describe is not None:
+                doc = describe(cfg)
             found[path.stem] = {
                 "description": str(doc.get("description", "") or ""),
                 "paper": str(doc.get("paper", "") or ""),

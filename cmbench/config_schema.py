@@ -80,6 +80,10 @@ SCORER_KEYS: dict[str, Role] = {
 }
 """Keys of a ``configs/scorer/*.yaml`` (the effective precision, fp32 on a CPU, is hashed by the scorer)."""
 
+REFERENCE_AGGREGATIONS = ("mean", "max")
+SCORE_SOURCES = ("frames", "mp4")  # what a run scores: the decoded frames, or their saved mp4 (the authors')
+"""Values of ``scorer.reference_aggregation``: how a task's score combines its references' best scores."""
+
 BACKBONE_KEYS: dict[str, Role] = {
     "name": "doc",
     "description": "doc",

@@ -9,14 +9,17 @@ A :class:`Registry` maps names to objects (classes, callables). Entries come fro
 
 Lookups of unknown names fail with a :class:`~cmbench.errors.ConfigError` that suggests the closest
 name; a ``base`` class, when given, is checked on every object the registry hands out. Configs that
-name a class by import path (Hydra's ``_target_``) go through :func:`import_object`, with the same
-checks.
+name a class by import path (Hydra's ``_target_``) go through :meth:`Registry.import_target` (a
+subclass of ``base``) or :func:`import_factory` (a class or annotated loader of the expected kind): what
+a target makes is checked before anything calls it, so ``_target_: os.system`` runs nothing.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar
@@ -60,6 +63,55 @@ def import_object(target: str, what: str = "_target_") -> Any:
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as err:
         raise ConfigError(f"cannot import {what} {text!r}: {err}") from err
+    return obj
+
+
+def produced_class(obj: Any) -> type | None:
+    """The class ``obj`` makes when called: ``obj`` itself when it is a class, else the declared return
+    type of a function or method (``def load(...) -> MyBackbone``, a classmethod ``from_pretrained``);
+    None for anything else (a builtin such as ``os.system``, an unannotated function)."""
+    if isinstance(obj, type):
+        return obj
+    if not (inspect.isfunction(obj) or inspect.ismethod(obj)):
+        return None
+    returned = inspect.get_annotations(getattr(obj, "__func__", obj)).get("return")
+    owner = getattr(obj, "__self__", None)
+    scope = {**vars(sys.modules[obj.__module__]), **({owner.__name__: owner} if isinstance(owner, type) else {})}
+    for _ in range(2):  # postponed annotations, quoted once more (``-> "Model"``): resolve where the function lives
+        if not isinstance(returned, str):
+            break
+        try:
+            returned = eval(returned, scope)  # noqa: S307 - an annotation of code the config already trusts
+        except Exception:
+            return None
+    return returned if isinstance(returned, type) else None
+
+
+def import_factory(target: str, accepts: Callable[[type], bool], kind: str, what: str = "_target_") -> Any:
+    """Import a ``_target_`` that will be called, and check what it makes BEFORE anything calls it.
+
+    Parameters
+    ----------
+    target : str
+        The import path.
+    accepts : callable
+        ``class -> bool``: whether instances of the class are of the expected kind.
+    kind : str
+        What the target must make ("Backbone"), for the message.
+    what : str
+        What names the target, for the message.
+
+    Raises
+    ------
+    ConfigError
+        Not importable, or not a class of that kind nor a function annotated to return one.
+    """
+    obj = import_object(target, what)
+    made = produced_class(obj)
+    if made is None or not accepts(made):
+        got = "nothing it declares" if made is None else made.__qualname__
+        raise ConfigError(f"{what} {target!r} is not a {kind} class nor a function annotated to return one "
+                          f"(it makes {got}); refused without calling it")
     return obj
 
 

@@ -30,21 +30,23 @@ from hydra import compose, initialize_config_dir
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.data import load_manifest
 from cmbench.errors import CMBenchError
-from cmbench.runs.evaluator import ModelEvaluator, encode_context, generation_settings
+from cmbench.runs.evaluator import ModelEvaluator, encode_context
+from cmbench.spec import resolve_run
 from cmbench.calibration.head_map import calibrate_head_scores, paper_check
 from cmbench.methods.head_map import HeadMap
 from cmbench.hashing import task_seed
 
 
-def calibration_contexts(evaluator: ModelEvaluator, tasks, count: int, seed: int):
+def calibration_contexts(evaluator: ModelEvaluator, context: dict, tasks, count: int, seed: int):
     """Yield ``(latents, cond, seed)`` for the first ``count`` contexts (by context id), each read and
     encoded as ``run`` reads it, conditioned on its first task."""
     first_task = {}
     for task in sorted(tasks, key=lambda t: (t.context_id, t.task_id)):
         first_task.setdefault(task.context_id, task)
-    for context_id in sorted(first_task)[:count]:
+    chosen = sorted(first_task)[:count]
+    for context_id in chosen:
         task = first_task[context_id]
-        _, latents = encode_context(evaluator.cfg, evaluator.adapter, evaluator.backbone, task)
+        latents = encode_context(context, evaluator.adapter, evaluator.backbone, task)[1]
         yield latents, evaluator.backbone.condition(task), task_seed(seed, context_id)
 
 
@@ -59,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
     try:
-        evaluator = ModelEvaluator(cfg, Path(cfg.out_dir))
-        tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
-        contexts = list(calibration_contexts(evaluator, tasks, args.contexts, int(cfg.seed)))
-        scores = calibrate_head_scores(evaluator.backbone, contexts, generation_settings(cfg), args.first, args.last)
+        spec = resolve_run(cfg)
+        evaluator = ModelEvaluator(spec.method, spec.generation, spec.data, spec.backbone, spec.scorer,
+                                   seed=spec.selection.seed)
+        tasks = load_manifest(str(spec.data.root), spec.data.manifest)
+        contexts = list(calibration_contexts(evaluator, spec.backbone["context"], tasks, args.contexts, spec.selection.seed))
+        scores = calibrate_head_scores(evaluator.backbone, contexts, spec.generation.settings, args.first, args.last)
     except CMBenchError as err:
         print(f"build_head_map: error: {err}", file=sys.stderr)
         return 1

@@ -58,7 +58,7 @@ from cmbench.benchmarks.memory_check import (  # noqa: E402
 from cmbench.config_paths import CONFIG_DIR  # noqa: E402
 from cmbench.data import load_manifest  # noqa: E402
 from cmbench.errors import CMBenchError  # noqa: E402
-from cmbench.runs.evaluator import generation_settings  # noqa: E402
+from cmbench.spec import generation_settings  # noqa: E402
 from cmbench.runs.runner import select_tasks  # noqa: E402
 
 PRS = (0.80, 0.85, 0.90)
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         backbone = build_backbone(cfg.backbone)
         tasks = select_tasks(load_manifest(str(cfg.data.root), str(cfg.data.manifest)), limit=args.tasks,
                              seed=int(cfg.sample_seed))
-        check = MemoryCheck(backbone, generation_settings(cfg), tasks, int(cfg.seed))
+        check = MemoryCheck(backbone, generation_settings(cfg.generation), tasks, int(cfg.seed))
     except CMBenchError as err:
         print(f"check_memory: error: {err}", file=sys.stderr)
         return 2

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = report.failures()
     if failed:
         print("\nFAILED: " + ", ".join(c.name for c in failed), file=sys.stderr)
-    assert not failed, f"scorer check failed: {[dataclasses.asdict(c) for c in failed]}"
+    report.require_passed()
     print("\nall asserted checks passed")
     return 0
 

@@ -14,6 +14,7 @@ import pytest
 
 import cmbench
 from cmbench.api import compose_config
+from cmbench.spec import run_dir_for
 from cmbench.methods.decoprune import DeCoPrune
 from test_run_command import SMALL_SUITE
 from test_tiny_backbone import random_model
@@ -60,7 +61,6 @@ def test_a_method_as_config_or_instance_is_the_same_run(setup, tmp_path):
     by_config = compose_config({"name": "decoprune", "gamma": 0.2}, overrides)
     by_instance = compose_config(DeCoPrune(gamma=0.2), overrides)
     by_override = compose_config("decoprune", [*overrides, "method.gamma=0.2"])
-    from cmbench.runs.experiment import run_dir_for
 
     assert run_dir_for(by_config) == run_dir_for(by_instance) == run_dir_for(by_override)
     plugin = compose_config(KeepsAll(gamma=0.5), overrides)
@@ -79,17 +79,17 @@ def test_evaluate_defaults_to_the_command_lines_seed(monkeypatch, tmp_path):
 
     seen = {}
 
-    def stop(cfg):
-        seen["cfg"] = cfg
+    def stop(spec):
+        seen["spec"] = spec
         raise RuntimeError("composed")
 
     monkeypatch.setattr(experiment, "run_experiment", stop)
     with pytest.raises(RuntimeError, match="composed"):
         cmbench.evaluate(method="decoprune", limit=2, out_dir=tmp_path)
     configured = OmegaConf.load(CONFIG_DIR / "config.yaml").seed
-    assert seen["cfg"].seed == configured
+    assert seen["spec"].selection.seed == configured
     command_line = compose_config("decoprune", [f"out_dir={tmp_path}", "limit=2"])
-    assert experiment.run_dir_for(seen["cfg"]) == experiment.run_dir_for(command_line)
+    assert seen["spec"].run_dir == run_dir_for(command_line)
     with pytest.raises(RuntimeError, match="composed"):
         cmbench.evaluate(method="decoprune", limit=2, out_dir=tmp_path, seed=configured + 1)
-    assert seen["cfg"].seed == configured + 1
+    assert seen["spec"].selection.seed == configured + 1

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from cmbench.data import subsets
 from cmbench.data.subsets import check_subset, load_subset, subsets_of
 from cmbench.errors import ConfigError
-from cmbench.runs.experiment import run_options
+from cmbench.spec import selection
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,11 +69,12 @@ def _cfg(**extra):
 
 
 def test_subset_selects_exactly_its_tasks_and_refuses_a_clash(tmp_path):
-    assert run_options(_cfg(subset="miniworld_quick16")).task_ids == list(load_subset("miniworld_quick16").task_ids)
+    chosen = selection(_cfg(subset="miniworld_quick16"), "miniworld")
+    assert chosen.task_ids is not None and list(chosen.task_ids) == list(load_subset("miniworld_quick16").task_ids)
     with pytest.raises(ConfigError, match="set one of them"):
-        run_options(_cfg(subset="miniworld_quick16", task_ids=["syn_001_reappear_01"]))
+        selection(_cfg(subset="miniworld_quick16", task_ids=["syn_001_reappear_01"]), "miniworld")
     with pytest.raises(ConfigError, match="lists miniworld tasks"):
-        run_options(_cfg(subset="miniworld_quick16", data={"name": "cmbench"}))
+        selection(_cfg(subset="miniworld_quick16"), "cmbench")
 
 
 def test_validate_reports_a_subset_id_missing_from_the_manifest(tmp_path, monkeypatch, capsys):

@@ -16,7 +16,7 @@ from cmbench.config_paths import CONFIG_DIR, PACKAGE_ROOT
 from cmbench.errors import ConfigError
 from cmbench.methods.decoprune import DeCoPrune
 from cmbench.runs import identity
-from cmbench.runs.experiment import run_dir_for, setup_hash
+from cmbench.spec import resolve_run, run_dir_for
 from cmbench.runs.labels import auto_label, run_label
 
 
@@ -166,6 +166,9 @@ def test_a_label_is_not_part_of_the_run_identity_and_seeds_share_a_setup():
     plain = compose_config("decoprune")
     assert run_dir_for(compose_config("decoprune", ["label=mine"])) == run_dir_for(plain)
     assert run_dir_for(compose_config("decoprune", ["seed=3"])) != run_dir_for(plain)
+    def setup_hash(cfg):
+        return resolve_run(cfg).identity.setup_hash
+
     assert setup_hash(compose_config("decoprune", ["seed=3"])) == setup_hash(plain)
     assert setup_hash(compose_config("decoprune", ["method.gamma=0.2"])) != setup_hash(plain)
     assert run_dir_for(plain).name.startswith("decoprune__tiny__light__")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from cmbench.report import ReportError, write_reports
-from cmbench.runs.lock import RunLock
+from cmbench.lock import RunLock
 from cmbench.runs.records import records_path
 from test_report import TASKS, record, seed_runs, seeded, write_run  # noqa: F401  (seed_runs: a fixture)
 from test_run_command import cmbench, setup  # noqa: F401  (setup: a fixture)

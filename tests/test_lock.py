@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from cmbench.runs.lock import RunLock, RunLockedError
+from cmbench.lock import RunLock, RunLockedError
 
 
 def test_a_held_lock_is_refused_at_once_naming_the_holder(tmp_path):

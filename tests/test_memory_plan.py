@@ -190,11 +190,13 @@ def test_offloads_are_added_cheapest_first_until_the_plan_fits():
 
 def test_run_refuses_before_loading_anything_with_the_numbers_and_the_fix(tmp_path):
     from cmbench.runs.evaluator import ModelEvaluator
+    from cmbench.spec import resolve_run
 
     cfg = config("backbone=lingbot_world_v2_14b", "method=fullkv", "backbone.memory.context_seconds=60",
                  "backbone.memory.device_gib=80", "backbone.memory.host_gib=64", f"backbone.path={tmp_path}/nowhere")
     with pytest.raises(ConfigError) as err:  # no weights exist: had it loaded anything, the error would say so
-        ModelEvaluator(cfg, tmp_path)
+        spec = resolve_run(cfg)
+        ModelEvaluator(spec.method, spec.generation, spec.data, spec.backbone, spec.scorer, seed=0)
     msg = str(err.value)
     assert "lingbot_world_v2_14b + fullkv does not fit 80.0 GiB" in msg
     assert re.search(r"needs \d+\.\d GiB at \w+", msg) and re.search(r"given \d+\.\d GiB of host memory", msg)

@@ -83,10 +83,11 @@ def test_run_refuses_decoprune_hs_without_a_head_map_naming_the_command_that_bui
     """LingBot ships no head map: the run stops before loading anything, in one line naming the command."""
     from cmbench.api import compose_config
     from cmbench.runs.evaluator import ModelEvaluator
+    from cmbench.spec import resolve_run
 
     cfg = compose_config("decoprune_hs", [f"backbone={backbone}", "data=cmbench"])
     with pytest.raises(ConfigError) as err:
-        ModelEvaluator(cfg, tmp_path)
+        ModelEvaluator.from_spec(resolve_run(cfg))
     message = str(err.value)
     assert "\n" not in message and "decoprune_hs needs head_map=" in message
     assert "python scripts/build_head_map.py --out head_map.json --contexts 15" in message

@@ -11,7 +11,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cmbench.config_paths import CONFIG_DIR, group_entries, knob_overrides
+from cmbench.cli.ls import entries as group_entries
+from cmbench.config_paths import CONFIG_DIR, knob_overrides
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_class, method_names

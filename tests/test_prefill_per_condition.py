@@ -86,6 +86,7 @@ def miniworld(tmp_path_factory):
     from cmbench.data import load_manifest
     from cmbench.data.adapter import build_adapter
     from cmbench.runs.evaluator import ModelEvaluator
+    from cmbench.spec import resolve_run
     from test_run_command import SMALL_SUITE
     from test_tiny_backbone import random_model
 
@@ -98,7 +99,7 @@ def miniworld(tmp_path_factory):
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
     context = [t for t in tasks if t.context_id == tasks[0].context_id]
     assert len(context) >= 2
-    return ModelEvaluator(cfg, tmp / "run"), context
+    return ModelEvaluator.from_spec(resolve_run(cfg)), context
 
 
 def test_tasks_of_one_miniworld_context_share_one_prefill(miniworld, monkeypatch):

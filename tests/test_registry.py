@@ -11,7 +11,7 @@ from cmbench.config_paths import CONFIG_DIR
 from cmbench.config_schema import BACKBONE_KEYS, ROOT_KEYS, SCORER_KEYS, keys_with_role
 from cmbench.errors import ConfigError
 from cmbench.registry import Registry, import_object
-from cmbench.runs.experiment import SELECTION_KEYS
+from cmbench.spec import SELECTION_KEYS
 from cmbench.scoring.registry import RESULT_KEYS, RUNTIME_KEYS
 
 
@@ -94,7 +94,7 @@ def test_key_lists_are_derived_from_the_schema():
 
 def test_where_a_run_keeps_its_caches_is_not_its_identity():
     from cmbench.api import compose_config
-    from cmbench.runs.experiment import run_dir_for
+    from cmbench.spec import run_dir_for
 
     real = ["backbone=lingbot_world_v2_1_3b", "data=cmbench", "scorer=owl_sam_dino"]
     base = compose_config("decoprune", real)

@@ -36,14 +36,12 @@ def test_gpu_check_runs_at_tiny_shapes(tmp_path):
 
 
 @pytest.mark.slow
-def test_gpu_check_asserts(monkeypatch):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import gpu_check_scorer
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+def test_gpu_check_asserts(monkeypatch, tmp_path):
+    """The check the script ends with (``CheckReport.require_passed``) fires on a failed bound."""
     from cmbench.benchmarks import scorer_check
+    from cmbench.scoring.tiny_models import tiny_deep_scorer_config
 
     monkeypatch.setattr(scorer_check, "PREPROCESS_MAX_GREY_LEVELS", -1.0)  # no preprocessing can pass this
+    report = scorer_check.run_check(tiny_deep_scorer_config(tmp_path), "cpu", tiny=True, n_frames=2, rounds=1)
     with pytest.raises(AssertionError, match="preprocess_detector_max_grey_levels"):
-        gpu_check_scorer.main(["--tiny", "--device", "cpu", "--frames", "2", "--rounds", "1"])
+        report.require_passed()

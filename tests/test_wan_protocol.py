@@ -20,7 +20,7 @@ from cmbench.backbones.wan.vae import WanVAE
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.errors import ConfigError
 from cmbench.generation.sampler import FlowMatchSampler
-from cmbench.runs.evaluator import generation_settings
+from cmbench.spec import generation_settings
 
 LINGBOT_TINY = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=2,
                          text_dim=16, camera_dim=384)
@@ -56,7 +56,7 @@ def lingbot(vae, text, height=32, width=32, **kwargs) -> WanBackbone:
 # ----------------------------------------------------------------------------- sampler
 @pytest.mark.parametrize("name", LINGBOT_CONFIGS)
 def test_lingbot_configs_run_the_fresh_noise_sampler(name):
-    sampler = generation_settings(resolved(name)).sampler
+    sampler = generation_settings(resolved(name).generation).sampler
     assert sampler == FlowMatchSampler((999.0, 957.0, 899.0, 702.0), stochastic=True)
 
 

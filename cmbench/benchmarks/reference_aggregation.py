@@ -13,7 +13,7 @@ from typing import Iterable
 import pandas as pd
 
 from cmbench.report.leaderboard import leaderboard, load_runs
-from cmbench.runs.records import REFERENCE_AGGREGATIONS
+from cmbench.config_schema import REFERENCE_AGGREGATIONS
 
 
 def ranking_shift(run_dirs: Iterable[str | Path], allow_mixed: bool = False) -> tuple[pd.DataFrame, dict]:

@@ -17,6 +17,7 @@ reported and not asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,6 +109,11 @@ class CheckReport:
 
     def failures(self) -> list[Check]:
         return [c for c in self.checks if c.asserted and not c.passed]
+
+    def require_passed(self) -> None:
+        """Raise an ``AssertionError`` naming every asserted check that failed (the GPU check's verdict)."""
+        failed = self.failures()
+        assert not failed, f"scorer check failed: {[dataclasses.asdict(c) for c in failed]}"
 
 
 def _grey_levels(ours: torch.Tensor, ref: torch.Tensor, std) -> float:

@@ -89,14 +89,14 @@ class PRMeter:
     """
 
     def __init__(self, cfg: DictConfig, tasks: list[Task], on_task: Callable[[int, int], None] | None = None):
-        from cmbench.runs.evaluator import generation_settings
+        from cmbench.spec import generation_settings
 
         if not tasks:
             raise ConfigError(f"no calibration tasks in {cfg.data.root}")
         self.cfg = cfg
         self.tasks = tasks
         self.on_task = on_task
-        self.settings = generation_settings(cfg)
+        self.settings = generation_settings(cfg.generation)
         self.adapter = build_adapter(cfg.data)
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.backbone: Any = None
@@ -113,7 +113,7 @@ class PRMeter:
         from cmbench.runs.evaluator import encode_context
 
         if task.context_id not in self._latents:
-            self._latents[task.context_id] = encode_context(self.cfg, self.adapter, self.backbone, task)[1]
+            self._latents[task.context_id] = encode_context(self.cfg.backbone.context, self.adapter, self.backbone, task)[1]
         return self._latents[task.context_id]
 
     def task_prs(self, method: Method) -> list[float]:

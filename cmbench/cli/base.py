@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, user_config_dirs
+from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, search_path_overrides
 from cmbench.errors import CMBenchError, ConfigError
 from cmbench.registry import Registry, import_object
 
@@ -109,9 +109,11 @@ def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
     # Hydra's parser wants its flags (-m, --cfg job, ...) before the overrides; users put them anywhere
     flags = [o for o in overrides if o in SWEEP_FLAGS]
     rest = knob_overrides([o for o in overrides if o not in flags])
-    extra = user_config_dirs()
-    if extra:
-        rest = [f"hydra.searchpath=[{','.join(f'file://{p}' for p in extra)}]", *rest]
+    try:
+        rest = [*search_path_overrides(), *rest]
+    except CMBenchError as err:
+        error(str(err))
+        return [Job(1, None)]
     saved = sys.argv
     sys.argv = [saved[0] if saved else "cmbench", *flags, *rest]
     try:

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from cmbench.config_paths import to_dict
 
-from cmbench.runs.evaluator import generation_settings
+from cmbench.spec import generation_settings
 from cmbench.method_check import check_method, format_results
 
 
@@ -24,7 +24,7 @@ def execute(cfg: DictConfig) -> int:
     results = check_method(method_cfg, seed=int(knobs.get("seed", 0)),
                            context_chunks=int(knobs.get("context_chunks", 6)),
                            continuation_chunks=int(knobs.get("continuation_chunks", 4)),
-                           settings=generation_settings(cfg))
+                           settings=generation_settings(cfg.generation))
     print(f"method {cfg.method.get('name') or cfg.method.get('_target_')}: contract checks on a random tiny model")
     print(format_results(results))
     failed = [r.name for r in results if not r.passed]

@@ -77,8 +77,9 @@ def _board_row(run_dir: Path) -> dict[str, Any]:
 def _run(cfg: DictConfig) -> Path:
     from cmbench.cli.run import code_messages
     from cmbench.runs.experiment import run_experiment
+    from cmbench.spec import resolve_run
 
-    done = run_experiment(cfg)
+    done = run_experiment(resolve_run(cfg))
     for line in code_messages(done):
         print(line)
     s = done.summary
@@ -93,7 +94,7 @@ def execute(cfg: DictConfig) -> int:
     import pandas as pd
 
     from cmbench.report.curves import AREA_FILE, CURVE_COLUMNS, CURVES_FILE, PLOT_FILE, write_curves
-    from cmbench.runs.experiment import data_dir
+    from cmbench.spec import data_dir
 
     names, targets, options = curve_methods(cfg), curve_targets(cfg), calibration_options(cfg)
     configs = {name: method_option(cfg, name) for name in names}

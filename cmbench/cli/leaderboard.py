@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cmbench.errors import ConfigError
+from cmbench.spec import RunSpec
 
 
 def comparison_labels(cfg: DictConfig, key: str) -> Any:
@@ -34,7 +35,7 @@ def comparison_labels(cfg: DictConfig, key: str) -> Any:
 
 def find_run_dirs(cfg: DictConfig) -> list[Path]:
     """``cfg.runs`` when given, else every run directory (one with records) under ``<out_dir>/<data>/``."""
-    from cmbench.runs.experiment import data_dir
+    from cmbench.spec import data_dir
 
     base = data_dir(cfg)
     return [Path(str(r)) for r in cfg.runs or []] or sorted(
@@ -42,18 +43,17 @@ def find_run_dirs(cfg: DictConfig) -> list[Path]:
     )
 
 
-def selected_task_ids(configs: list[DictConfig]) -> list[str]:
-    """The tasks the runs of ``configs`` selected (``task_ids`` / ``subset`` / ``limit``), in manifest order."""
+def selected_task_ids(specs: list[RunSpec]) -> list[str]:
+    """The tasks the runs of ``specs`` selected (``task_ids`` / ``subset`` / ``limit``), in manifest order."""
     from cmbench.data import load_manifest
-    from cmbench.runs.experiment import run_options
     from cmbench.runs.runner import select_tasks
 
     chosen: dict[str, None] = {}
-    for cfg in configs:
-        options = run_options(cfg)
-        tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
+    for spec in specs:
+        tasks = load_manifest(str(spec.data.root), spec.data.manifest)
+        sel = spec.selection
         chosen.update(dict.fromkeys(t.task_id for t in select_tasks(
-            tasks, task_ids=options.task_ids, limit=options.limit, seed=options.sample_seed)))
+            tasks, task_ids=sel.task_ids, limit=sel.limit, seed=sel.sample_seed)))
     return list(chosen)
 
 
@@ -61,7 +61,7 @@ def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids:
     """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``);
     with ``task_ids``, over the records of those tasks only (a sweep's board: :func:`selected_task_ids`)."""
     from cmbench.report import write_reports
-    from cmbench.runs.experiment import data_dir
+    from cmbench.spec import data_dir
 
     runs = runs or find_run_dirs(cfg)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))

@@ -5,19 +5,39 @@ from __future__ import annotations
 import sys
 
 from cmbench.config_paths import GROUPS, group_entries
+from cmbench.errors import CMBenchError
+
+
+def entries(group: str) -> dict[str, dict[str, str]]:
+    """The configs of ``group`` as ``ls`` lists them: methods document themselves in their class."""
+    if group == "method":
+        from cmbench.methods.registry import config_doc
+
+        return group_entries(group, config_doc)
+    return group_entries(group)
 
 
 def execute(args: list[str]) -> int:
-    """Print the entries of the named groups (all groups when none is named)."""
+    """Print the entries of the named groups (all groups when none is named); exit 1 when a config
+    folder cannot be used or a yaml in it does not parse (each named on stderr, the rest still listed)."""
     unknown = [g for g in args if g not in GROUPS]
     if unknown:
         print(f"cmbench ls: unknown group(s) {', '.join(unknown)}; groups are {', '.join(GROUPS)}", file=sys.stderr)
         return 2
+    problems = []
     for group in args or GROUPS:
-        found = group_entries(group)
+        try:
+            found = entries(group)
+        except CMBenchError as err:
+            print(f"cmbench ls: error: {err}", file=sys.stderr)
+            return 1
         print(f"{group}/ ({len(found)})")
         width = max((len(n) for n in found), default=0)
         for name, info in found.items():
             paper = f"  [{info['paper']}]" if info["paper"] else ""
             print(f"  {name.ljust(width)}  {info['description']}{paper}")
-    return 0
+            if "error" in info:
+                problems.append(info["error"])
+    for problem in problems:
+        print(f"cmbench ls: error: {problem}", file=sys.stderr)
+    return 1 if problems else 0

@@ -22,7 +22,7 @@ def execute(cfg: DictConfig) -> int:
     """Build the report (and its screenshot) and print where it is, its size and how long it took."""
     from cmbench.report.html import build_report
     from cmbench.report.leaderboard import find_curves
-    from cmbench.runs.experiment import data_dir
+    from cmbench.spec import data_dir
 
     out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
     board = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))

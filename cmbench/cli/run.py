@@ -1,7 +1,8 @@
 """``python -m cmbench run``: one method over the selected tasks; ``-m`` sweeps end with the leaderboard.
 
-Selection (``limit``, ``task_ids``), sharding (``shard.count`` / ``shard.index`` or torchrun's
-``WORLD_SIZE`` / ``RANK``) and the run directory are described in :mod:`cmbench.runs.experiment`.
+The composed config is resolved and checked once (:func:`cmbench.spec.resolve_run`: every knob, the
+method, selection, sharding (``shard.count`` / ``shard.index`` or torchrun's ``WORLD_SIZE`` / ``RANK``)
+and the run directory), then run by :func:`cmbench.runs.experiment.run_experiment`.
 Tasks whose records came from other code (an edited method, CMBench or weights) are computed again
 and the run says so; with ``keep_other_code=true`` they are kept and the run warns, naming them.
 """
@@ -12,8 +13,10 @@ import sys
 
 from omegaconf import DictConfig
 
-from cmbench.runs.experiment import ExperimentResult, run_dir_for, run_experiment
+from cmbench.calibration.target_pr import resolve_target_pr
+from cmbench.runs.experiment import ExperimentResult, run_experiment
 from cmbench.runs.identity import changed_parts, describe_changes
+from cmbench.spec import resolve_run
 
 
 def _ids(task_ids: list[str], most: int = 10) -> str:
@@ -36,7 +39,8 @@ def code_messages(done: ExperimentResult) -> list[str]:
 
 def execute(cfg: DictConfig) -> int:
     """Run and print one line of results; exit 3 when some task failed."""
-    done = run_experiment(cfg)
+    target = resolve_target_pr(cfg)  # method.target_pr -> the method's calibrated knob, before anything reads it
+    done = run_experiment(resolve_run(target.cfg, target.record_fields()))
     summary, result = done.summary, done.result
     for line in code_messages(done):
         print(line, file=sys.stderr)
@@ -56,8 +60,9 @@ def after_sweep(configs: list[DictConfig]) -> int:
     """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote, on the tasks the
     sweep ran (a run directory may hold more from earlier runs); the seeds of one setup, ``-m
     seed=2,3,4``, are one row."""
-    from cmbench.calibration.target_pr import resolve_target_pr
     from cmbench.cli.leaderboard import selected_task_ids, write_leaderboard
 
-    dirs = (run_dir_for(resolve_target_pr(c, verbose=False).cfg) for c in configs)  # calibrations: cached by the jobs
-    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(dirs)), task_ids=selected_task_ids(configs))
+    # calibrations are cached by the jobs, so resolving each target again measures nothing
+    specs = [resolve_run(t.cfg, t.record_fields()) for t in (resolve_target_pr(c, verbose=False) for c in configs)]
+    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(s.run_dir for s in specs)),
+                             task_ids=selected_task_ids(specs))

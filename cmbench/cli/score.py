@@ -33,8 +33,8 @@ from cmbench.config_paths import to_dict
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
+from cmbench.lock import RunFolderError
 from cmbench.runs import atomic
-from cmbench.runs.lock import RunFolderError
 from cmbench.runs.paths import videos_label
 from cmbench.runs.records import metric_name
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, check_output, score_folder

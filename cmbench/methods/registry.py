@@ -93,28 +93,30 @@ def build_method(cfg: Mapping[str, Any]) -> Method:
         )
     try:
         return cls(**{k: _plain(v) for k, v in cfg.items()})
-    except TypeError as err:
+    except (TypeError, ValueError) as err:  # a knob of the wrong shape (``keep_counts=abc``)
         raise ConfigError(f"method {cls.name!r}: {err}") from err
 
 
-def full_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The complete config of the method ``cfg`` builds: its name (or ``_target_``) and every knob.
+def full_method_config(cfg: Mapping[str, Any], method: Method | None = None) -> dict[str, Any]:
+    """The complete config of the method ``cfg`` builds (``method``, when already built from it): its
+    name (or ``_target_``) and every knob.
 
     A yaml lists only what differs from the class; this is what a run's identity and records need.
     """
-    method = build_method(cfg)
+    method = method if method is not None else build_method(cfg)
     head = {"_target_": str(cfg["_target_"])} if cfg.get("_target_") else {}
     return {**head, "name": method.name or str(cfg.get("name", "")), **method.knobs()}
 
 
-def canonical_method_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def canonical_method_config(cfg: Mapping[str, Any], method: Method | None = None) -> dict[str, Any]:
     """One config per method setting, however it was spelled (a yaml, overrides, a built instance):
     the ``name`` (and ``_target_``) plus only the knobs whose value differs from the class default.
 
     What a run's identity hashes: spelling a default out does not make another run, and a changed
-    class default is caught by the code identity instead (the method's source).
+    class default is caught by the code identity instead (the method's source). ``method``: the
+    method already built from ``cfg``.
     """
-    method = build_method(cfg)
+    method = method if method is not None else build_method(cfg)
     defaults = {}
     for f in dataclasses.fields(method):
         if f.init and f.default is not dataclasses.MISSING:

@@ -43,7 +43,7 @@ from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocat
 from cmbench.miniworld.readers import EXTENSION
 from cmbench.miniworld.render import object_boxes, object_masks, render_video, visible_fraction
 from cmbench.miniworld.scene import FRAME, SOURCES, Scene, check_width, scene_from_seed
-from cmbench.runs.lock import RunLock
+from cmbench.lock import RunLock
 
 BUILD_VERSION = 1  # bump when the generator changes what a given config produces
 ID_PREFIX = {"synthetic": "syn", "real": "real"}

@@ -27,9 +27,11 @@ import yaml
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.runs.labels import knob_text
-from cmbench.runs.lock import active_writer
+from cmbench.lock import active_writer
 from cmbench.runs.paths import videos_label
-from cmbench.runs.records import FIELD_NAMES, REFERENCE_AGGREGATIONS, RUN_FILE, aggregate_references, read_task_records
+from cmbench.config_schema import REFERENCE_AGGREGATIONS
+from cmbench.runs.records import FIELD_NAMES, RUN_FILE, read_task_records
+from cmbench.scoring.aggregation import aggregate_references
 
 UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
 NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "calibration_pr", "context_pr", "kept_tokens",

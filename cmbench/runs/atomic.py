@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cmbench.errors import CMBenchError
-from cmbench.runs.lock import process_alive
+from cmbench.lock import process_alive
 
 TMP_SUFFIX = ".tmp"
 

@@ -15,70 +15,50 @@ the method left (FLOPs and keys read per generated token): a cost no machine loa
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Hashable
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from cmbench.backbones.base import decode_continuation, prefill_key
 from cmbench.backbones.loading import build_backbone
 from cmbench.backbones.memory.run_plan import plan_run
-from cmbench.config_paths import to_dict
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
 from cmbench.data.video import read_video, write_lossless_video
-from cmbench.generation import (
-    GenerationSettings,
-    PrefilledContext,
-    check_settings,
-    continue_task,
-    prefill,
-)
+from cmbench.generation import PrefilledContext, check_settings, continue_task, prefill
 from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
-from cmbench.generation.sampler import FlowMatchSampler
+from cmbench.config_schema import SCORE_SOURCES
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
-from cmbench.methods.registry import build_method
+from cmbench.methods.base import Method
 from cmbench.runs.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer
+from cmbench.spec import DataSpec, GenerationSpec, RunSpec
 
 
-SCORE_SOURCES = ("frames", "mp4")  # what a run scores: the decoded frames, or their saved mp4 (the authors')
-
-
-def generation_settings(cfg: DictConfig) -> GenerationSettings:
-    """The loop's shared knobs from ``cfg.generation``."""
-    g = cfg.generation
-    return GenerationSettings(
-        sampler=FlowMatchSampler(timesteps=tuple(g.timesteps), stochastic=bool(g.stochastic)),
-        reindex=bool(g.rope_reindex),
-        reindex_recent=int(g.reindex_recent),
-        reindex_virtual_length=float(g.reindex_virtual_length),
-    )
-
-
-def context_shape(cfg: DictConfig, backbone) -> ContextShape:
-    """How ``backbone`` wants its context (``cfg.backbone.context`` and the chunk size)."""
-    ctx = cfg.backbone.context
-    return ContextShape(fps=float(ctx.fps), height=int(ctx.height), width=int(ctx.width),
+def context_shape(context: Mapping[str, Any], backbone) -> ContextShape:
+    """How ``backbone`` wants its context: the backbone config's ``context`` block and the chunk size."""
+    return ContextShape(fps=float(context["fps"]), height=int(context["height"]), width=int(context["width"]),
                         chunk_latent_frames=backbone.geometry.chunk_frames,
-                        temporal_stride=int(ctx.get("temporal_stride", 4)))
+                        temporal_stride=int(context.get("temporal_stride", 4)))
 
 
-def encode_context(cfg: DictConfig, adapter, backbone, task: Task) -> tuple[ContextFrames, torch.Tensor]:
-    """Read ``task``'s context through the dataset adapter and encode it.
+def encode_context(context: Mapping[str, Any], adapter, backbone, task: Task) -> tuple[ContextFrames, torch.Tensor]:
+    """Read ``task``'s context through the dataset adapter and encode it (``context``: the backbone
+    config's ``context`` block).
 
     Returns
     -------
     (ContextFrames, Tensor of shape ``[1, C, q0, h, w]``): the frames as read and their latents.
     """
-    context = adapter.context(task, context_shape(cfg, backbone))
-    return context, backbone.encode(torch.from_numpy(np.ascontiguousarray(context.frames)))
+    frames = adapter.context(task, context_shape(context, backbone))
+    return frames, backbone.encode(torch.from_numpy(np.ascontiguousarray(frames.frames)))
 
 
 @dataclass
@@ -96,41 +76,74 @@ class PreparedContext:
     key: Hashable = None  # prefill_key of ``prefilled``
 
 
+@dataclass(frozen=True)
+class VideoOutput:
+    """Where and how continuations are saved.
+
+    Attributes
+    ----------
+    run_dir : Path
+        ``videos/`` go here.
+    fps : float
+    lossless_max_pixels : int
+        Also write a lossless copy when a frame has at most this many pixels.
+    """
+
+    run_dir: Path
+    fps: float
+    lossless_max_pixels: int = 0
+
+
 class ModelEvaluator:
-    """Backbone + method + scorer built from a run config.
+    """Backbone + method + scorer of a run (the typed pieces of :class:`cmbench.spec.RunSpec`).
 
     Parameters
     ----------
-    cfg : DictConfig
-        The root config (``data``, ``backbone``, ``method``, ``scorer``, ``generation``, ``seed``,
-        ``save_videos``, ``lossless_max_pixels``).
-    run_dir : Path
-        Where ``videos/`` go (when ``save_videos``).
+    method : Method
+        Built and checked (:func:`cmbench.spec.resolve_run`).
+    generation : GenerationSpec
+    data : DataSpec
+        Its adapter reads contexts and references.
+    backbone, scorer : mapping
+        The resolved backbone and scorer configs.
+    seed : int
+        The global seed (a context's prefill seed derives from it).
+    videos : VideoOutput or None
+        Save each continuation (None: do not).
 
     Raises
     ------
     ConfigError
-        A method knob the method rejects, before anything heavy is built.
+        A memory plan that does not fit, a bad scorer or backbone config, before anything heavy is built.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path):
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.method = build_method(to_dict(cfg.method))  # first: its knob checks fail fast
-        self.settings = generation_settings(cfg)
+    def __init__(self, method: Method, generation: GenerationSpec, data: DataSpec, backbone: Mapping[str, Any],
+                 scorer: Mapping[str, Any], *, seed: int, videos: VideoOutput | None = None,
+                 score_source: str = "frames"):
+        self.method = method
+        self.settings = generation.settings
         check_settings(self.method, self.settings)
-        self.memory = plan_run(cfg, self.method)  # before loading anything: offloads, or a refusal with numbers
-        scorer_cfg = to_dict(cfg.scorer)
-        self.scorer = build_scorer(scorer_cfg)
-        self.metric = metric_name(scorer_cfg)
-        self.adapter = build_adapter(cfg.data)
+        # before loading anything: offloads, or a refusal with numbers
+        self.memory = plan_run({"backbone": backbone, "data": data.config, "scorer": scorer,
+                                "generation": {"continuation_frames": generation.continuation_frames}}, self.method)
+        self.scorer = build_scorer(scorer)
+        self.metric = metric_name(scorer)
+        self.adapter = build_adapter(data.config)
         self.backbone = build_backbone(self.memory.backbone_config)
-        self.continuation_frames = int(cfg.generation.continuation_frames)
-        self.save_videos = bool(cfg.save_videos)
-        self.lossless_max_pixels = int(cfg.get("lossless_max_pixels") or 0)
-        self.score_source = str(cfg.get("score_source") or "frames")
-        if self.score_source not in SCORE_SOURCES:
-            raise ConfigError(f"score_source must be one of {', '.join(SCORE_SOURCES)}, got {self.score_source!r}")
+        self.context = backbone["context"]
+        self.continuation_frames = generation.continuation_frames
+        self.seed = seed
+        self.videos = videos
+        self.fps = data.fps
+        if score_source not in SCORE_SOURCES:
+            raise ConfigError(f"score_source must be one of {', '.join(SCORE_SOURCES)}, got {score_source!r}")
+        self.score_source = score_source
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec, videos: VideoOutput | None = None) -> ModelEvaluator:
+        """The evaluator of a resolved run (:func:`cmbench.spec.resolve_run`)."""
+        return cls(spec.method, spec.generation, spec.data, spec.backbone, spec.scorer, seed=spec.selection.seed,
+                   videos=videos, score_source=spec.score_source)
 
     @property
     def scorer_hash(self) -> str:
@@ -138,11 +151,11 @@ class ModelEvaluator:
 
     def context_shape(self) -> ContextShape:
         """How this backbone wants its context (``backbone.context`` and the chunk size)."""
-        return context_shape(self.cfg, self.backbone)
+        return context_shape(self.context, self.backbone)
 
     def prepare(self, tasks: list[Task]) -> PreparedContext:
         """Read and encode the context of ``tasks`` (one context), and prefill it for the first task."""
-        context, latents = encode_context(self.cfg, self.adapter, self.backbone, tasks[0])
+        context, latents = encode_context(self.context, self.adapter, self.backbone, tasks[0])
         prepared = PreparedContext(context, latents)
         self.prefilled_for(tasks[0], self.backbone.condition(tasks[0]), prepared)
         return prepared
@@ -153,7 +166,7 @@ class ModelEvaluator:
         key = prefill_key(self.backbone, cond, int(prepared.context_latents.shape[2]), task.task_id)
         if prepared.prefilled is None or prepared.key != key:
             prepared.prefilled = None  # free the previous prefill before building the next
-            seed = task_seed(int(self.cfg.seed), task.context_id)
+            seed = task_seed(self.seed, task.context_id)
             prefilled = prefill(self.backbone, self.method, prepared.context_latents, cond, seed, self.settings)
             self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)
             prepared.prefilled, prepared.key = prefilled, key
@@ -172,10 +185,10 @@ class ModelEvaluator:
         -------
         ndarray, ``uint8 [F, H, W, 3]``: decoded from the mp4.
         """
-        if self.save_videos:
-            return read_video(inside(self.run_dir, "videos", f"{task.task_id}.mp4"))[0]
-        with tempfile.TemporaryDirectory(dir=self.run_dir) as tmp:
-            path = write_video(Path(tmp) / "continuation.mp4", frames, float(self.cfg.data.fps))
+        if self.videos is not None:
+            return read_video(inside(self.videos.run_dir, "videos", f"{task.task_id}.mp4"))[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_video(Path(tmp) / "continuation.mp4", frames, self.fps)
             return read_video(path)[0]
 
     def save(self, task: Task, frames: np.ndarray) -> str | None:
@@ -188,13 +201,13 @@ class ModelEvaluator:
         ----------
         frames : ndarray, ``uint8 [F, H, W, 3]``
         """
-        if not self.save_videos:
+        out = self.videos
+        if out is None:
             return None
-        fps = float(self.cfg.data.fps)
-        write_video(inside(self.run_dir, "videos", f"{task.task_id}.mp4"), frames, fps)
-        if self.score_source == "mp4" or frames.shape[1] * frames.shape[2] > self.lossless_max_pixels:
+        write_video(inside(out.run_dir, "videos", f"{task.task_id}.mp4"), frames, out.fps)
+        if self.score_source == "mp4" or frames.shape[1] * frames.shape[2] > out.lossless_max_pixels:
             return f"videos/{task.task_id}.mp4"
-        write_lossless_video(inside(self.run_dir, "videos", f"{task.task_id}.mkv"), frames, fps)
+        write_lossless_video(inside(out.run_dir, "videos", f"{task.task_id}.mkv"), frames, out.fps)
         return f"videos/{task.task_id}.mkv"
 
     def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A run has two identities, kept apart on purpose (docs/runs.md):
 
-- its **config** names the run directory (:func:`cmbench.runs.experiment.run_dir_for`): a different
+- its **config** names the run directory (:func:`cmbench.spec.run_dir_for`): a different
   knob is a different run, and the folder is where a user keeps or deletes results;
 - its **code** is stamped on every record (:func:`code_identity`: ``code`` with one hash per part,
   ``code_hash`` over them). A rerun recomputes every task whose record carries another ``code_hash``
@@ -59,14 +59,14 @@ from cmbench.config_paths import PACKAGE_ROOT
 from cmbench.hashing import file_hash, json_digest
 
 RESULT_CODE = ("backbones", "cache", "data", "generation", "methods", "miniworld", "scoring", "hashing.py",
-               "runs/evaluator.py")
+               "runs/evaluator.py", "spec.py")
 """Package folders and modules whose code decides a record's numbers (paths relative to the package)."""
 
 HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "calibration", "cli", "config_paths.py",
-                "config_schema.py", "doc_examples.py", "errors.py", "method_check.py", "provenance.py", "registry.py",
-                "shipped.py",
+                "config_schema.py", "doc_examples.py", "errors.py", "lock.py", "method_check.py", "provenance.py",
+                "registry.py", "shipped.py",
                 "report",
-                "runs/__init__.py", "runs/experiment.py", "runs/identity.py", "runs/labels.py", "runs/lock.py",
+                "runs/__init__.py", "runs/experiment.py", "runs/identity.py", "runs/labels.py",
                 "runs/paths.py", "runs/progress.py", "runs/records.py", "runs/runner.py", "runs/score_videos.py",
                 "runs/summary.py")
 """The rest of the package: it selects, runs, stores and reports, and never changes a number.

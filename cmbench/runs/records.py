@@ -41,7 +41,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from cmbench.config_schema import REFERENCE_AGGREGATIONS
 from cmbench.errors import CMBenchError
+from cmbench.scoring.aggregation import reference_aggregates
 
 SCHEMA_VERSION = 4
 RECORDS = "records.jsonl"
@@ -50,7 +52,6 @@ RECORDS_GLOB = "records*.jsonl"
 RUN_FILE = "run.json"  # a run directory's current label and code identity (cmbench.runs.experiment)
 STATUSES = ("ok", "failed")
 KINDS = ("run", "score")
-REFERENCE_AGGREGATIONS = ("mean", "max")  # how a task's score combines its references' best scores
 DINO_METRIC = "DINO"
 DINO_EMBEDDERS = ("dinov2",)  # embedder backends whose cosine is the paper's DINO score
 
@@ -304,7 +305,24 @@ def record_problem(record: TaskRecord) -> str | None:
         return f"seed: is {record.seed!r}, expected an integer"
     if record.best_frame is not None and record.n_frames is not None and not 0 <= record.best_frame < record.n_frames:
         return f"best_frame: is {record.best_frame}, expected an index below n_frames={record.n_frames}"
+    for f in dataclasses.fields(record):
+        where = _non_finite(getattr(record, f.name), f.name)
+        if where:
+            return f"{where}: is not a finite number (records are strict JSON: no NaN or infinity)"
     return _reference_problem(record)
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where a NaN or an infinity sits in a field's value (``similarities[3]``), or None."""
+    if isinstance(value, (float, np.floating)):
+        return None if math.isfinite(float(value)) else where
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return next((w for k, v in value.items() if (w := _non_finite(v, f"{where}.{k}"))), None)
+    if isinstance(value, (list, tuple)):
+        return next((w for i, v in enumerate(value) if (w := _non_finite(v, f"{where}[{i}]"))), None)
+    return None
 
 
 def _reference_problem(record: TaskRecord) -> str | None:
@@ -344,24 +362,6 @@ def metric_name(scorer_config: Mapping[str, Any]) -> str:
     if str(embedder.get("backend", "")) in DINO_EMBEDDERS:
         return DINO_METRIC
     return str(scorer_config.get("name") or "score")
-
-
-def aggregate_references(reference_scores: Any, how: str) -> float:
-    """A task score from its references' best scores: their ``mean`` or their ``max``
-    (:data:`REFERENCE_AGGREGATIONS`); 0 when there is none."""
-    scores = [float(s) for s in reference_scores]
-    if how not in REFERENCE_AGGREGATIONS:
-        raise ValueError(f"reference aggregation must be one of {', '.join(REFERENCE_AGGREGATIONS)}, got {how!r}")
-    if not scores:
-        return 0.0
-    return float(np.mean(scores)) if how == "mean" else float(np.max(scores))
-
-
-def reference_aggregates(reference_scores: Any) -> dict[str, float] | None:
-    """``{"mean": ..., "max": ...}`` of a record's ``reference_scores`` (None when it has none)."""
-    if reference_scores is None:
-        return None
-    return {how: aggregate_references(reference_scores, how) for how in REFERENCE_AGGREGATIONS}
 
 
 def scored_fields(task_score: Any) -> dict[str, Any]:
@@ -479,7 +479,7 @@ class RecordWriter:
 
     Opening the writer cuts a torn last line off its file (left by a process killed mid-write), so
     the task it belonged to simply runs again. One writer per file at a time: hold the folder's
-    :class:`cmbench.runs.lock.RunLock` while writing.
+    :class:`cmbench.lock.RunLock` while writing.
 
     Parameters
     ----------
@@ -521,7 +521,7 @@ class RecordWriter:
             record = TaskRecord.from_json(record)
         self._last_ns = max(time.time_ns(), self._last_ns + 1)
         record = dataclasses.replace(record, recorded_ns=self._last_ns)
-        line = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
+        line = (json.dumps(record.to_json(), sort_keys=True, allow_nan=False) + "\n").encode()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:

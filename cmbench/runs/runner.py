@@ -4,7 +4,7 @@ A run directory is named from the resolved config (a readable name plus a short 
 that changes a number), never from a timestamp, so rerunning the same command finds its records and
 skips what is finished. Records are appended one line per finished task, flushed and fsync'd: a run
 killed at any moment (SIGKILL included) and restarted ends with the records of an uninterrupted run.
-Each shard's records file is written under an exclusive lock (:class:`cmbench.runs.lock.RunLock`), so
+Each shard's records file is written under an exclusive lock (:class:`cmbench.lock.RunLock`), so
 two processes never run the same shard of one run directory at once.
 
 Every record carries the ``code_hash`` of the code that computed it (:mod:`cmbench.runs.identity`): a
@@ -35,8 +35,8 @@ import numpy as np
 from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
+from cmbench.lock import RunLock
 from cmbench.runs.identity import changed_parts, describe_changes
-from cmbench.runs.lock import RunLock
 from cmbench.runs.progress import Progress
 from cmbench.runs.records import RecordWriter, TaskRecord, latest_records, read_task_records, records_path
 

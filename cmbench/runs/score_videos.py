@@ -32,7 +32,7 @@ from cmbench.data import Task
 from cmbench.data.adapter import ContinuationShape, DatasetAdapter
 from cmbench.data.video import VideoReader, is_lossless
 from cmbench.runs import atomic
-from cmbench.runs.lock import RunFolderError, RunLock
+from cmbench.lock import RunFolderError, RunLock
 from cmbench.runs.records import (
     RUN_FILE,
     RecordsError,

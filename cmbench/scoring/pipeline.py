@@ -17,9 +17,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from cmbench.config_schema import REFERENCE_AGGREGATIONS
 from cmbench.data import Task
 from cmbench.hashing import frames_hash, json_digest
-from cmbench.runs.records import REFERENCE_AGGREGATIONS, aggregate_references
+from cmbench.scoring.aggregation import aggregate_references
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
 from cmbench.data.references import TaskReferences

@@ -13,8 +13,10 @@ headers; :data:`DEFAULT_CONTEXT_SECONDS` when they are not here) and ``assume_pr
 
 from __future__ import annotations
 
+import copy
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,11 +85,11 @@ def _longest_dataset_context(cfg: Any) -> tuple[int, float, str] | None:
     data = cfg.get("data") if hasattr(cfg, "get") else None
     if data is None:
         return None
-    manifest = Path(str(data.root)) / str(data.manifest)
+    manifest = Path(str(data["root"])) / str(data["manifest"])
     if not manifest.is_file():
         return None
     try:
-        tasks = load_manifest(str(data.root), str(data.manifest))
+        tasks = load_manifest(str(data["root"]), str(data["manifest"]))
         videos = {str(t.video_path) for t in tasks if getattr(t, "video_path", None) is not None}
         probes = [(probe_video(v)[:2], v) for v in sorted(videos) if Path(v).is_file()]
     except Exception:  # an unreadable dataset is `validate`'s business; plan with the default length
@@ -291,20 +293,28 @@ class RunPlan:
             cache.trim()
 
 
-def plan_run(cfg: DictConfig, method: Any) -> RunPlan:
+def plan_run(cfg: Mapping[str, Any], method: Any) -> RunPlan:
     """Plan before loading anything; apply the offloads or refuse with a :class:`ConfigError`.
+
+    Parameters
+    ----------
+    cfg : mapping
+        ``backbone``, ``data``, ``scorer`` and ``generation`` (``continuation_frames``) resolved, as
+        plain mappings or a root config.
+    method : Method
 
     Returns
     -------
     RunPlan
     """
-    backbone = cfg.backbone
+    backbone = cfg["backbone"]
     if not plans_memory(backbone):
         return RunPlan(None, backbone)
     plan = plan_for(cfg, method)
     if not plan.fits:
         raise ConfigError(refusal(plan))
-    applied = OmegaConf.to_container(backbone, resolve=True)
+    applied = OmegaConf.to_container(backbone, resolve=True) if isinstance(backbone, DictConfig) \
+        else copy.deepcopy(dict(backbone))
     assert isinstance(applied, dict)
     if "text_cpu" in plan.offloads:
         applied["text_device"] = "cpu"

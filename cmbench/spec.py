@@ -1,0 +1,495 @@
+"""The run spec: a run's configuration resolved and checked once, at the entrance, into typed pieces.
+
+``python -m cmbench run`` (:mod:`cmbench.cli.run`) and ``cmbench.evaluate`` (:mod:`cmbench.api`) compose
+the Hydra config, then call :func:`resolve_run` once. It turns the config into plain values (the only
+``OmegaConf`` -> ``dict`` conversion of a run), checks every knob of every group (types, ranges, finite
+numbers: one line naming the key and what is expected, before any data or model is loaded), builds the
+method once, and computes the run's identity (label, config hash, setup hash) and output paths.
+
+Everything below the entrance receives the typed pieces it needs (:class:`DataSpec`,
+:class:`GenerationSpec`, the :class:`~cmbench.methods.base.Method` instance, the backbone and scorer
+configs as plain mappings, :class:`Selection`, :class:`Outputs`, :class:`RunIdentity`), never the
+whole config::
+
+    cfg = compose(...)                       # Hydra: configs/ + CMBENCH_CONFIG_PATH + overrides
+    spec = resolve_run(cfg)                  # checked, frozen
+    run_experiment(spec)                     # cmbench.runs.experiment -> runner -> evaluator -> records
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig
+
+from cmbench.backbones.loading import backbone_loader
+from cmbench.config_paths import to_dict
+from cmbench.config_schema import (
+    BACKBONE_KEYS,
+    REFERENCE_AGGREGATIONS,
+    ROOT_KEYS,
+    SCORE_SOURCES,
+    SCORER_KEYS,
+    keys_with_role,
+)
+from cmbench.data.subsets import load_subset
+from cmbench.errors import ConfigError
+from cmbench.generation import GenerationSettings, check_settings
+from cmbench.generation.sampler import FlowMatchSampler
+from cmbench.hashing import config_hash
+from cmbench.methods.base import Method
+from cmbench.methods.registry import build_method, canonical_method_config, full_method_config
+from cmbench.runs.identity import CodeIdentity, code_identity, portable
+from cmbench.runs.labels import run_label
+from cmbench.runs.paths import path_component
+from cmbench.runs.runner import check_shard, shard_from_env
+
+# keys that choose which tasks run or how they are displayed, not what a task's record contains
+SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The dataset of a run.
+
+    Attributes
+    ----------
+    name : str
+    root : Path
+        Where the dataset is (``data.root``, read here and nowhere else in a run).
+    manifest : str
+        The manifest file, relative to ``root``.
+    fps : float
+        Frame rate of saved continuations (> 0).
+    config : dict
+        The whole ``data`` group (adapter and build knobs), for :func:`cmbench.data.adapter.build_adapter`.
+    """
+
+    name: str
+    root: Path
+    manifest: str
+    fps: float
+    config: dict[str, Any]
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / self.manifest
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """The AR loop's settings shared by every method, and the continuation length.
+
+    Attributes
+    ----------
+    settings : GenerationSettings
+    continuation_frames : int
+        Latent frames generated per task (>= 1).
+    """
+
+    settings: GenerationSettings
+    continuation_frames: int
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which tasks run, with which seeds, in which shard.
+
+    Attributes
+    ----------
+    seed : int
+        Global seed (>= 0); a task's seed derives from it and its id.
+    limit : int or None
+        A stratified sample of this many tasks (> 0), or all.
+    sample_seed : int
+        The seed of that sample (>= 0), not the run's: every ``seed`` of a sweep runs the same tasks.
+    task_ids : tuple of str or None
+        Exactly these tasks (``task_ids``, or the ids of the named ``subset``), or every task.
+    shard : (count, index)
+    keep_other_code : bool
+        Keep task records computed by other code instead of computing them again.
+    """
+
+    seed: int
+    limit: int | None
+    sample_seed: int
+    task_ids: tuple[str, ...] | None
+    shard: tuple[int, int]
+    keep_other_code: bool = False
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run writes and how it shows progress.
+
+    Attributes
+    ----------
+    out_dir : Path
+    run_dir : Path
+        ``<out_dir>/<data>/<method>__<backbone>__<scorer>__<config hash>``.
+    save_videos : bool
+    lossless_max_pixels : int
+        Also write a lossless video when a frame has at most this many pixels (0: never).
+    progress : bool
+        A progress bar; False: a line every ``progress_every`` tasks or ``progress_seconds`` seconds.
+    progress_every : int
+    progress_seconds : float
+    threads : int or None
+        torch CPU threads, or torch's default.
+    """
+
+    out_dir: Path
+    run_dir: Path
+    save_videos: bool
+    lossless_max_pixels: int
+    progress: bool
+    progress_every: int
+    progress_seconds: float
+    threads: int | None
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What names a run (docs/runs.md).
+
+    Attributes
+    ----------
+    label : str
+        The leaderboard name (display only).
+    config_hash : str
+        Hash of :attr:`result_config` (paths inside CMBench written relative to the package).
+    setup_hash : str
+        The same without the global ``seed``: equal for the seeds of one setup.
+    result_config : dict
+        The resolved config minus selection, display and runtime keys (the run's ``config.yaml``).
+    """
+
+    label: str
+    config_hash: str
+    setup_hash: str
+    result_config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run, resolved and checked (see the module docstring).
+
+    Attributes
+    ----------
+    data : DataSpec
+    backbone : dict
+        The resolved backbone config (its loader's ``_target_``, arguments, ``context``, ``memory``).
+    method : Method
+        The method, built once from :attr:`method_config`.
+    method_name : str
+        The method's config name (``method=<name>``, or the class's name for a class given by
+        ``_target_``): it names the run directory and the records' ``method``.
+    method_config : dict
+        The method's complete config: ``name`` (and ``_target_``) and every knob.
+    scorer : dict
+        The resolved scorer config.
+    generation : GenerationSpec
+    selection : Selection
+    outputs : Outputs
+    identity : RunIdentity
+    score_source : {"frames", "mp4"}
+        What is scored: the decoded frames, or their saved mp4 decoded again (as the authors score).
+    target_fields : dict
+        ``target_pr`` and ``calibration_pr`` for every record: the calibrated target of
+        ``method.target_pr`` (resolved at the entrance by
+        :func:`cmbench.calibration.target_pr.resolve_target_pr`), or a quota's ``quota_pr``.
+    """
+
+    data: DataSpec
+    backbone: dict[str, Any]
+    method: Method
+    method_name: str
+    method_config: dict[str, Any]
+    scorer: dict[str, Any]
+    generation: GenerationSpec
+    selection: Selection
+    outputs: Outputs
+    identity: RunIdentity
+    score_source: str = "frames"
+    target_fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.outputs.run_dir
+
+    def code_identity(self, scorer_hash: str | None) -> CodeIdentity:
+        """The code identity of this run (:func:`cmbench.runs.identity.code_identity`); call once the data
+        is present (the manifest is part of it)."""
+        return code_identity(type(self.method), self.backbone, self.data.manifest_path, scorer_hash)
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_finite(value: Any, key: str) -> None:
+    """Refuse NaN and infinity anywhere in a config value (nested mappings and lists too).
+
+    Raises
+    ------
+    ConfigError
+        ``<key>=nan: expected a finite number``.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}={value!r}: expected a finite number")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_finite(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_finite(v, f"{key}[{i}]")
+
+
+def whole(value: Any, key: str, minimum: int, optional: bool = False, what: str | None = None) -> int | None:
+    """``value`` as a whole number >= ``minimum`` (``None`` allowed when ``optional``), or a one-line error
+    ``<key>=<value>: expected <what>``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key}={value!r}: expected "
+                          f"{what or f'a whole number >= {minimum}' + (' (or null)' if optional else '')}")
+    return value
+
+
+def positive(value: Any, key: str, minimum: float = 0.0, strict: bool = True, what: str | None = None) -> float:
+    """``value`` as a finite number > ``minimum`` (>= with ``strict=False``), or a one-line error."""
+    ok = _number(value) and math.isfinite(value) and (value > minimum if strict else value >= minimum)
+    if not ok:
+        bound = (">" if strict else ">=") + f" {minimum:g}"
+        raise ConfigError(f"{key}={value!r}: expected {what or 'a finite number ' + bound}")
+    return float(value)
+
+
+def flag(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+    return value
+
+
+def _name(group: Mapping[str, Any], key: str) -> str:
+    name = group.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{key}: the config has no name (add `name: <file name>` to its yaml)")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+def generation_settings(generation: Mapping[str, Any]) -> GenerationSettings:
+    """The loop's shared knobs from a ``generation`` block, checked.
+
+    Raises
+    ------
+    ConfigError
+        A timestep outside (0, 1000], a negative ``reindex_recent``, a ``reindex_virtual_length`` that
+        is not a finite number > 0, a non-boolean flag.
+    """
+    if isinstance(generation, DictConfig):
+        generation = to_dict(generation)
+    check_finite(dict(generation), "generation")
+    steps = generation.get("timesteps")
+    if not isinstance(steps, (list, tuple)) or not steps or not all(
+            _number(t) and math.isfinite(t) and 0 < t <= 1000 for t in steps):
+        raise ConfigError(f"generation.timesteps={steps!r}: expected a list of numbers in (0, 1000]")
+    return GenerationSettings(
+        sampler=FlowMatchSampler(timesteps=tuple(steps),
+                                 stochastic=flag(generation.get("stochastic"), "generation.stochastic")),
+        reindex=flag(generation.get("rope_reindex"), "generation.rope_reindex"),
+        reindex_recent=whole(generation.get("reindex_recent"), "generation.reindex_recent", 0) or 0,
+        reindex_virtual_length=positive(generation.get("reindex_virtual_length"),
+                                        "generation.reindex_virtual_length"),
+    )
+
+
+def generation_spec(generation: Mapping[str, Any]) -> GenerationSpec:
+    """:func:`generation_settings` and the continuation length."""
+    frames = whole(generation.get("continuation_frames"), "generation.continuation_frames", 1)
+    return GenerationSpec(generation_settings(generation), int(frames or 1))
+
+
+def data_spec(data: Mapping[str, Any]) -> DataSpec:
+    """The ``data`` group, checked (name, root, manifest, frame rate and frame size)."""
+    name = _name(data, "data")
+    for key in ("root", "manifest"):
+        if not isinstance(data.get(key), str) or not data.get(key):
+            raise ConfigError(f"data.{key}={data.get(key)!r}: expected a path")
+    for key in ("height", "width"):
+        if key in data:
+            whole(data[key], f"data.{key}", 1)
+    return DataSpec(name=name, root=Path(data["root"]), manifest=str(data["manifest"]),
+                    fps=positive(data.get("fps"), "data.fps"), config=dict(data))
+
+
+def check_backbone(backbone: Mapping[str, Any]) -> None:
+    """The keys of a backbone config CMBench reads: ``name``, ``_target_`` (what it makes, checked without
+    calling it) and the ``context`` block."""
+    name = _name(backbone, "backbone")
+    backbone_loader(backbone)
+    context = backbone.get("context")
+    if not isinstance(context, Mapping):
+        raise ConfigError(f"backbone {name!r}: config needs a context block (fps, height, width)")
+    positive(context.get("fps"), "backbone.context.fps")
+    for key in ("height", "width"):
+        whole(context.get(key), f"backbone.context.{key}", 1)
+    if "temporal_stride" in context:
+        whole(context["temporal_stride"], "backbone.context.temporal_stride", 1)
+
+
+def check_scorer(scorer: Mapping[str, Any]) -> None:
+    """The scorer knobs CMBench reads before building it (the stages check their own)."""
+    _name(scorer, "scorer")
+    if "batch_size" in scorer:
+        whole(scorer["batch_size"], "scorer.batch_size", 1)
+    if "min_box_size" in scorer:
+        positive(scorer["min_box_size"], "scorer.min_box_size", strict=False)
+    aggregation = scorer.get("reference_aggregation", "mean")
+    if aggregation not in REFERENCE_AGGREGATIONS:
+        raise ConfigError(f"scorer.reference_aggregation={aggregation!r}: expected one of "
+                          f"{', '.join(REFERENCE_AGGREGATIONS)}")
+
+
+def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
+    """Read and check ``seed``, ``limit``, ``sample_seed``, ``task_ids`` / ``subset``, ``shard`` (or
+    torchrun's ``WORLD_SIZE`` / ``RANK``) and ``keep_other_code``.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the knob, its value and what is expected.
+    """
+    ids = cfg.get("task_ids")
+    if isinstance(ids, str):
+        ids = [ids]
+    elif ids is not None and not isinstance(ids, (list, tuple, ListConfig)):
+        raise ConfigError(f"task_ids={ids!r}: expected a list of task ids, e.g. task_ids=[syn_001_reappear_01]")
+    subset_name = cfg.get("subset")
+    if subset_name is not None:
+        if ids is not None:
+            raise ConfigError(f"subset={subset_name} and task_ids both select tasks: set one of them")
+        subset = load_subset(str(subset_name))
+        if subset.dataset != data_name:
+            raise ConfigError(f"subset={subset_name} lists {subset.dataset} tasks ({subset.path}), not {data_name}'s")
+        ids = list(subset.task_ids)
+    shard_cfg = cfg.get("shard") or {}
+    try:
+        shard = shard_from_env(int(shard_cfg.get("count", 1)), int(shard_cfg.get("index", 0)))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"shard.count / shard.index (or WORLD_SIZE / RANK): expected whole numbers ({err})") from err
+    check_shard(*shard)
+    return Selection(
+        seed=whole(cfg.get("seed"), "seed", 0) or 0,
+        limit=whole(cfg.get("limit"), "limit", 1, optional=True,
+                    what="a positive whole number of tasks (or null for all)"),
+        sample_seed=whole(cfg.get("sample_seed", 0), "sample_seed", 0) or 0,
+        task_ids=None if ids is None else tuple(str(i) for i in ids),
+        shard=shard,
+        keep_other_code=flag(cfg.get("keep_other_code", False), "keep_other_code"),
+    )
+
+
+def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dict[str, Any]:
+    """The resolved config minus task selection, display and where components run: what changes a record
+    (the method as its name and the knobs that differ from its class, :func:`canonical_method_config`;
+    ``method``: the method already built from ``plain["method"]``).
+
+    Root keys of role ``selection`` go, and so do the ``runtime`` keys of the backbone and the scorer
+    (memory offloads, scorer device, batch size, cache folder; the scorer's effective precision is in
+    its own hash, which every record carries).
+    """
+    out = {k: v for k, v in plain.items() if k not in SELECTION_KEYS and k != "hydra"}
+    for group, schema in (("backbone", BACKBONE_KEYS), ("scorer", SCORER_KEYS)):
+        if isinstance(out.get(group), dict):
+            runtime = set(keys_with_role(schema, "runtime"))
+            out[group] = {k: v for k, v in out[group].items() if k not in runtime}
+    if isinstance(out.get("method"), dict):  # a method setting hashes the same however it was spelled
+        out["method"] = canonical_method_config(out["method"], method)
+    return out
+
+
+def run_identity(cfg: DictConfig, plain: Mapping[str, Any], method: Method) -> RunIdentity:
+    """Label, config hash and setup hash of a run (``plain``: ``cfg`` resolved to plain values)."""
+    config = result_config(plain, method)
+    hashed = portable(config)
+    return RunIdentity(label=run_label(cfg), config_hash=config_hash(hashed),
+                       setup_hash=config_hash({k: v for k, v in hashed.items() if k != "seed"}),
+                       result_config=config)
+
+
+def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None) -> RunSpec:
+    """Resolve and check a composed root config into a :class:`RunSpec` (nothing is loaded or written).
+
+    ``method.target_pr`` must already be resolved into the method's calibrated knob (the entrances call
+    :func:`cmbench.calibration.target_pr.resolve_target_pr` first and pass its ``record_fields()`` as
+    ``target_fields``); an unresolved one is refused by the method's build.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the first bad key (every group: selection, data, backbone, method, scorer,
+        generation, outputs), or the method's own refusal of a knob.
+    """
+    try:
+        plain = to_dict(cfg)
+    except Exception as err:  # an interpolation that does not resolve, a missing mandatory value
+        raise ConfigError(f"the config does not resolve: {str(err).splitlines()[0]}") from err
+    for group in ("data", "backbone", "method", "scorer", "generation"):
+        if not isinstance(plain.get(group), dict):
+            raise ConfigError(f"{group}: missing from the config (choose one with {group}=<name>)")
+        check_finite(plain[group], group)
+    data = data_spec(plain["data"])
+    chosen = selection(plain, data.name)
+    check_backbone(plain["backbone"])
+    check_scorer(plain["scorer"])
+    method_cfg = plain["method"]
+    method = build_method(method_cfg)  # the one build of a run: its knob checks come first
+    generation = generation_spec(plain["generation"])
+    check_settings(method, generation.settings)
+    identity = run_identity(cfg, plain, method)
+    method_name = str(method_cfg.get("name") or method.name)
+    out_dir = Path(str(plain.get("out_dir") or "runs"))
+    run_dir = out_dir / path_component(data.name, "data.name") / "__".join([
+        path_component(method_name, "method.name"),
+        path_component(plain["backbone"]["name"], "backbone.name"),
+        path_component(plain["scorer"]["name"], "scorer.name"), identity.config_hash])
+    outputs = Outputs(
+        out_dir=out_dir, run_dir=run_dir,
+        save_videos=flag(plain.get("save_videos", True), "save_videos"),
+        lossless_max_pixels=whole(plain.get("lossless_max_pixels") or 0, "lossless_max_pixels", 0) or 0,
+        progress=flag(plain.get("progress", True), "progress"),
+        progress_every=whole(plain.get("progress_every", 10), "progress_every", 1,
+                             what="a whole number of tasks >= 1") or 10,
+        progress_seconds=positive(plain.get("progress_seconds", 60.0), "progress_seconds",
+                                  what="a number of seconds > 0"),
+        threads=whole(plain.get("threads"), "threads", 1, optional=True,
+                      what="a whole number of torch threads >= 1 (or null)"),
+    )
+    score_source = str(plain.get("score_source") or "frames")
+    if score_source not in SCORE_SOURCES:
+        raise ConfigError(f"score_source={score_source!r}: expected one of {', '.join(SCORE_SOURCES)}")
+    targets = dict(target_fields) if target_fields is not None else {
+        "target_pr": method_cfg.get("quota_pr"), "calibration_pr": None}
+    return RunSpec(data=data, backbone=plain["backbone"], method=method, method_name=method_name,
+                   method_config=full_method_config(method_cfg, method), scorer=plain["scorer"],
+                   generation=generation, selection=chosen, outputs=outputs, identity=identity,
+                   score_source=score_source, target_fields=targets)
+
+
+def run_dir_for(cfg: DictConfig) -> Path:
+    """``<out_dir>/<data>/<method>__<backbone>__<scorer>__<hash>``: readable, stable, no timestamp, and
+    without the label (relabelling a run reruns nothing)."""
+    return resolve_run(cfg).run_dir
+
+
+def data_dir(cfg: Any) -> Path:
+    """``<out_dir>/<data>``: where the runs (and the default leaderboard) of one dataset live."""
+    return Path(str(cfg.out_dir)) / path_component(cfg.data.name, "data.name")
+
