@@ -12,7 +12,8 @@ A run holds, per context and task, in order (:mod:`cmbench.runs.evaluator`):
     call's activations;
 ``continuation``
     the prefilled cache (trimmed to its history; nothing on the device when parked in host memory) plus
-    one task's fork with room for the whole continuation, and a DiT call;
+    one task's fork with room for the whole continuation (reading the prefilled rows in place, or a
+    whole copy of a parked cache), and a DiT call;
 ``decode``
     the prefilled cache and the VAE decoding the continuation after the context (the fork is freed);
 ``score``
@@ -201,7 +202,8 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
     plan.phases["prefill"] = {**models, "KV": kv.staging_peak if offload else kv.prefill_peak,
                               "DiT call": call, "text call": text_work, "inputs": inputs}
     plan.phases["continuation"] = {**models, "prefilled KV": prefilled,
-                                   "task KV": kv.staging_peak if offload else kv.continuation_peak,
+                                   "task KV": kv.staging_peak if offload else
+                                   kv.parked_continuation_peak if park else kv.continuation_peak,
                                    "DiT call": call, "text call": text_work, "inputs": inputs}
     plan.phases["decode"] = {**models, "prefilled KV": prefilled, "inputs": inputs,
                              "VAE decode": workspace.vae_decode(s.continuation_frames, s.height, s.width,
