@@ -544,7 +544,7 @@ class KVCache:
         layer's history is gathered per call), so a fork's outputs equal a copy's exactly.
         """
         self._require_closed("fork")
-        out = KVCache.__new__(KVCache)
+        out = type(self).__new__(type(self))
         out.__dict__.update(self.__dict__)
         chunk = max((c.length for c in self.chunks), default=0)
         share = share and self.fork_device is None

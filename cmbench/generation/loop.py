@@ -339,8 +339,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     check_settings(method, settings)
     _check_latents(context_latents, g, "context latents")
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
-    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity,
-                                  compute_attention=settings.compute_attention)
+    make_cache = getattr(backbone, "make_cache", None) or KVCache.from_geometry  # a split backbone's: its heads
+    cache = make_cache(g, method.layout(g), capacity_limit=capacity, compute_attention=settings.compute_attention)
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
     loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean)
