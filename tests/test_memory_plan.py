@@ -222,9 +222,29 @@ def test_plan_command_prints_phases_and_reference_machines(capsys):
     for phase in ("load", "encode", "prefill", "continuation", "decode", "score"):
         assert re.search(rf"^  {phase}\s+\d+\.\d\d", out, re.M), phase
     assert "244 context + 16 continuation latent frames" in out
+    assert "a 60 s context (backbone.memory.context_seconds)" in out.splitlines()[0]  # which context was planned
     assert "one H200 (139 GiB): yes" in out and "one 80 GB GPU" in out
     tiny = config("backbone=tiny")
     assert execute(tiny) == 0 and "no memory plan" in capsys.readouterr().out
+
+
+def test_split_plan_is_one_ranks_share_and_a_wrong_split_is_one_line(capsys):
+    from cmbench.cli.plan import execute
+
+    base = ("backbone=lingbot_world_v2_14b", "method=fullkv", "backbone.memory.context_seconds=60",
+            "backbone.memory.device_gib=139")
+    whole = plan_for(config(*base), build_method({"name": "fullkv"}))
+    split = plan_for(config(*base, "parallel.sequence=4"), build_method({"name": "fullkv"}))
+    assert split.shape.sequence == 4 and split.shape.dit == whole.shape.dit  # weights replicated
+    # a quarter of the heads: the prefilled cache is exactly a quarter, the growth peaks within a row's rounding
+    assert split.shape.kv.prefilled_stored * 4 == whole.shape.kv.prefilled_stored
+    assert split.shape.kv.prefill_peak == pytest.approx(whole.shape.kv.prefill_peak / 4, rel=1e-3)
+    assert split.fits and "offload_kv" not in split.offloads and not whole.phases["prefill"]["KV"] < 139 * GIB
+    assert execute(config(*base, "parallel.sequence=4")) == 0
+    out = capsys.readouterr().out
+    assert "split over 4 ranks, memory per rank" in out.splitlines()[0] and "one rank of 4 per GPU" in out
+    with pytest.raises(ConfigError, match=r"^parallel.sequence=3 does not divide the model's 40 attention heads"):
+        plan_for(config(*base, "parallel.sequence=3"), build_method({"name": "fullkv"}))
 
 
 def test_committed_table_is_what_the_planner_prints():
@@ -234,6 +254,8 @@ def test_committed_table_is_what_the_planner_prints():
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     assert "yes (as configured)" in rows["lingbot_world_v2_1_3b + decoprune @ PR 0.85"]
     assert "no" not in rows["lingbot_world_v2_14b + decoprune @ PR 0.85"].split(" | ")[5]
+    split = rows["lingbot_world_v2_14b + fullkv / 4 ranks"].split(" | ")  # the paper's 4xH200 setup
+    assert split[6].startswith("yes") and "all KV in host RAM" not in split[6]
 
 
 # ----------------------------------------------------------------------------- bounded-memory paths

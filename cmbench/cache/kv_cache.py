@@ -484,6 +484,12 @@ class KVCache:
             counts[bank.layer, bank.heads] = bank.n
         return counts
 
+    def kept_per_chunk(self, bank: Bank | None = None) -> dict[int, int]:
+        """Tokens of every committed chunk still stored in ``bank`` (default: layer 0's first bank)."""
+        bank = self.banks[0][0] if bank is None else bank
+        counts = torch.bincount(bank.field("chunk"), minlength=len(self.chunks))
+        return {info.index: int(counts[info.index]) for info in self.chunks}
+
     def stored_bytes(self) -> int:
         """Bytes of stored history K and V across banks."""
         return sum(b.stored_bytes() for b in self.all_banks())

@@ -298,9 +298,7 @@ def _check_latents(latents: torch.Tensor, geometry, what: str) -> None:
 
 
 def _kept_tokens(cache: KVCache) -> dict[int, int]:
-    bank = cache.banks[0][0]
-    counts = torch.bincount(bank.field("chunk"), minlength=len(cache.chunks))
-    return {info.index: int(counts[info.index]) for info in cache.chunks}
+    return cache.kept_per_chunk()
 
 
 def _now(device: torch.device) -> float:

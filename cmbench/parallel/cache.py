@@ -67,6 +67,7 @@ class ShardedKVCache(KVCache):
         super().__init__(geometry.num_layers, self.local_heads, geometry.head_dim, geometry.tokens_per_frame,
                          geometry.rope, local_layout(layout, self.head_offset, self.local_heads), capacity_limit,
                          compute_attention)
+        self.first_head = layout[0][0].heads[0]  # a head of layer 0's first (global) group: kept_per_chunk's bank
 
     @classmethod
     def factory(cls, group: SequenceGroup):
@@ -92,6 +93,8 @@ class ShardedKVCache(KVCache):
         self.group.check_same(f"layer {layer}'s head groups",
                               torch.tensor([h for g in groups for h in g.heads], dtype=torch.long))
         super().regroup(layer, local_groups(groups, self.head_offset, self.local_heads))
+        if layer == 0:
+            self.first_head = groups[0].heads[0]
 
     # ------------------------------------------------------------------ reads over every head
     def frame_keys(self, layer: int, frames: Sequence[int], role: str | None = None) -> torch.Tensor | None:
@@ -128,6 +131,20 @@ class ShardedKVCache(KVCache):
     def visible_counts(self) -> torch.Tensor:
         """History tokens each head sees, ``[num_layers, heads]`` over every rank's heads."""
         return self.group.all_gather(super().visible_counts(), 1)
+
+    def kept_per_chunk(self, bank: Bank | None = None) -> dict[int, int]:
+        """Tokens of every committed chunk still stored in layer 0's first (global) head group, read on
+        the rank that holds its first head (``bank``: a bank of this rank instead)."""
+        if bank is not None:
+            return super().kept_per_chunk(bank)
+        owner = self.first_head // self.local_heads
+        counts = torch.zeros(len(self.chunks), dtype=torch.long)
+        if owner == self.group.rank:
+            local = self.first_head - self.head_offset
+            mine = next(b for b in self.banks[0] if local in b.group.heads)
+            counts = torch.tensor(list(super().kept_per_chunk(mine).values()), dtype=torch.long)
+        every = self.group.all_gather(counts[None], 0)
+        return {info.index: int(every[owner, i]) for i, info in enumerate(self.chunks)}
 
     def local_stored_bytes(self) -> int:
         """Bytes of stored history K and V on this rank."""

@@ -4,7 +4,8 @@ and the benchmark use it).
 :func:`run_methods` prefills a context and generates one continuation per method and returns, per method,
 what a record depends on: the continuation latents, both PR ledgers' summaries, the kept tokens per
 chunk and the history every (layer, global head) holds (its token ids: the keep masks), plus this
-rank's own peak of stored K/V bytes. :func:`spawn_split` runs it on ``P`` processes (gloo on CPU).
+rank's own peak of stored K/V bytes and its allocated K/V bytes after every chunk (prefill, then the
+task's fork). :func:`spawn_split` runs it on ``P`` processes (gloo on CPU).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from cmbench.backbones.tiny import CameraPlan, TinyWorldModel
-from cmbench.generation import continue_task, prefill
+from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.methods.registry import build_method
 from cmbench.parallel.sequence import SequenceGroup
 from cmbench.parallel.split import split_backbone
@@ -40,8 +41,9 @@ def head_histories(cache) -> dict[tuple[int, int], list[int]]:
 
 
 def run_methods(methods: list[dict], context_chunks: int = 4, continuation_chunks: int = 2,
-                group: SequenceGroup | None = None, seed: int = 0) -> dict[str, dict]:
-    """Prefill and continue the committed tiny MiniWorld model under each method (split over ``group``)."""
+                group: SequenceGroup | None = None, seed: int = 0, compute_attention: bool = True) -> dict[str, dict]:
+    """Prefill and continue the committed tiny MiniWorld model under each method (split over ``group``;
+    ``compute_attention=False``: the caches store and account as usual, attention outputs are zeros)."""
     backbone = TinyWorldModel.from_pretrained()
     if group is not None:
         split_backbone(backbone, group)
@@ -52,18 +54,22 @@ def run_methods(methods: list[dict], context_chunks: int = 4, continuation_chunk
                           generator=torch.Generator().manual_seed(seed)).clamp(-1, 1)
     out = {}
     for cfg in methods:
-        method = build_method(dict(cfg))
-        peaks = {"local": 0}
+        method = build_method({k: v for k, v in cfg.items() if k != "label"})
+        peaks: dict[str, Any] = {"local": 0, "allocated": []}
 
         def note(cache, sig, peaks=peaks):
             local = getattr(cache, "local_stored_bytes", cache.stored_bytes)()
             peaks["local"] = max(peaks["local"], local)
+            peaks["allocated"].append(sum(2 * b.k.numel() * b.k.element_size() for b in cache.all_banks()
+                                          if b.k is not None))
 
-        pre = prefill(backbone, method, context, plan, seed, on_chunk_end=note)
+        settings = GenerationSettings(compute_attention=compute_attention)
+        pre = prefill(backbone, method, context, plan, seed, settings=settings, on_chunk_end=note)
         cont = continue_task(backbone, pre, plan, continuation_chunks * g.chunk_frames, seed + 1, on_chunk_end=note)
         name = cfg.get("label", cfg["name"])
         out[name] = {"latents": cont.latents, "context": pre.ledger.summary(), "generation": cont.ledger.summary(),
-                     "kept": cont.kept_tokens, "heads": head_histories(cont.cache), "local_peak": peaks["local"]}
+                     "kept": cont.kept_tokens, "heads": head_histories(cont.cache), "local_peak": peaks["local"],
+                     "allocated": peaks["allocated"]}
     return out
 
 
