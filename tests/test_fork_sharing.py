@@ -1,8 +1,6 @@
 """A task's fork reads the prefilled KV in place: identical continuations, the prefill never written, and
 only the task's own chunks (plus the prefilled chunks its compaction touches) allocated."""
 
-from functools import partialmethod
-
 import pytest
 import torch
 
@@ -38,7 +36,7 @@ def method_config(name: str, tmp_path) -> dict:
 
 @pytest.mark.parametrize("name", ["fullkv", "streaming", "decoprune", "decoprune_reverse", "decoprune_hs", "random",
                                   "tempdiff", "forcingkv", "dummyforcing", "decoprune@budget", "decoprune@bounded"])
-def test_shared_fork_equals_a_copy_and_leaves_the_prefill_alone(name, tmp_path, monkeypatch):
+def test_shared_fork_equals_a_copy_and_leaves_the_prefill_alone(name, tmp_path):
     method = build_method(method_config(name, tmp_path))
     backbone = AttentionBackbone(G, seed=1)
     pre = prefill(backbone, method, CONTEXT, None, 0)
@@ -47,9 +45,7 @@ def test_shared_fork_equals_a_copy_and_leaves_the_prefill_alone(name, tmp_path, 
     assert same(before, state(pre.cache))  # the prefilled cache is never written
     assert any(b.shared is not None for b in shared.cache.all_banks()) or name in ("streaming", "dummyforcing")
     again = continue_task(backbone, pre, None, 8, 11)  # a second task sees the same prefill
-    with monkeypatch.context() as m:
-        m.setattr(KVCache, "fork", partialmethod(KVCache.fork, share=False))
-        copied = continue_task(backbone, pre, None, 8, 11)
+    copied = continue_task(backbone, pre, None, 8, 11, share_prefill=False)
     for cont in (shared, again):
         assert torch.equal(cont.latents, copied.latents)
         assert cont.summary(method) | {"continuation_seconds": 0} == copied.summary(method) | {"continuation_seconds": 0}

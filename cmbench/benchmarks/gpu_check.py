@@ -376,9 +376,9 @@ def run_split_check(name: str = "1.3b", seconds: float | None = None) -> Report:
             return {"latents": cont.latents.float().cpu(), "context": pre.ledger.summary(),
                     "generation": cont.ledger.summary(), "kept": cont.kept_tokens, "peak": peak["kv"]}
 
-        methods = ({"name": "fullkv"}, {"name": "decoprune", "target_pr": 0.85})
+        methods: tuple[dict[str, Any], ...] = ({"name": "fullkv"}, {"name": "decoprune", "target_pr": 0.85})
         if rank == 0:
-            results = {m["name"]: generate(m) for m in methods}
+            results = {str(m["name"]): generate(m) for m in methods}
         dist.barrier()
         objects: list[Any] = [results]
         dist.broadcast_object_list(objects, src=0)

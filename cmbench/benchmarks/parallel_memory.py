@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from functools import partialmethod
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,12 +46,7 @@ def fork_rows(methods: list[dict], context_chunks: int = 24, continuation_chunks
         pre = prefill(backbone, method, context, plan, 0, settings=settings)
         pre.cache.trim()
         shared = continue_task(backbone, pre, plan, continuation_chunks * g.chunk_frames, 1)
-        original = KVCache.fork
-        KVCache.fork = partialmethod(original, share=False)  # type: ignore[method-assign]
-        try:
-            copied = continue_task(backbone, pre, plan, continuation_chunks * g.chunk_frames, 1)
-        finally:
-            KVCache.fork = original  # type: ignore[method-assign]
+        copied = continue_task(backbone, pre, plan, continuation_chunks * g.chunk_frames, 1, share_prefill=False)
         row = 2 * g.num_heads * g.head_dim * 4 * g.num_layers  # K and V of a token over every layer, float32
         own = continuation_chunks * g.tokens_per_chunk * row
         rows.append({"method": cfg.get("label", cfg["name"]), "context_chunks": context_chunks,
@@ -64,7 +59,8 @@ def fork_rows(methods: list[dict], context_chunks: int = 24, continuation_chunks
 def split_rows(methods: list[dict], sizes: tuple[int, ...] = (2, 4), context_chunks: int = 16,
                continuation_chunks: int = 2) -> list[dict]:
     """Per method and group size: the largest per-rank peak of stored K/V over the one-process peak."""
-    shape = {"context_chunks": context_chunks, "continuation_chunks": continuation_chunks, "compute_attention": False}
+    shape: dict[str, Any] = {"context_chunks": context_chunks, "continuation_chunks": continuation_chunks,
+                             "compute_attention": False}
     one = run_methods(methods, **shape)
     rows = []
     for size in sizes:

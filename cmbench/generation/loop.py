@@ -357,7 +357,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
 
 def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
                   method: Method | None = None, record_attention_at: tuple[int, ...] = (),
-                  on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None) -> Continuation:
+                  on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None,
+                  share_prefill: bool = True) -> Continuation:
     """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
 
     Parameters
@@ -381,6 +382,9 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
         Called after every generated chunk's decision and compaction.
     on_before_clean : callable ``(cache, chunk)``, optional
         Called right before every generated chunk's ``t = 0`` pass (after the method's ``before_clean``).
+    share_prefill : bool
+        The fork reads the prefilled K/V in place (``KVCache.fork``); ``False``: a whole copy (the same
+        continuation, more memory: for comparisons).
 
     Returns
     -------
@@ -394,7 +398,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     f = g.chunk_frames
     if n_frames <= 0 or n_frames % f:
         raise ConfigError(f"continuation length {n_frames} must be a positive multiple of the chunk size {f}")
-    cache = prefilled.cache.fork(headroom=n_frames * g.tokens_per_frame)
+    cache = prefilled.cache.fork(headroom=n_frames * g.tokens_per_frame, share=share_prefill)
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
