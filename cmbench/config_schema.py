@@ -56,6 +56,7 @@ ROOT_KEYS: dict[str, Role] = {
     "out": "selection",
     "experiment": "selection",
     "threads": "selection",
+    "parallel": "selection",
     "check": "selection",
     "target_pr": "selection",
     "methods": "selection",

@@ -115,7 +115,11 @@ def test_kv_replay_equals_the_real_caches_bytes(tiny_lingbot, method_cfg):
     cont = continue_task(backbone, pre, cond, continuation_chunks * g.chunk_frames, seed=1,
                          on_chunk_end=lambda cache, sig: gen.append(kv_bytes(cache)))
     assert gen == replay.continuation_after_chunk
-    assert cont.cache.stored_bytes() <= replay.continuation_peak
+    # the fork reads prefilled rows in place: what it stores beyond them is its own allocation
+    assert cont.cache.stored_bytes() - cont.cache.shared_bytes() <= replay.continuation_peak
+    assert cont.cache.shared_bytes() <= replay.prefilled_stored
+    copy = pre.cache.fork(headroom=continuation_chunks * g.tokens_per_chunk, share=False)  # a parked cache's fork
+    assert kv_bytes(copy) == replay.parked_fork and replay.parked_continuation_peak >= replay.parked_fork
     pre.cache.trim()  # what run does after each prefill (or park)
     assert kv_bytes(pre.cache) == replay.prefilled_stored
 
@@ -178,13 +182,20 @@ def lingbot_plan(device_gib: float, host_gib: float = 1000.0, method: str = "ful
 def test_offloads_are_added_cheapest_first_until_the_plan_fits():
     roomy = lingbot_plan(400.0)
     assert roomy.fits and roomy.offloads == ()
-    h200 = lingbot_plan(139.0)  # 1.3B FullKV, one minute: the prefilled cache and the fork do not fit together
-    assert h200.fits and h200.offloads == ("park_prefill",)
-    assert h200.phases["continuation"]["prefilled KV"] == 0 and h200.host["prefilled KV"] > 60 * GIB
+    # 1.3B FullKV, one minute: the prefilled cache and a task's fork fit together (the fork reads the
+    # prefilled rows in place and adds its own chunks only); the prefill's growth is the peak
+    h200 = lingbot_plan(139.0)
+    assert h200.fits and h200.offloads == () and h200.peak_phase == "prefill"
+    assert h200.phases["continuation"]["prefilled KV"] > 60 * GIB > 10 * GIB > h200.phases["continuation"]["task KV"]
+    parked = build_plan(h200.shape, ("park_prefill",))  # a parked cache is copied back whole for each task
+    assert parked.phases["continuation"]["prefilled KV"] == 0 and parked.host["prefilled KV"] > 60 * GIB
+    assert parked.phases["continuation"]["task KV"] > h200.phases["continuation"]["prefilled KV"]
+    text = lingbot_plan(h200.peak / GIB + 2.0)  # the reserve does not fit: the text encoder goes first
+    assert text.fits and text.offloads == ("text_cpu",)
     small = lingbot_plan(79.6)  # the prefill alone does not fit an 80 GB card: the whole cache in host memory
     assert small.fits and "offload_kv" in small.offloads and small.peak < 30 * GIB
     assert lingbot_plan(139.0, 1000.0, "decoprune", "method.quota_pr=0.85").offloads == ()
-    starved = lingbot_plan(139.0, host_gib=32.0)
+    starved = lingbot_plan(79.6, host_gib=32.0)  # the 80 GB card needs the cache in host memory
     assert not starved.fits
 
 
@@ -213,9 +224,29 @@ def test_plan_command_prints_phases_and_reference_machines(capsys):
     for phase in ("load", "encode", "prefill", "continuation", "decode", "score"):
         assert re.search(rf"^  {phase}\s+\d+\.\d\d", out, re.M), phase
     assert "244 context + 16 continuation latent frames" in out
+    assert "a 60 s context (backbone.memory.context_seconds)" in out.splitlines()[0]  # which context was planned
     assert "one H200 (139 GiB): yes" in out and "one 80 GB GPU" in out
     tiny = config("backbone=tiny")
     assert execute(tiny) == 0 and "no memory plan" in capsys.readouterr().out
+
+
+def test_split_plan_is_one_ranks_share_and_a_wrong_split_is_one_line(capsys):
+    from cmbench.cli.plan import execute
+
+    base = ("backbone=lingbot_world_v2_14b", "method=fullkv", "backbone.memory.context_seconds=60",
+            "backbone.memory.device_gib=139")
+    whole = plan_for(config(*base), build_method({"name": "fullkv"}))
+    split = plan_for(config(*base, "parallel.sequence=4"), build_method({"name": "fullkv"}))
+    assert split.shape.sequence == 4 and split.shape.dit == whole.shape.dit  # weights replicated
+    # a quarter of the heads: the prefilled cache is exactly a quarter, the growth peaks within a row's rounding
+    assert split.shape.kv.prefilled_stored * 4 == whole.shape.kv.prefilled_stored
+    assert split.shape.kv.prefill_peak == pytest.approx(whole.shape.kv.prefill_peak / 4, rel=1e-3)
+    assert split.fits and "offload_kv" not in split.offloads and not whole.phases["prefill"]["KV"] < 139 * GIB
+    assert execute(config(*base, "parallel.sequence=4")) == 0
+    out = capsys.readouterr().out
+    assert "split over 4 ranks, memory per rank" in out.splitlines()[0] and "one rank of 4 per GPU" in out
+    with pytest.raises(ConfigError, match=r"^parallel.sequence=3 does not divide the model's 40 attention heads"):
+        plan_for(config(*base, "parallel.sequence=3"), build_method({"name": "fullkv"}))
 
 
 def test_committed_table_is_what_the_planner_prints():
@@ -225,6 +256,8 @@ def test_committed_table_is_what_the_planner_prints():
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     assert "yes (as configured)" in rows["lingbot_world_v2_1_3b + decoprune @ PR 0.85"]
     assert "no" not in rows["lingbot_world_v2_14b + decoprune @ PR 0.85"].split(" | ")[5]
+    split = rows["lingbot_world_v2_14b + fullkv / 4 ranks"].split(" | ")  # the paper's 4xH200 setup
+    assert split[6].startswith("yes") and "all KV in host RAM" not in split[6]
 
 
 # ----------------------------------------------------------------------------- bounded-memory paths
@@ -287,5 +320,5 @@ def test_shape_of_a_run_comes_from_its_config_alone():
     assert shape.context_frames == 244 and shape.tokens_per_chunk == 4 * 1560
     assert shape.kv.prefilled_stored == 244 * 1560 * 40 * 40 * 128 * 2 * 2  # every context token, K and V, bf16
     plan = build_plan(shape)
-    assert plan.peak_phase == "continuation"
+    assert plan.peak_phase == "prefill"  # the growth copies; a task's fork reads the prefilled cache in place
     assert choose_plan(shape, int(139 * GIB), int(64 * GIB), 4 * GIB).fits is False

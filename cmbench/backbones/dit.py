@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -405,6 +405,7 @@ class CausalWanDiT(nn.Module):
         self.cfg = cfg
         self.rope = rope
         self.residual_dtype: torch.dtype | None = None  # None: the compute dtype (see the module docstring)
+        self.sequence: Any = None  # a cmbench.parallel.SequenceGroup: run split over its ranks (split_backbone)
         dim = cfg.dim
         self.patch_embedding = nn.Conv3d(cfg.in_channels, dim, kernel_size=cfg.patch_size, stride=cfg.patch_size)
         if cfg.text_dim is not None:
@@ -501,6 +502,13 @@ class CausalWanDiT(nn.Module):
         pt, ph, pw = cfg.patch_size
         gf, gh, gw = f // pt, h // ph, w // pw
         tokens = self.patch_embedding(x).flatten(2).transpose(1, 2)
+        split = self.sequence
+        if split is not None:  # this rank's slice of every frame's tokens; attention through the all-to-alls
+            from cmbench.parallel.sequence import UlyssesAttention
+
+            tokens = split.shard(tokens, gf)
+            positions = split.shard(positions, gf, dim=-2)
+            attention = UlyssesAttention(attention, split)
 
         t_frames = t[:, ::pt].to(x.device)
         e = self.time_embedding(sinusoidal_embedding(1000.0 * t_frames.reshape(-1), cfg.freq_dim).to(x.device))
@@ -512,10 +520,15 @@ class CausalWanDiT(nn.Module):
         sin = sin.reshape(*positions.shape[:-1], -1).to(x.device)
         text_ctx = self.text_embedding(text) if text is not None else None
         cam = self.embed_camera(camera).to(tokens.dtype) if camera is not None else None
+        if split is not None and cam is not None:
+            cam = split.shard(cam, gf)
         if self.residual_dtype is not None:
             tokens = tokens.to(self.residual_dtype)
         for layer, block in enumerate(self.blocks):
             tokens = block(tokens, e0, cos, sin, attention, layer, text_ctx, cam)
 
-        out = self.head(tokens, e).reshape(b, gf, gh, gw, pt, ph, pw, cfg.out_channels)
+        out = self.head(tokens, e)
+        if split is not None:
+            out = split.gather(out, gf)  # every rank gets the whole prediction (methods decide from it)
+        out = out.reshape(b, gf, gh, gw, pt, ph, pw, cfg.out_channels)
         return out.permute(0, 7, 1, 4, 2, 5, 3, 6).reshape(b, cfg.out_channels, f, h, w)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -329,4 +329,78 @@ def run_check(name: str = "1.3b") -> Report:
     check_precision(shape, report)
     report.say(f"[check] {'OK' if not report.failures else f'{len(report.failures)} FAILED'} in "
                f"{time.perf_counter() - start:.0f} s")
+    return report
+
+
+def run_split_check(name: str = "1.3b", seconds: float | None = None) -> Report:
+    """(d) under ``torchrun --nproc_per_node=P``: the model split over the ``P`` ranks (Ulysses; NCCL on GPUs,
+    gloo on the CPU) against one process on rank 0, FullKV and DeCoPrune at 85% PR over the short context.
+
+    Asserts on every rank: the continuation equals the one-process run (max difference within 1e-2 of the
+    output's scale in bf16, 1e-5 on the CPU in float32), the PR ledgers and kept tokens are identical, and
+    the rank's peak of stored K/V is ``1/P`` of the one-process peak within 10%.
+    """
+    import os
+
+    import torch.distributed as dist
+
+    from cmbench.parallel import SequenceGroup, split_backbone
+
+    shape = shapes()[name]
+    size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if torch.device(shape.device).type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        shape = replace(shape, device=f"cuda:{torch.cuda.current_device()}")
+        torch.backends.cuda.matmul.allow_tf32 = False
+    else:
+        shape = replace(shape, dtype="float32")
+    dist.init_process_group("nccl" if "cuda" in shape.device else "gloo")
+    report = Report()
+    try:
+        settings = lingbot_settings()
+        backbone = build_backbone(shape)  # the same seeds on every rank: the same random weights
+        latents = context_latents(backbone, shape.short_context_seconds if seconds is None else seconds)
+        results: dict[str, dict] = {}
+
+        def generate(method_cfg: dict) -> dict:
+            method = build_method(method_cfg)
+            cond = condition(backbone, latents.shape[2])
+            peak = {"kv": 0}
+
+            def note(cache, sig):
+                local = getattr(cache, "local_stored_bytes", cache.stored_bytes)()
+                peak["kv"] = max(peak["kv"], local)
+
+            pre = prefill(backbone, method, latents, cond, seed=2, settings=settings, on_chunk_end=note)
+            cont = continue_task(backbone, pre, cond, backbone.geometry.chunk_frames, seed=3, on_chunk_end=note)
+            return {"latents": cont.latents.float().cpu(), "context": pre.ledger.summary(),
+                    "generation": cont.ledger.summary(), "kept": cont.kept_tokens, "peak": peak["kv"]}
+
+        methods: tuple[dict[str, Any], ...] = ({"name": "fullkv"}, {"name": "decoprune", "quota_pr": 0.85})
+        if rank == 0:
+            results = {str(m["name"]): generate(m) for m in methods}
+        dist.barrier()
+        objects: list[Any] = [results]
+        dist.broadcast_object_list(objects, src=0)
+        one = objects[0]
+        split_backbone(backbone, SequenceGroup(rank, size, check_masks=True))
+        tolerance = 1e-5 if shape.dtype == "float32" else 1e-2
+        for m in methods:
+            mine, ref = generate(m), one[m["name"]]
+            scale = float(ref["latents"].abs().max())
+            diff = float((mine["latents"] - ref["latents"]).abs().max())
+            ratio = mine["peak"] / ref["peak"]
+            row = {"method": m["name"], "ranks": size, "rank": rank, "max_diff": diff, "scale": scale,
+                   "rank_peak_mib": round(mine["peak"] / 2**20, 2), "one_process_peak_mib": round(ref["peak"] / 2**20, 2),
+                   "ratio": round(ratio, 4)}
+            report.rows.append(row)
+            report.say(f"[d] {row}")
+            report.check(diff <= tolerance * max(scale, 1.0), f"{m['name']} rank {rank}: split continuation differs by "
+                                                               f"{diff:.3g} (scale {scale:.3g})")
+            for key in ("context", "generation", "kept"):
+                report.check(mine[key] == ref[key], f"{m['name']} rank {rank}: {key} differs from one process")
+            report.check(abs(ratio * size - 1) <= 0.1, f"{m['name']} rank {rank}: peak K/V {ratio:.3f} of one "
+                                                          f"process, not 1/{size} within 10%")
+    finally:
+        dist.destroy_process_group()
     return report

@@ -3,6 +3,13 @@
 Storage is preallocated and grows geometrically. The first ``n`` rows are the history (committed
 tokens, in strictly increasing global token id); the rows ``[n, n + L)`` are the *slot* of the chunk
 being denoised, which every ``attend`` call overwrites and :meth:`Bank.commit` turns into history.
+
+A task's bank may *share* a prefix of its rows with the prefilled bank it was forked from
+(:meth:`Bank.share`): rows ``[0, base)`` are read in place from the prefilled bank's storage and never
+written; the bank's own storage holds rows ``[base, capacity)``. A compaction that drops a shared row
+first copies the shared rows from the start of that row's chunk into the bank's own storage (copy on
+write, chunk by chunk), so the prefilled bank is never modified and a task allocates only the chunks it
+changes plus its own continuation.
 """
 
 from __future__ import annotations
@@ -66,8 +73,10 @@ class Bank:
         self.heads = torch.tensor(group.heads, dtype=torch.long)
         self.capacity_limit = capacity_limit
         self.n = 0
-        self.k: torch.Tensor | None = None
+        self.k: torch.Tensor | None = None  # own rows [base, capacity), ``[B, capacity - base, Hg, D]``
         self.v: torch.Tensor | None = None
+        self.base = 0  # rows [0, base) are read from ``shared``, another bank's storage (never written)
+        self.shared: tuple[torch.Tensor, torch.Tensor] | None = None
         self._alloc_prov(0)
 
     # ------------------------------------------------------------------ storage
@@ -81,13 +90,37 @@ class Bank:
 
     @property
     def capacity(self) -> int:
-        return 0 if self.k is None else self.k.shape[1]
+        """Rows the bank can hold (shared and own) before it grows."""
+        return 0 if self.k is None else self.base + self.k.shape[1]
 
     def storage(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The K and V storage, each ``[B, capacity, Hg, D]`` (allocated by the first chunk)."""
+        """The bank's own K and V storage, each ``[B, capacity - base, Hg, D]`` (allocated by the first
+        chunk; row ``i`` is the bank's row ``base + i``)."""
         if self.k is None or self.v is None:
             raise RuntimeError(f"bank of layer {self.layer} has no K/V storage yet (no chunk was written)")
         return self.k, self.v
+
+    def rows(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of rows ``[0, stop)``, each ``[B, stop, Hg, D]`` (``stop >= base``): views of the own
+        storage, or with shared rows a new tensor (shared rows, then own rows)."""
+        k, v = self.storage()
+        if self.shared is None:
+            return k[:, :stop], v[:, :stop]
+        shared_k, shared_v = self.shared
+        own = stop - self.base
+        return torch.cat([shared_k, k[:, :own]], dim=1), torch.cat([shared_v, v[:, :own]], dim=1)
+
+    def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of these rows (``long [m]``, increasing, each ``< capacity``), each ``[B, m, Hg, D]``."""
+        k, v = self.storage()
+        if self.shared is None:
+            idx = rows.to(k.device)
+            return k.index_select(1, idx), v.index_select(1, idx)
+        shared_k, shared_v = self.shared
+        inside = rows < self.base
+        low, high = rows[inside].to(k.device), (rows[~inside] - self.base).to(k.device)
+        return (torch.cat([shared_k.index_select(1, low), k.index_select(1, high)], dim=1),
+                torch.cat([shared_v.index_select(1, low), v.index_select(1, high)], dim=1))
 
     def _alloc_prov(self, cap: int) -> None:
         self.frame = torch.zeros(cap, dtype=torch.long)
@@ -114,11 +147,12 @@ class Bank:
         self._resize(grown_capacity(self.capacity, rows, self.capacity_limit), like)
 
     def _resize(self, cap: int, like: torch.Tensor) -> None:
+        """Reallocate the own storage for ``cap`` rows in all (``cap >= base``), keeping the history."""
         b, d = like.shape[0], like.shape[-1]
-        k = like.new_empty((b, cap, self.num_heads, d))
-        v = like.new_empty((b, cap, self.num_heads, d))
-        keep_rows = min(self.n, cap)  # the slot is always written after a resize
-        if self.k is not None and keep_rows:
+        k = like.new_empty((b, cap - self.base, self.num_heads, d))
+        v = like.new_empty((b, cap - self.base, self.num_heads, d))
+        keep_rows = min(self.n, cap) - self.base  # own history rows (the slot is always written after a resize)
+        if self.k is not None and keep_rows > 0:
             old_k, old_v = self.storage()
             k[:, :keep_rows] = old_k[:, :keep_rows]
             v[:, :keep_rows] = old_v[:, :keep_rows]
@@ -139,13 +173,15 @@ class Bank:
                 f"bank of layer {self.layer} stores batch {stored_k.shape[0]} and head_dim {stored_k.shape[-1]}, "
                 f"got k of shape {tuple(k.shape)}"
             )
-        stored_k[:, self.n : self.n + L] = k
-        stored_v[:, self.n : self.n + L] = v
+        own = self.n - self.base
+        stored_k[:, own : own + L] = k
+        stored_v[:, own : own + L] = v
 
     def slot(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Views of the slot, each ``[B, length, Hg, D]``."""
         k, v = self.storage()
-        return k[:, self.n : self.n + length], v[:, self.n : self.n + length]
+        own = self.n - self.base
+        return k[:, own : own + length], v[:, own : own + length]
 
     def commit(self, frame: torch.Tensor, chunk: int, pos: torch.Tensor, gid: torch.Tensor) -> None:
         """Make the slot history, with provenance ``frame, pos, gid [L]``."""
@@ -159,9 +195,8 @@ class Bank:
 
     # ------------------------------------------------------------------ history
     def history(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Views of the stored history K and V, each ``[B, n, Hg, D]``."""
-        k, v = self.storage()
-        return k[:, : self.n], v[:, : self.n]
+        """The stored history K and V, each ``[B, n, Hg, D]`` (views unless rows are shared)."""
+        return self.rows(self.n)
 
     def field(self, name: str) -> torch.Tensor:
         """View of one provenance field over the history, shape ``[n]``."""
@@ -191,21 +226,59 @@ class Bank:
         if not len(dropped):
             return
         first = int(dropped[0, 0])
+        if first < self.base:
+            self._own_from(first, slot)
         idx = keep[first:].nonzero().squeeze(1) + first
         if slot:
             idx = torch.cat([idx, torch.arange(self.n, self.n + slot)])
         m = first + len(idx)
         if len(idx):
             k, v = self.storage()
-            dev_idx = idx.to(k.device)
-            k[:, first:m] = k[:, : self.n + slot].index_select(1, dev_idx)
-            v[:, first:m] = v[:, : self.n + slot].index_select(1, dev_idx)
+            o = self.base
+            dev_idx = (idx - o).to(k.device)
+            k[:, first - o : m - o] = k[:, : self.n + slot - o].index_select(1, dev_idx)
+            v[:, first - o : m - o] = v[:, : self.n + slot - o].index_select(1, dev_idx)
             for name in self.PROVENANCE:
                 t = getattr(self, name)
                 t[first:m] = t[: self.n + slot][idx]
         self.n = m - slot
         if not slot and self.k is not None and shrunk_capacity(self.capacity, m) != self.capacity:
             self._resize(shrunk_capacity(self.capacity, m), self.k[:, :0])
+
+    def _own_from(self, row: int, slot: int = 0) -> None:
+        """Copy the shared rows from the start of ``row``'s chunk into the own storage (same capacity),
+        with the own history and ``slot`` rows after it; the rows before stay shared."""
+        if self.shared is None or row >= self.base:
+            return
+        start = int(torch.searchsorted(self.field("chunk"), self.chunk[row : row + 1])[0]) if row else 0
+        shared_k, shared_v = self.shared
+        k, v = self.storage()
+        own = self.n + slot - self.base
+        rows = self.capacity - start
+        new_k, new_v = k.new_empty((k.shape[0], rows, *k.shape[2:])), v.new_empty((v.shape[0], rows, *v.shape[2:]))
+        moved = self.base - start
+        new_k[:, :moved], new_v[:, :moved] = shared_k[:, start:], shared_v[:, start:]
+        new_k[:, moved : moved + own], new_v[:, moved : moved + own] = k[:, :own], v[:, :own]
+        self.k, self.v, self.base = new_k, new_v, start
+        self.shared = (shared_k[:, :start], shared_v[:, :start]) if start else None
+
+    def unshare(self) -> None:
+        """Copy every shared row into the own storage (the bank then owns all its rows)."""
+        self._own_from(0)
+
+    def share(self, headroom: int = 0) -> "Bank":
+        """A bank that reads this bank's history in place (never writing it), with own storage for
+        ``headroom`` more rows; a bank that itself shares rows is copied instead (:meth:`clone`)."""
+        if self.shared is not None or self.k is None:
+            return self.clone(headroom)
+        out = Bank(self.layer, self.group, self.capacity_limit)
+        k, v = self.history()
+        out.shared, out.base, out.n = (k, v), self.n, self.n
+        out.k, out.v = k.new_empty((k.shape[0], headroom, *k.shape[2:])), v.new_empty((v.shape[0], headroom, *v.shape[2:]))
+        out._alloc_prov(self.n + headroom)
+        for name in self.PROVENANCE:
+            getattr(out, name)[: self.n] = self.field(name)
+        return out
 
     def select_heads(self, group: HeadGroup) -> "Bank":
         """A new bank holding this bank's history for a subset of its heads."""
@@ -251,9 +324,11 @@ class Bank:
         return out
 
     def move(self, device: str | torch.device) -> None:
-        """Reallocate the history, exactly ``n`` rows, on ``device`` (the slot's rows are dropped)."""
+        """Reallocate the history, exactly ``n`` rows, on ``device`` (the slot's rows are dropped; shared
+        rows are copied: the bank then owns them)."""
         if self.k is None:
             return
+        self.unshare()
         self._resize(self.n, self.k[:, :0].to(device))
 
     def stored_bytes(self) -> int:
@@ -262,8 +337,15 @@ class Bank:
             return 0
         return 2 * self.n * self.num_heads * self.k.shape[-1] * self.k.shape[0] * self.k.element_size()
 
+    def shared_bytes(self) -> int:
+        """Bytes of the K and V rows read in place from the bank this one was forked from."""
+        if self.shared is None:
+            return 0
+        return 2 * self.shared[0].numel() * self.shared[0].element_size()
+
     def allocated_bytes(self) -> int:
-        """Bytes allocated for K, V and provenance (capacity, not just history)."""
+        """Bytes this bank allocated for K, V and provenance (capacity, not just history; shared rows
+        are the prefilled bank's, not counted)."""
         if self.k is None:
             return 0
         kv = 2 * self.k.numel() * self.k.element_size()

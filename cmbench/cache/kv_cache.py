@@ -267,15 +267,13 @@ class KVCache:
         if probe is not None and not probe.history:
             slot_k, slot_v = bank.slot(L)
             return slot_k, slot_v, torch.zeros(0, dtype=torch.long)
-        stored_k, stored_v = bank.storage()
         if probe is None or probe.visible is None:
-            return stored_k[:, : bank.n + L], stored_v[:, : bank.n + L], None
+            keys, values = bank.rows(bank.n + L)
+            return keys, values, None
         rows = probe.visible[id(bank)]
         slot_k, slot_v = bank.slot(L)
-        dev_rows = rows.to(slot_k.device)
-        keys = torch.cat([stored_k[:, : bank.n].index_select(1, dev_rows), slot_k], dim=1)
-        values = torch.cat([stored_v[:, : bank.n].index_select(1, dev_rows), slot_v], dim=1)
-        return keys, values, rows
+        kept_k, kept_v = bank.gather(rows)
+        return torch.cat([kept_k, slot_k], dim=1), torch.cat([kept_v, slot_v], dim=1), rows
 
     @property
     def probing(self) -> bool:
@@ -437,8 +435,7 @@ class KVCache:
             rows, _ = bank.rows_of_gids(gids)
             if len(rows) != len(gids):
                 return None
-            history_k, _ = bank.history()
-            parts.append(history_k.index_select(1, rows.to(history_k.device)))
+            parts.append(bank.gather(rows)[0])
             heads.extend(bank.group.heads)
         keys = torch.cat(parts, dim=2)[:, :, torch.tensor(heads).argsort().to(parts[0].device)]
         return keys.reshape(keys.shape[0], len(frame_list), T, *keys.shape[2:])
@@ -465,6 +462,7 @@ class KVCache:
         for bank in self.all_banks():
             if bank.n == 0:
                 continue
+            bank.unshare()  # rotates keys in place: never those of the cache this one was forked from
             new = reindex_frames(bank.field("frame"), q0, n_recent, l_virt)
             delta = new - bank.field("tpos")
             keys, _ = bank.history()
@@ -486,13 +484,24 @@ class KVCache:
             counts[bank.layer, bank.heads] = bank.n
         return counts
 
+    def kept_per_chunk(self, bank: Bank | None = None) -> dict[int, int]:
+        """Tokens of every committed chunk still stored in ``bank`` (default: layer 0's first bank)."""
+        bank = self.banks[0][0] if bank is None else bank
+        counts = torch.bincount(bank.field("chunk"), minlength=len(self.chunks))
+        return {info.index: int(counts[info.index]) for info in self.chunks}
+
     def stored_bytes(self) -> int:
         """Bytes of stored history K and V across banks."""
         return sum(b.stored_bytes() for b in self.all_banks())
 
     def allocated_bytes(self) -> int:
-        """Bytes allocated for K, V and provenance across banks."""
+        """Bytes this cache allocated for K, V and provenance across banks (rows a fork reads in place
+        from the prefilled cache are not counted: :meth:`shared_bytes`)."""
         return sum(b.allocated_bytes() for b in self.all_banks())
+
+    def shared_bytes(self) -> int:
+        """Bytes of K and V a fork reads in place from the prefilled cache it was forked from."""
+        return sum(b.shared_bytes() for b in self.all_banks())
 
     def trim(self) -> None:
         """Reallocate every bank to exactly its history (no free rows): a prefilled cache that waits
@@ -520,26 +529,34 @@ class KVCache:
                 self.fork_device = bank.k.device
             bank.move(host)
 
-    def fork(self, headroom: int = 0) -> "KVCache":
-        """An independent copy (one task's cache from a prefilled context); no chunk may be open.
+    def fork(self, headroom: int = 0, share: bool = True) -> "KVCache":
+        """An independent cache for one task from a prefilled context; no chunk may be open.
 
         Parameters
         ----------
         headroom : int
-            Tokens the copy is expected to add (e.g. a whole continuation): each bank is allocated
+            Tokens the fork is expected to add (e.g. a whole continuation): each bank is allocated
             once with room for them (at least one chunk), so it never regrows (a copy of the whole
             bank) mid-run. A bank with a configured size or a capacity limit gets no more room than
             it can ever use.
+        share : bool
+            Read this cache's history in place (:meth:`Bank.share`): the fork allocates only the
+            head-room, and copies a chunk of the history only when its compaction drops rows of it;
+            this cache is never written. ``False``: copy every bank. A :meth:`park`-ed cache is always
+            copied (to the device it was parked from).
 
-        The copy lives where the banks are, or, for a :meth:`park`-ed cache, on the device they were
-        parked from.
+        The fork lives where the banks are, or, for a :meth:`park`-ed cache, on the device they were
+        parked from. Attention over a shared bank reads its shared and own rows as one sequence (one
+        layer's history is gathered per call), so a fork's outputs equal a copy's exactly.
         """
         self._require_closed("fork")
-        out = KVCache.__new__(KVCache)
+        out = type(self).__new__(type(self))
         out.__dict__.update(self.__dict__)
         chunk = max((c.length for c in self.chunks), default=0)
-        out.banks = [[b.clone(b.headroom_for(max(headroom, chunk), chunk), self.fork_device) for b in layer_banks]
-                     for layer_banks in self.banks]
+        share = share and self.fork_device is None
+        out.banks = [[b.share(b.headroom_for(max(headroom, chunk), chunk)) if share
+                      else b.clone(b.headroom_for(max(headroom, chunk), chunk), self.fork_device)
+                      for b in layer_banks] for layer_banks in self.banks]
         out.fork_device = None
         out.chunks = list(self.chunks)
         out._written = [False] * self.num_layers

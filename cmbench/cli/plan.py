@@ -5,6 +5,8 @@
 Prints the predicted device memory per phase (weights, text encoder, VAE, prefill cache, fork,
 activations, scorer), the offloads ``run`` would use on this machine's device (or
 ``backbone.memory.device_gib``) and whether it fits the reference machines. Exit 1 when it does not fit.
+The first line says which context length was planned (``backbone.memory.context_seconds``, else the
+longest context of ``data``'s videos, else 60 s). With ``parallel.sequence=P`` every figure is one rank's.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def execute(cfg: DictConfig) -> int:
     method = build_method(to_dict(cfg.method))
     plan = plan_for(cfg, method)
     print(plan.describe())
-    print("reference machines:")
+    print("reference machines:" if plan.shape.sequence == 1 else
+          f"reference machines (one rank of {plan.shape.sequence} per GPU):")
     for target in TARGETS:
         print(f"  {target.name}: {cell(fit(plan.shape, target), target)}")
     if not plan.fits:

@@ -298,9 +298,7 @@ def _check_latents(latents: torch.Tensor, geometry, what: str) -> None:
 
 
 def _kept_tokens(cache: KVCache) -> dict[int, int]:
-    bank = cache.banks[0][0]
-    counts = torch.bincount(bank.field("chunk"), minlength=len(cache.chunks))
-    return {info.index: int(counts[info.index]) for info in cache.chunks}
+    return cache.kept_per_chunk()
 
 
 def _now(device: torch.device) -> float:
@@ -339,8 +337,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     check_settings(method, settings)
     _check_latents(context_latents, g, "context latents")
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
-    cache = KVCache.from_geometry(g, method.layout(g), capacity_limit=capacity,
-                                  compute_attention=settings.compute_attention)
+    make_cache = getattr(backbone, "make_cache", None) or KVCache.from_geometry  # a split backbone's: its heads
+    cache = make_cache(g, method.layout(g), capacity_limit=capacity, compute_attention=settings.compute_attention)
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
     loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean)
@@ -359,7 +357,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
 
 def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
                   method: Method | None = None, record_attention_at: tuple[int, ...] = (),
-                  on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None) -> Continuation:
+                  on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None,
+                  share_prefill: bool = True) -> Continuation:
     """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
 
     Parameters
@@ -383,6 +382,9 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
         Called after every generated chunk's decision and compaction.
     on_before_clean : callable ``(cache, chunk)``, optional
         Called right before every generated chunk's ``t = 0`` pass (after the method's ``before_clean``).
+    share_prefill : bool
+        The fork reads the prefilled K/V in place (``KVCache.fork``); ``False``: a whole copy (the same
+        continuation, more memory: for comparisons).
 
     Returns
     -------
@@ -396,7 +398,7 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     f = g.chunk_frames
     if n_frames <= 0 or n_frames % f:
         raise ConfigError(f"continuation length {n_frames} must be a positive multiple of the chunk size {f}")
-    cache = prefilled.cache.fork(headroom=n_frames * g.tokens_per_frame)
+    cache = prefilled.cache.fork(headroom=n_frames * g.tokens_per_frame, share=share_prefill)
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,

@@ -10,7 +10,11 @@ method keeps. The bytes it reports are the bytes the real banks allocate, in the
   the temporal RoPE re-index rotates keys in blocks (``REINDEX_BLOCK_BYTES``);
 - between contexts and tasks the prefilled cache is trimmed to its history (``KVCache.trim``) or parked
   in host memory (``KVCache.park``);
-- each task forks it with room for the whole continuation, then generates chunk by chunk;
+- each task forks it with room for the whole continuation, then generates chunk by chunk: the fork reads
+  the prefilled rows in place and owns only its head-room, until a compaction drops rows of a prefilled
+  chunk (the rows from that chunk on are then copied into the fork's own storage); attention over a
+  shared bank gathers that layer's shared and own rows per call; a parked prefilled cache is copied
+  back whole for each task (``parked_*`` fields);
 - with ``offload_kv`` every bank lives in host memory and one layer's history is staged at a time.
 
 What a method keeps (:class:`Retention`) is exact for FullKV, sink + recent windows (Streaming and any
@@ -117,11 +121,15 @@ class KVTimeline:
     prefilled_alloc, prefilled_stored : int
         The prefilled cache after the re-index, before it is trimmed or parked: allocated and stored.
     fork : int
-        What one task's fork allocates (room for the whole continuation).
+        What one task's fork allocates (room for the whole continuation; the prefilled rows it reads
+        in place are the prefilled cache's).
     continuation_peak : int
-        Most K/V bytes of the fork at any moment of the continuation (compaction copies included).
+        Most K/V bytes of the fork at any moment of the continuation (compaction copies and the
+        per-layer gather of shared rows for attention included).
     continuation_after_chunk : list of int
         The fork's allocated bytes after each generated chunk.
+    parked_fork, parked_continuation_peak : int
+        The same with the prefilled cache parked in host memory: each fork is a whole copy on the device.
     staging_peak : int
         With the cache in host memory (``offload_kv``): the most bytes one layer stages on the device
         (its history plus the chunk's rows, K and V).
@@ -137,13 +145,16 @@ class KVTimeline:
     fork: int = 0
     continuation_peak: int = 0
     continuation_after_chunk: list[int] = field(default_factory=list)
+    parked_fork: int = 0
+    parked_continuation_peak: int = 0
     staging_peak: int = 0
     host_peak: int = 0
 
 
 @dataclass
 class _Bank:
-    """One bank's rows: ``n`` history rows in ``cap`` allocated rows, ``row`` bytes per row (K and V)."""
+    """One bank's rows: ``n`` history rows in ``cap`` rows, ``row`` bytes per row (K and V); the first
+    ``base`` rows are read in place from the prefilled cache (a task's fork), the rest allocated."""
 
     layer: int
     heads: int
@@ -151,9 +162,11 @@ class _Bank:
     max_tokens: int | None
     n: int = 0
     cap: int = 0
+    base: int = 0
 
     def bytes(self, rows: int | None = None) -> int:
-        return (self.cap if rows is None else rows) * self.row
+        """Allocated bytes (own rows), or the bytes of ``rows`` rows."""
+        return (self.cap - self.base if rows is None else rows) * self.row
 
 
 @dataclass
@@ -166,6 +179,23 @@ class _Cache:
 
     def allocated(self) -> int:
         return sum(b.bytes() for b in self.banks)
+
+    def gather(self, rows: int) -> int:
+        """The most bytes one layer's attention gathers from shared and own rows (banks with shared rows:
+        history plus the ``rows`` of the chunk)."""
+        layers: dict[int, int] = {}
+        for b in self.banks:
+            if b.base:
+                layers[b.layer] = layers.get(b.layer, 0) + (b.n + rows) * b.row
+        return max(layers.values(), default=0)
+
+    def own_from(self, bank: _Bank, row: int) -> None:
+        """A compaction drops shared row ``row`` (a chunk start): the rows from it on become the bank's
+        own (a new allocation of the same capacity while the old exists)."""
+        if row >= bank.base:
+            return
+        self.note(extra=(bank.cap - row) * bank.row)
+        bank.base = row
 
     def stored(self) -> int:
         return sum(b.bytes(b.n) for b in self.banks)
@@ -268,18 +298,24 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
         out.staging_peak = max(out.staging_peak, max(
             sum((b.n + L) * b.row for b in target.banks if b.layer == layer) for layer in range(num_layers)))
         target.write_slot(L)
+        target.note(extra=target.gather(L))
         for bank in target.banks:
             bank.n += L
             rows[id(bank)][chunk] = L
         keep = {}
         for bank in target.banks:
             chunk_len = rows[id(bank)]
+            before = dict(chunk_len)
             leaving = chunk - ret.recent_chunks
             if not ret.window_only and ret.budget_pr is None and ret.token_budget is None and \
                     bank.max_tokens is None and leaving >= ret.sink_chunks and leaving in chunk_len:
                 chunk_len[leaving] = round(ret.keep_fraction * chunk_len[leaving])
             keep[id(bank)] = _bank_rows_after(bank, ret, committed, chunk, chunk_len, heads_total)
-            _settle_rows(chunk_len, keep[id(bank)], ret, chunk)
+            budget = ret.budget_pr is not None or ret.token_budget is not None
+            _settle_rows(chunk_len, keep[id(bank)], ret, chunk, leaving if budget else None)
+            changed = [c for c in sorted(before) if chunk_len[c] < before[c]]
+            if changed and bank.base:
+                target.own_from(bank, sum(n for c, n in before.items() if c < changed[0]))
         target.compact(keep)
 
     committed = 0
@@ -294,34 +330,46 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
     out.prefill_peak = cache.peak
     out.prefilled_alloc, out.prefilled_stored = cache.allocated(), cache.stored()
 
-    # fork: every bank gets its history plus room for the continuation (KVCache.fork / Bank.headroom_for)
-    headroom = continuation_chunks * L
-    fork_banks = []
-    for bank in banks:
-        rows_wanted = bank.n + max(headroom, L)
-        if bank.max_tokens is not None:
-            rows_wanted = min(rows_wanted, max(bank.n, bank.max_tokens) + L)
-        if cap_limit is not None:
-            rows_wanted = min(rows_wanted, max(bank.n, cap_limit))
-        fork_banks.append(_Bank(bank.layer, bank.heads, bank.row, bank.max_tokens, bank.n, rows_wanted))
-        rows[id(fork_banks[-1])] = dict(rows[id(bank)])
-    fork = _Cache(fork_banks, cap_limit)
-    out.fork = fork.allocated()
-    fork.note()
-    for j in range(continuation_chunks):
-        committed += L
-        step(context_chunks + j, committed, fork)
-        out.continuation_after_chunk.append(fork.allocated())
-    out.continuation_peak = fork.peak
+    def continuation(share: bool) -> tuple[_Cache, int, list[int]]:
+        """A fork (KVCache.fork / Bank.headroom_for: every bank gets room for the continuation; shared:
+        reading the prefilled rows in place) and the continuation's chunks."""
+        headroom = continuation_chunks * L
+        fork_banks = []
+        for bank in banks:
+            rows_wanted = bank.n + max(headroom, L)
+            if bank.max_tokens is not None:
+                rows_wanted = min(rows_wanted, max(bank.n, bank.max_tokens) + L)
+            if cap_limit is not None:
+                rows_wanted = min(rows_wanted, max(bank.n, cap_limit))
+            fork_banks.append(_Bank(bank.layer, bank.heads, bank.row, bank.max_tokens, bank.n, rows_wanted,
+                                    bank.n if share else 0))
+            rows[id(fork_banks[-1])] = dict(rows[id(bank)])
+        fork = _Cache(fork_banks, cap_limit)
+        fork.note()
+        allocated = fork.allocated()
+        after = []
+        total = committed
+        for j in range(continuation_chunks):
+            total += L
+            step(context_chunks + j, total, fork)
+            after.append(fork.allocated())
+        return fork, allocated, after
+
+    parked, out.parked_fork, _ = continuation(share=False)
+    out.parked_continuation_peak = parked.peak
+    shared, out.fork, out.continuation_after_chunk = continuation(share=True)
+    out.continuation_peak = shared.peak
     out.host_peak = max(out.prefill_peak, out.prefilled_stored + out.continuation_peak)
     return out
 
 
-def _settle_rows(chunk_len: dict[int, int], n: int, ret: Retention, newest: int) -> None:
-    """Reduce the per-chunk row counts to total ``n``, taking from unprotected chunks, oldest first (the
-    order only matters for counting protected rows later, which is exact either way)."""
+def _settle_rows(chunk_len: dict[int, int], n: int, ret: Retention, newest: int, leaving: int | None = None) -> None:
+    """Reduce the per-chunk row counts to total ``n``, taking from unprotected chunks: the chunk
+    ``leaving`` the recent window first (a budget decides only that one), then oldest first (bounded
+    memory evicts unscored rows in order). The counts are exact either way; the order decides which
+    prefilled chunks a task's fork copies."""
     excess = sum(chunk_len.values()) - n
-    for chunk in sorted(chunk_len):
+    for chunk in sorted(chunk_len, key=lambda c: (c != leaving, c)):
         if excess <= 0:
             break
         if chunk < ret.sink_chunks or chunk > newest - ret.recent_chunks:

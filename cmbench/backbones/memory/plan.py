@@ -12,7 +12,8 @@ A run holds, per context and task, in order (:mod:`cmbench.runs.evaluator`):
     call's activations;
 ``continuation``
     the prefilled cache (trimmed to its history; nothing on the device when parked in host memory) plus
-    one task's fork with room for the whole continuation, and a DiT call;
+    one task's fork with room for the whole continuation (reading the prefilled rows in place, or a
+    whole copy of a parked cache), and a DiT call;
 ``decode``
     the prefilled cache and the VAE decoding the continuation after the context (the fork is freed);
 ``score``
@@ -71,6 +72,10 @@ class RunShape:
     text_work : int
         One prompt through the text encoder (on its device).
     notes : tuple of str
+    sequence : int
+        Ranks per model (Ulysses sequence parallelism): the KV and the DiT call are one rank's.
+    context_source : str
+        Where the context length came from (printed on the plan's first line).
     """
 
     name: str
@@ -97,6 +102,8 @@ class RunShape:
     camera_values: int = 0
     text_work: int = 0
     notes: tuple[str, ...] = ()
+    sequence: int = 1
+    context_source: str = ""
 
 
 @dataclass
@@ -154,8 +161,11 @@ class MemoryPlan:
 
     def describe(self) -> str:
         """A readable table: each phase's peak and its largest parts, then the offloads and the verdict."""
-        lines = [f"{self.shape.name}: {self.shape.context_frames} context + {self.shape.continuation_frames} "
-                 f"continuation latent frames"]
+        s = self.shape
+        source = f" ({s.context_source})" if s.context_source else ""
+        split = f"; split over {s.sequence} ranks, memory per rank" if s.sequence > 1 else ""
+        lines = [f"{s.name}: {s.context_frames} context + {s.continuation_frames} "
+                 f"continuation latent frames{source}{split}"]
         lines += [f"  {note}" for note in self.shape.notes]
         lines.append(f"  {'phase':<13}{'device GiB':>11}   parts (GiB)")
         for phase, parts in self.phases.items():
@@ -183,7 +193,7 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
     text_cpu, park, offload = "text_cpu" in offloads, "park_prefill" in offloads, "offload_kv" in offloads
     models = {"DiT": s.dit, "VAE": s.vae, "text encoder": 0 if text_cpu else s.text, "scorer": s.scorer}
     call = workspace.dit_call(s.tokens_per_chunk, s.dim, s.ffn_dim, s.compute_bytes, s.text_len, s.text_dim,
-                              s.camera_values)
+                              s.camera_values, s.sequence)
     text_work = 0 if text_cpu else s.text_work
     latent_pixels = (s.height // 8) * (s.width // 8)
     # context latents, LingBot's I2V latents for the whole timeline, a chunk's camera map (float32, cached)
@@ -201,7 +211,8 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
     plan.phases["prefill"] = {**models, "KV": kv.staging_peak if offload else kv.prefill_peak,
                               "DiT call": call, "text call": text_work, "inputs": inputs}
     plan.phases["continuation"] = {**models, "prefilled KV": prefilled,
-                                   "task KV": kv.staging_peak if offload else kv.continuation_peak,
+                                   "task KV": kv.staging_peak if offload else
+                                   kv.parked_continuation_peak if park else kv.continuation_peak,
                                    "DiT call": call, "text call": text_work, "inputs": inputs}
     plan.phases["decode"] = {**models, "prefilled KV": prefilled, "inputs": inputs,
                              "VAE decode": workspace.vae_decode(s.continuation_frames, s.height, s.width,

@@ -132,7 +132,7 @@ class ModelBytes:
 def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method: Any, compute_bytes: int,
              height: int, width: int, text_len: int, vae_scale: float, context_frames: int,
              continuation_frames: int, assume_pr: float | None = None, notes: tuple[str, ...] = (),
-             on_cpu: bool = False) -> RunShape:
+             on_cpu: bool = False, sequence: int = 1, context_source: str = "") -> RunShape:
     """A :class:`RunShape` from the geometry, the DiT's fields, the model bytes and the method.
 
     Parameters
@@ -153,25 +153,45 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     notes : tuple of str
     on_cpu : bool
         The device is the CPU (the cache's provenance then shares its memory).
+    sequence : int
+        Ranks per model (Ulysses sequence parallelism): the KV cache replayed is one rank's heads (the
+        rank with the largest peak, :func:`cmbench.parallel.cache.local_layout`), the DiT call one rank's
+        tokens; the weights are replicated on every rank.
+    context_source : str
+        Where the context length came from.
     """
+    from cmbench.parallel.cache import local_layout
+    from cmbench.parallel.sequence import check_heads
+
     g = geometry
     ret: Retention = retention(method, assume_pr)
-    groups = [[(len(group.heads), group.max_tokens) for group in layer] for layer in method.layout(g)]
-    kv = simulate_kv(g.num_layers, groups, g.head_dim, compute_bytes, g.tokens_per_chunk,
-                     math.ceil(context_frames / g.chunk_frames), math.ceil(continuation_frames / g.chunk_frames), ret,
-                     provenance=on_cpu)
+    check_heads(g.num_heads, g.tokens_per_frame, sequence)
+    per_rank = g.num_heads // sequence
+    timelines = []
+    for rank in range(sequence):
+        layout = local_layout(method.layout(g), rank * per_rank, per_rank)
+        groups = [[(len(group.heads), group.max_tokens) for group in layer] for layer in layout]
+        timelines.append(simulate_kv(g.num_layers, groups, g.head_dim, compute_bytes, g.tokens_per_chunk,
+                                     math.ceil(context_frames / g.chunk_frames),
+                                     math.ceil(continuation_frames / g.chunk_frames), ret, provenance=on_cpu))
+    kv = max(timelines, key=lambda t: (max(t.prefill_peak, t.prefilled_stored + t.continuation_peak), t.host_peak))
     per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
+    if sequence > 1:
+        notes = (*notes, f"split over {sequence} ranks (parallel.sequence): {per_rank} of {g.num_heads} heads of the "
+                         f"KV cache and 1/{sequence} of every frame's tokens per rank; weights, VAE and text "
+                         f"encoder replicated on every rank (no FSDP)")
     label = method.name if getattr(method, "quota_pr", None) is None else f"{method.name} @ PR {method.quota_pr:g}"
+    split = f" / {sequence} ranks" if sequence > 1 else ""
     return RunShape(
-        name=f"{name} + {label}", dit=models.dit, vae=models.vae, text=models.text, scorer=models.scorer,
+        name=f"{name} + {label}{split}", dit=models.dit, vae=models.vae, text=models.text, scorer=models.scorer,
         largest_tensor=models.largest_tensor, tokens_per_chunk=g.tokens_per_chunk, dim=int(dit["dim"]),
         ffn_dim=int(dit["ffn_dim"]), compute_bytes=compute_bytes, text_len=text_len,
         text_dim=int(dit.get("text_dim") or 0), height=height, width=width, chunk_frames=g.chunk_frames,
         context_frames=int(context_frames), continuation_frames=int(continuation_frames),
         i2v=int(dit["in_channels"]) > int(dit["out_channels"]), vae_scale=vae_scale, kv=kv,
         kv_exact=ret.exact, camera_values=int(dit.get("camera_dim") or 0) * math.prod(g.patch),
-        text_work=models.text_work, notes=notes)
+        text_work=models.text_work, notes=notes, sequence=sequence, context_source=context_source)
 
 
 def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunShape:
@@ -190,9 +210,9 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
     device = torch.device(str(backbone.get("device", "cuda")))
     dtype = str(backbone.get("dtype", "bfloat16"))
     notes = []
+    where = "given"
     if context_frames is None:
         context_frames, where = context_latent_frames(cfg, backbone)
-        notes.append(f"context: {context_frames} latent frames: {where}")
     text_dtype, vae_dtype = str(backbone.get("text_dtype", "bfloat16")), str(backbone.get("vae_dtype", "float32"))
     text_folder = _component_folder(backbone, "text_encoder")
     text, text_source = text_encoder_bytes(text_folder, text_dtype)
@@ -217,7 +237,8 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
                     workspace.vae_scale(torch.empty((), dtype=parse_dtype(vae_dtype)).element_size(), vae_width),
                     int(context_frames),
                     int(cfg["generation"]["continuation_frames"]), backbone["memory"].get("assume_pr"), tuple(notes),
-                    on_cpu=device.type == "cpu")
+                    on_cpu=device.type == "cpu", sequence=int((cfg.get("parallel") or {}).get("sequence", 1)),
+                    context_source=where)
 
 
 def configured_offloads(backbone: Any) -> tuple[str, ...]:

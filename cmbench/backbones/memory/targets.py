@@ -1,9 +1,11 @@
 """Which reference machines a plan fits, with which offloads: the table of docs/real_backbones.md.
 
 Each target is checked with :func:`~cmbench.backbones.memory.plan.choose_plan` (device memory minus the
-reserve; host memory is reported, not checked, since it depends on the node). CMBench runs one model per
-GPU (``torchrun`` shards contexts), so "4xH200" fits exactly where one H200 does, four contexts at a
-time, with four times the host memory for the offloads.
+reserve; host memory is reported, not checked, since it depends on the node). Without
+``parallel.sequence`` CMBench runs one model per GPU (``torchrun`` shards contexts), so "4xH200" fits
+exactly where one H200 does, four contexts at a time, with four times the host memory for the offloads.
+A row split over ``P`` ranks (``parallel.sequence=P``) is one rank's memory: each GPU of the machine holds
+one rank (4xH200 with ``P = 4``: the paper's setup, one model over the four GPUs).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from cmbench.backbones.memory.run_plan import DEFAULT_RESERVE_GIB
 DOCUMENTED = (("lingbot_world_v2_14b", ("method=fullkv",)),
               ("lingbot_world_v2_14b", ("method=decoprune", "method.quota_pr=0.85")),
               ("lingbot_world_v2_1_3b", ("method=fullkv",)),
-              ("lingbot_world_v2_1_3b", ("method=decoprune", "method.quota_pr=0.85")))
+              ("lingbot_world_v2_1_3b", ("method=decoprune", "method.quota_pr=0.85")),
+              ("lingbot_world_v2_14b", ("method=fullkv", "parallel.sequence=4")),
+              ("lingbot_world_v2_14b", ("method=decoprune", "method.quota_pr=0.85", "parallel.sequence=4")),
+              ("lingbot_world_v2_1_3b", ("method=fullkv", "parallel.sequence=4")))
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,7 @@ class Target:
     processes: int = 1
 
 
-TARGETS = (Target("one H200 (139 GiB)", 139.0), Target("4xH200 (one model per GPU)", 139.0, 4),
+TARGETS = (Target("one H200 (139 GiB)", 139.0), Target("4xH200 (one model per GPU, or split: one rank per GPU)", 139.0, 4),
            Target("one 80 GB GPU (79.6 GiB)", 79.6))
 SHORT = {"text_cpu": "text on CPU", "park_prefill": "prefilled KV in host RAM",
          "offload_kv": "all KV in host RAM, PCIe-bound"}

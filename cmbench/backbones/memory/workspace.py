@@ -25,16 +25,18 @@ SCORER_WORKSPACE_BYTES = 2 * 2**30  # detector / segmenter / embedder on a batch
 
 
 def dit_call(tokens: int, dim: int, ffn_dim: int, compute_bytes: int, text_len: int = 0, text_dim: int = 0,
-             camera_values: int = 0) -> int:
+             camera_values: int = 0, sequence: int = 1) -> int:
     """Peak activation bytes of one DiT call on ``tokens`` tokens (the KV cache not included).
 
     The call holds its inputs (the camera map copied into the compute dtype: ``camera_values`` channels
     per token, LingBot 384 x 2 x 2; the text states, their embedding and the cross-attention K and V),
     and its peak is the larger of two stages: the camera embedding (a folded copy of the map) and a block.
+    With ``sequence`` ranks per model (Ulysses) a rank's blocks run ``tokens / sequence`` tokens (the
+    all-to-alls move as many values as a block's q, k, v); the inputs and the camera embedding stay whole.
     """
     c = compute_bytes
     inputs = tokens * camera_values * c + text_len * (text_dim + 3 * dim) * c
-    block = tokens * c * (FFN_COEF * ffn_dim + DIM_COEF * dim)
+    block = tokens // sequence * c * (FFN_COEF * ffn_dim + DIM_COEF * dim)
     camera = tokens * c * (camera_values + CAMERA_EMBED_DIM_COEF * dim) if camera_values else 0
     return int(inputs + max(block, camera))
 

@@ -43,6 +43,7 @@ class HostOffloadAttention:
         for bank in banks:
             if bank.k is None:
                 continue  # the first write allocates on the compute device; moved to the host below
+            bank.unshare()  # a task's fork owns its host rows before they are staged
             bank.reserve(bank.n + L, bank.k)  # host room for history + slot
             host_k, host_v = bank.storage()
             resident[id(bank)] = (host_k, host_v)

@@ -1,0 +1,72 @@
+"""Ulysses sequence parallelism on the CPU (gloo): a split run equals the one-process run.
+
+2 and 4 processes run the committed tiny MiniWorld model (a Wan-shaped DiT with 4 heads) under FullKV,
+DeCoPrune, DeCoPrune-HS, ForcingKV, DummyForcing and TempDiff, with the cross-rank mask checksum on:
+continuation latents within fp32 tolerance, and both PR ledgers (per-chunk visible and full tokens,
+peak stored bytes), kept tokens per chunk and the token ids every (layer, head) holds identical; each
+rank stores 1/P of the K/V.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cmbench.backbones.memory.kv import retention, simulate_kv
+from cmbench.backbones.tiny import TinyWorldModel
+from cmbench.errors import ConfigError
+from cmbench.methods.registry import build_method
+from cmbench.parallel import SequenceGroup, split_backbone
+from cmbench.parallel.cache import local_layout
+from cmbench.benchmarks.split_runs import run_methods, spawn_split
+from cmbench.shipped import PACKAGE_ROOT
+
+HEAD_MAP = str(PACKAGE_ROOT / "backbones" / "weights" / "tiny_miniworld_head_map.json")
+METHODS = [{"name": "fullkv"}, {"name": "decoprune"}, {"name": "decoprune_hs", "head_map": HEAD_MAP},
+           {"name": "forcingkv", "head_map": HEAD_MAP}, {"name": "dummyforcing"},
+           {"name": "tempdiff"}]
+SHAPE = {"context_chunks": 2, "continuation_chunks": 2}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return run_methods(METHODS, **SHAPE)
+
+
+def assert_same_records(one: dict, split: dict) -> None:
+    for name, a in one.items():
+        b = split[name]
+        torch.testing.assert_close(b["latents"], a["latents"], rtol=1e-5, atol=1e-5, msg=name)
+        for key in ("context", "generation", "kept", "heads"):
+            assert b[key] == a[key], (name, key)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("size", [2, 4])
+def test_split_run_equals_one_process(reference, size):
+    ranks = spawn_split(size, METHODS, **SHAPE)
+    for rank in ranks:
+        assert_same_records(reference, rank)
+    for name, one in reference.items():
+        peaks = [rank[name]["local_peak"] for rank in ranks]
+        assert sum(peaks) == one["local_peak"], name  # every head's K/V is on exactly one rank
+        if name == "fullkv":
+            assert peaks == [one["local_peak"] // size] * size
+    # the planner's per-rank replay equals what each rank's banks allocate, chunk by chunk
+    g = TinyWorldModel.from_pretrained().geometry
+    method = build_method(METHODS[0])
+    for r, rank in enumerate(ranks):
+        layout = local_layout(method.layout(g), r * g.num_heads // size, g.num_heads // size)
+        groups = [[(len(gr.heads), gr.max_tokens) for gr in layer] for layer in layout]
+        replay = simulate_kv(g.num_layers, groups, g.head_dim, 4, g.tokens_per_chunk, SHAPE["context_chunks"],
+                             SHAPE["continuation_chunks"], retention(method))
+        assert rank["fullkv"]["allocated"] == replay.after_chunk + replay.continuation_after_chunk
+
+
+def test_a_group_that_does_not_divide_the_heads_is_a_one_line_error():
+    backbone = TinyWorldModel.from_pretrained()
+    with pytest.raises(ConfigError, match=r"parallel.sequence=3 does not divide the model's 4 attention heads") as err:
+        split_backbone(backbone, SequenceGroup(0, 3))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="parallel.sequence=8"):
+        split_backbone(backbone, SequenceGroup(0, 8))
