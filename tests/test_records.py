@@ -30,7 +30,7 @@ def test_record_round_trips_and_names_its_version():
     record = TaskRecord(task_id="t1", status="ok", context_id="videos/a", source="real", task_type="revisit",
                         label="x", seed=3, score=0.25, pr=0.5, metric="DINO")
     row = record.to_json()
-    assert row["schema_version"] == SCHEMA_VERSION == 3
+    assert row["schema_version"] == SCHEMA_VERSION == 4
     assert TaskRecord.from_json(row) == record
     assert set(row) == {f for f in records_module.FIELD_NAMES}
 
@@ -44,7 +44,7 @@ def test_version_0_records_are_upgraded_and_unknown_versions_refused():
     with pytest.raises(ValueError, match="not in the task record schema"):
         TaskRecord.from_json({**ok("t"), "schema_version": 1, "prepared_for": "x"})
     with pytest.raises(ValueError, match="newer than this CMBench reads"):
-        TaskRecord.from_json({**ok("t"), "schema_version": 4})
+        TaskRecord.from_json({**ok("t"), "schema_version": SCHEMA_VERSION + 1})
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_impossible_reference_fields_are_named(extra, message):
 
 def test_version_2_records_read_with_the_reference_fields_empty():
     record = TaskRecord.from_json({**ok("t"), "schema_version": 2, "reference_scores": [0.5], "code_hash": "c"})
-    assert record.schema_version == 3 and record.reference_scores == [0.5] and record.code_hash == "c"
+    assert record.schema_version == SCHEMA_VERSION and record.reference_scores == [0.5] and record.code_hash == "c"
     assert record.reference_best_frames is None and record.reference_aggregation is None
     assert record.scorer_models_hash is None
 

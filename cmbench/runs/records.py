@@ -21,7 +21,8 @@ Schema versions: records without ``schema_version`` (version 0, CMBench before t
 are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped);
 version 1 records (before the code identity, the run's seed and the attention cost) and version 2
 records (before each reference's best frame, the reference aggregation and the scorer models' hash)
-are read with the fields added since empty.
+are read with the fields added since empty; so are version 3 records (before the quality metrics:
+one field per metric of :data:`QUALITY_FIELDS`, ``quality_absent`` and ``quality_hash``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 
 from cmbench.errors import CMBenchError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
 RECORDS_GLOB = "records*.jsonl"
@@ -51,6 +52,12 @@ KINDS = ("run", "score")
 REFERENCE_AGGREGATIONS = ("mean", "max")  # how a task's score combines its references' best scores
 DINO_METRIC = "DINO"
 DINO_EMBEDDERS = ("dinov2",)  # embedder backends whose cosine is the paper's DINO score
+QUALITY_FIELDS = ("subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
+                  "aesthetic_quality", "imaging_quality", "subject_consistency_light", "background_consistency_light")
+"""The quality metrics' record fields, named as VBench names them (``*_light``: CPU stand-ins with VBench's
+formula on light features, not VBench's numbers)."""
+_BOUNDED_QUALITY = ("subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
+                    "subject_consistency_light", "background_consistency_light")  # in [0, 1] by their formula
 
 
 class RecordsError(CMBenchError):
@@ -120,6 +127,18 @@ class TaskRecord:
         ``boxes[best_frame]``.
     n_frames : int
         Frames scored.
+    subject_consistency, background_consistency, temporal_flickering, motion_smoothness : float or None
+        VBench's quality metrics of the scored video (docs/scoring.md, "Quality metrics"), in [0, 1];
+        None when not selected or absent (``quality_absent`` says why).
+    aesthetic_quality, imaging_quality : float or None
+        VBench's aesthetic (LAION head / 10) and imaging (MUSIQ / 100) quality, averaged over frames.
+    subject_consistency_light, background_consistency_light : float or None
+        VBench's consistency formula on CPU features (MiniWorld): not VBench's numbers.
+    quality_absent : dict or None
+        Selected quality metrics that did not run, each with the reason (package or weights missing,
+        too few frames).
+    quality_hash : str or None
+        Identity of the quality metrics' config (selection, arguments, code version).
     video : str or None
         The scored video: for ``run``, its lossless copy relative to the run directory; for
         ``score``, the file that was read.
@@ -185,6 +204,17 @@ class TaskRecord:
     best_box: list[float] | None = None
     n_frames: int | None = None
     video: str | None = None
+    # quality (VBench's names)
+    subject_consistency: float | None = None
+    background_consistency: float | None = None
+    temporal_flickering: float | None = None
+    motion_smoothness: float | None = None
+    aesthetic_quality: float | None = None
+    imaging_quality: float | None = None
+    subject_consistency_light: float | None = None
+    background_consistency_light: float | None = None
+    quality_absent: dict[str, str] | None = None
+    quality_hash: str | None = None
     # generation (run only)
     method: str | None = None
     method_config: dict[str, Any] | None = None
@@ -225,7 +255,7 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> "TaskRecord":
-        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 and 2: fields added
+        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 to 3: fields added
         since are empty).
 
         Raises
@@ -292,7 +322,27 @@ def record_problem(record: TaskRecord) -> str | None:
         return f"seed: is {record.seed!r}, expected an integer"
     if record.best_frame is not None and record.n_frames is not None and not 0 <= record.best_frame < record.n_frames:
         return f"best_frame: is {record.best_frame}, expected an index below n_frames={record.n_frames}"
-    return _reference_problem(record)
+    return _reference_problem(record) or _quality_problem(record)
+
+
+def _quality_problem(record: TaskRecord) -> str | None:
+    """What is impossible about a record's quality fields, or None."""
+    for name in QUALITY_FIELDS:
+        value = getattr(record, name)
+        if value is None:
+            continue
+        if not (_number(value) and math.isfinite(float(value))):
+            return f"{name}: is {value!r}, expected a finite number"
+        if name in _BOUNDED_QUALITY and not 0.0 <= float(value) <= 1.0:
+            return f"{name}: is {value!r}, expected a value in [0, 1]"
+    absent = record.quality_absent
+    if absent is not None:
+        if not isinstance(absent, dict) or not all(isinstance(v, str) for v in absent.values()):
+            return f"quality_absent: is {absent!r}, expected a mapping metric -> reason"
+        both = sorted(k for k in absent if k in QUALITY_FIELDS and getattr(record, k) is not None)
+        if both:
+            return f"quality_absent: names {', '.join(both)}, which has a value"
+    return None
 
 
 def _reference_problem(record: TaskRecord) -> str | None:
@@ -354,7 +404,19 @@ def scored_fields(task_score: Any) -> dict[str, Any]:
         "n_frames": task_score.n_frames,
         "scorer": task_score.scorer,
         "scorer_hash": task_score.scorer_config_hash,
+        **quality_fields(task_score),
     }
+
+
+def quality_fields(task_score: Any) -> dict[str, Any]:
+    """The quality record fields of a :class:`cmbench.scoring.pipeline.TaskScore` (none when it has no
+    quality metrics)."""
+    quality = getattr(task_score, "quality", None)
+    if not quality and not getattr(task_score, "quality_absent", None):
+        return {}
+    return {**{name: float(v) for name, v in (quality or {}).items()},
+            "quality_absent": dict(getattr(task_score, "quality_absent", None) or {}),
+            "quality_hash": getattr(task_score, "quality_hash", None)}
 
 
 def _plain(value: Any) -> Any:
