@@ -31,7 +31,7 @@ from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
 from cmbench.runs.lock import RunFolderError
 from cmbench.runs.paths import videos_label
-from cmbench.runs.records import metric_name
+from cmbench.runs.records import QUALITY_LABELS, metric_name
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, score_folder
 from cmbench.scoring.registry import build_scorer
 
@@ -57,6 +57,10 @@ def _print_report(summary: dict[str, Any], out: Path) -> None:
     for group in ("by_source", "by_type"):
         for name, row in summary[group].items():
             print(f"  {name:<10} n={row['n']:<4} mean={row['score']:.4f}")
+    for name, mean in summary.get("quality", {}).items():
+        print(f"score: quality {QUALITY_LABELS.get(name, name)} ({name}) mean {mean:.4f}")
+    for name, reason in summary.get("quality_absent", {}).items():
+        print(f"score: quality {QUALITY_LABELS.get(name, name)} ({name}) absent: {reason}")
     print(f"score: records {out / 'records.jsonl'}, summary {out / 'summary.json'}")
 
 

@@ -51,6 +51,7 @@ from cmbench.report.leaderboard import (
     pareto_plot,
 )
 from cmbench.data.references import reference_frames
+from cmbench.runs.records import QUALITY_LABELS
 
 INDEX = "index.html"
 IMAGES = "img"
@@ -67,6 +68,7 @@ LABELS = {
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
     "test": "Test",
+    **QUALITY_LABELS,
 }
 
 
