@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -267,3 +268,17 @@ def test_records_carry_quality_and_older_records_upgrade():
         TaskRecord(task_id="t", status="ok", aesthetic_quality=float("nan"))
     with pytest.raises(ValueError, match="quality_absent: names temporal_flickering, which has a value"):
         TaskRecord(task_id="t", status="ok", temporal_flickering=0.9, quality_absent={"temporal_flickering": "x"})
+
+
+def test_light_subject_features_are_the_appearance_descriptor_of_whole_frames():
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 256, size=(5, 32, 32, 3), dtype=np.uint8)
+    frames[2] = cv2.GaussianBlur(frames[2], (0, 0), 3)  # smooth content too
+    metric = SubjectConsistencyLight()
+    full = np.ones((32, 32), dtype=bool)
+    reference = metric.embedder.embed(list(frames), [full] * len(frames))  # the light scorer's own path
+    assert np.abs(metric.features(frames) - reference).max() < 1e-5
+    flat = metric.features(grey([90, 90], size=(32, 32)))  # a flat frame: colour only, no layout or texture
+    layout = slice(metric.embedder.chroma_bins**2 + metric.embedder.lightness_bins, -metric.embedder.orientation_bins)
+    assert not flat[:, layout].any() and not flat[:, -metric.embedder.orientation_bins:].any()
+    assert np.allclose(flat[0], flat[1])
