@@ -223,7 +223,8 @@ def quality_vs_memory_table(points: pd.DataFrame, window: tuple[float, float] = 
 
 def quality_vs_memory_plot(points: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """The memory metric and each quality metric against realised PR, one panel each on a shared axis
-    normalised to FullKV (a black line at 1), one line per method with its 95% CI band."""
+    normalised to FullKV (a black line at 1 and FullKV's own point at PR 0), one line per method with
+    its 95% CI (bars and band)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -237,10 +238,13 @@ def quality_vs_memory_plot(points: pd.DataFrame, path: str | Path, title: str | 
     for ax, metric in zip(axes[0], metrics):
         g = points[points["metric"] == metric]
         ax.axhline(1.0, color="black", lw=1)
+        ax.plot([0.0], [1.0], "ks", ms=4, label="fullkv")  # the reference, at PR 0
         for method, m in g.dropna(subset=["value"]).groupby("method", sort=False):
             m = m.sort_values("test_pr")
-            ax.plot(100 * m["test_pr"], m["value"], "o-", ms=3, color=colours[method], label=str(method))
-            ax.fill_between(100 * m["test_pr"], m["ci_low"], m["ci_high"], color=colours[method], alpha=0.15)
+            x = 100 * m["test_pr"]
+            ax.errorbar(x, m["value"], yerr=[m["value"] - m["ci_low"], m["ci_high"] - m["value"]], fmt="o-", ms=3,
+                        capsize=2, color=colours[method], label=str(method))
+            ax.fill_between(x, m["ci_low"], m["ci_high"], color=colours[method], alpha=0.15)
         kind = g["kind"].iloc[0] if len(g) else ""
         ax.set_title(f"{metric}" + (" (memory)" if kind == "memory" else ""), fontsize=8)
         ax.set_xlabel("realised PR (%)", fontsize=8)

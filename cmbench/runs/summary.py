@@ -52,7 +52,7 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str],
                 group[str(getattr(r, key))].append(float(r.score))
     metrics = sorted({r.metric for r in ok if r.metric})
     prs = [float(r.pr) for r in ok if r.pr is not None]
-    summary = {
+    summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "metric": metrics[0] if len(metrics) == 1 else (", ".join(metrics) or None),
         "tasks_expected": len(expected),

@@ -112,12 +112,15 @@ class ConsistencyAccumulator:
             self._first = feats[0]
             self._previous = feats[0]
             feats = feats[1:]
+        first, previous = self._first, self._previous
+        assert first is not None and previous is not None
         for f in feats:
-            to_previous = max(0.0, _cosine(f, self._previous))
-            to_first = max(0.0, _cosine(f, self._first))
+            to_previous = max(0.0, _cosine(f, previous))
+            to_first = max(0.0, _cosine(f, first))
             self._sum += (to_previous + to_first) / 2.0
             self._count += 1
-            self._previous = f
+            previous = f
+        self._previous = previous
 
     def value(self) -> float:
         _need_two(self._count + (self._first is not None), self.name)
