@@ -189,9 +189,9 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
     quality = quality_metrics(runs)
     if quality:
         values = pd.DataFrame([quality_summary(run.frame, quality) for run in runs])
-        at = cols.index("pr") + 1
+        after_pr = cols.index("pr") + 1
         for offset, column in enumerate(values.columns):
-            board.insert(at + offset, column, values[column].to_numpy())
+            board.insert(after_pr + offset, column, values[column].to_numpy())
     if curves is not None:
         at = scores_at(curves, OPERATING_PR)
         board.insert(4, MATCHED_COLUMN, [at.get(label, math.nan) for label in board["method"]])

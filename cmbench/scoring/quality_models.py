@@ -134,6 +134,8 @@ class SubjectConsistency(_Batched):
 class _ClipImage(_Batched):
     """A CLIP vision tower with its projection (``image_embeds``, what ``clip.encode_image`` returns)."""
 
+    name: str
+
     def _load(self, runtime: Runtime, model: str) -> None:
         from transformers import CLIPVisionModelWithProjection
 
