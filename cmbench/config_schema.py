@@ -78,6 +78,8 @@ SCORER_KEYS: dict[str, Role] = {
     "detector": "identity",
     "segmenter": "identity",
     "embedder": "identity",
+    "quality": "identity",
+    "quality_settings": "identity",
 }
 """Keys of a ``configs/scorer/*.yaml`` (the effective precision, fp32 on a CPU, is hashed by the scorer)."""
 

@@ -5,12 +5,17 @@ DINOv2 with its processor). A cat photo on a 720x1280 canvas is the task's refer
 control is that frame shifted (480x832 continuation), the negative control another context's frame
 (a cup). It asserts that the positive is found and scores high, the negative scores lower, bf16
 autocast stays close to fp32, and every stage's device preprocessing matches transformers' / PIL's
-processors within 2 grey levels; it prints per-stage timings (cmbench/benchmarks/scorer_check.py).
+processors within 2 grey levels; with the quality models given (``--quality-dino``, ``--quality-clip-b32``,
+``--quality-clip-l14`` + ``--aesthetic-head``), VBench's subject / background consistency and aesthetic
+quality on the positive control match VBench's definition computed one frame at a time on the CPU
+(within 1e-4 in fp32; bf16 within 0.02); it prints per-stage timings (cmbench/benchmarks/scorer_check.py).
 ``--tiny`` runs the same code on tiny random models on a CPU (the checks that need real weights are
 then reported, not asserted); tests/test_gpu_check_scorer.py runs it so CI keeps it working.
 
     python scripts/gpu_check_scorer.py --owl /models/owlvit-base-patch32 --sam /models/sam2.1-hiera-large \
-        --dino /models/dinov2-base --json $OUT/gpu_check_scorer.json
+        --dino /models/dinov2-base --quality-dino /models/dino-vitb16 --quality-clip-b32 /models/clip-vit-base-patch32 \
+        --quality-clip-l14 /models/clip-vit-large-patch14 --aesthetic-head /models/sa_0_4_vit_l_14_linear.pth \
+        --json $OUT/gpu_check_scorer.json
     python scripts/gpu_check_scorer.py --tiny --device cpu
 """
 
@@ -29,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from cmbench.benchmarks.scorer_check import real_config, run_check  # noqa: E402
-from cmbench.scoring.tiny_models import tiny_deep_scorer_config  # noqa: E402
+from cmbench.scoring.tiny_models import tiny_deep_scorer_config, tiny_quality_settings  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--owl", help="OWL-ViT folder (model, processor, tokenizer)")
     parser.add_argument("--sam", help="SAM 2 folder")
     parser.add_argument("--dino", help="DINOv2 folder (model, image processor)")
+    parser.add_argument("--quality-dino", help="DINO ViT-B/16 folder (facebook/dino-vitb16): subject consistency")
+    parser.add_argument("--quality-clip-b32", help="CLIP ViT-B/32 folder: background consistency")
+    parser.add_argument("--quality-clip-l14", help="CLIP ViT-L/14 folder: aesthetic quality (with --aesthetic-head)")
+    parser.add_argument("--aesthetic-head", help="LAION's sa_0_4_vit_l_14_linear.pth")
     parser.add_argument("--tiny", action="store_true", help="tiny random models instead of real weights")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--frames", type=int, default=8, help="frames per control continuation")
@@ -57,7 +66,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scorer check on {args.device} ({device_name}), torch {torch.__version__}, "
           f"{'TINY RANDOM models' if args.tiny else 'real weights'}")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = tiny_deep_scorer_config(Path(tmp)) if args.tiny else real_config(args.owl, args.sam, args.dino)
+        if args.tiny:
+            cfg = tiny_deep_scorer_config(Path(tmp))
+            cfg["quality_settings"] = tiny_quality_settings(Path(tmp) / "quality")
+            cfg["quality"] = list(cfg["quality_settings"])
+        else:
+            quality = {name: settings for name, settings in (
+                ("subject_consistency", {"model": args.quality_dino}),
+                ("background_consistency", {"model": args.quality_clip_b32}),
+                ("aesthetic_quality", {"model": args.quality_clip_l14, "head": args.aesthetic_head}),
+            ) if all(settings.values())}
+            cfg = real_config(args.owl, args.sam, args.dino, quality=quality)
         cfg["batch_size"] = args.batch
         report = run_check(cfg, args.device, tiny=args.tiny, n_frames=args.frames, rounds=args.rounds)
 
@@ -67,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{c.name:<40} {c.value:10.4f}  {c.bound:<10} {result}")
     print("\nscores:")
     for name, row in report.scores.items():
-        print(f"  {name:<16} score {row['score']:.4f}  detection rate {row['detection_rate']:.2f}")
+        if "score" in row:
+            print(f"  {name:<16} score {row['score']:.4f}  detection rate {row['detection_rate']:.2f}")
+        else:
+            print(f"  {name:<16} " + "  ".join(f"{k} {v if isinstance(v, str) else f'{v:.5f}'}" for k, v in row.items()))
     print("\nms per frame (whole scorer and its stages):")
     for name, row in report.timings.items():
         if name.endswith("_ms_per_frame") and isinstance(row, dict):

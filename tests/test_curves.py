@@ -94,7 +94,8 @@ def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_pat
     assert "streaming: no point at PR 0.9990: target PR 0.9990 is outside what recent_chunks" in capsys.readouterr().err
     out = tmp_path / "runs" / "miniworld" / "leaderboard"
     curves = first = pd.read_csv(out / "curves.csv")
-    assert list(curves.columns) == CURVE_COLUMNS
+    quality = ["temporal_flickering", "subject_consistency_light", "background_consistency_light"]  # scorer=light
+    assert list(curves.columns) == CURVE_COLUMNS + [f"{q}{s}" for q in quality for s in ("", "_ci_low", "_ci_high")]
     gap = curves[curves.target_pr == 0.999]
     assert gap.test_pr.isna().all() and gap.score.isna().all() and "is outside what recent_chunks" in gap.note.iloc[0]
     curves = curves[curves.target_pr < 0.999]
@@ -105,6 +106,22 @@ def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_pat
         assert row.test_pr == pytest.approx(board["pr"]) and row.score == pytest.approx(board["score"])
         assert row.ci_low == pytest.approx(board["score"] - board["score_ci95"])
         assert "/curves/miniworld/streaming__" in row.run_dir
+        for q in quality:  # the quality columns beside the memory score, from the same leaderboard row
+            assert getattr(row, q) == pytest.approx(board[q], rel=1e-5)  # curves.csv keeps 6 significant digits
+            assert getattr(row, f"{q}_ci_high") == pytest.approx(board[q] + board[f"{q}_ci95"], rel=1e-5)
+    # FullKV's row, and every point's metrics normalised to it
+    (reference,) = pd.read_csv(out / "curves_reference.csv").to_dict("records")
+    (full,) = leaderboard(load_runs([reference["run_dir"]])).to_dict("records")
+    assert reference["method"] == "fullkv" and reference["score"] == pytest.approx(full["score"], rel=1e-5)
+    table = pd.read_csv(out / "quality_vs_memory.csv").set_index("metric")
+    assert list(table.index) == ["light", *quality] and list(table.kind) == ["memory"] + ["quality"] * 3
+    in_window = curves[(curves.test_pr >= 0.75) & (curves.test_pr <= 0.95)]
+    for column, metric in [("score", "light"), *((q, q) for q in quality)]:
+        values = in_window[column] / reference[column]
+        assert table.loc[metric, "points"] == len(values)
+        if len(values):
+            assert table.loc[metric, "range_vs_fullkv"] == pytest.approx(values.max() - values.min(), rel=1e-4, abs=1e-5)
+    assert (out / "quality_vs_memory.png").stat().st_size > 10_000
     areas = pd.read_csv(out / "auc.csv")
     assert areas.loc[0, "auc"] == pytest.approx(area_table(curves).loc[0, "auc"], nan_ok=True)
     assert (out / "curves.png").stat().st_size > 10_000

@@ -44,7 +44,7 @@ def test_version_0_records_are_upgraded_and_unknown_versions_refused():
     with pytest.raises(ValueError, match="not in the task record schema"):
         TaskRecord.from_json({**ok("t"), "schema_version": 1, "prepared_for": "x"})
     with pytest.raises(ValueError, match="newer than this CMBench reads"):
-        TaskRecord.from_json({**ok("t"), "schema_version": 5})
+        TaskRecord.from_json({**ok("t"), "schema_version": SCHEMA_VERSION + 1})
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_version_3_records_read_without_a_calibration_pr_and_it_is_a_fraction():
 
 def test_version_2_records_read_with_the_reference_fields_empty():
     record = TaskRecord.from_json({**ok("t"), "schema_version": 2, "reference_scores": [0.5], "code_hash": "c"})
-    assert record.schema_version == 4 and record.reference_scores == [0.5] and record.code_hash == "c"
+    assert record.schema_version == SCHEMA_VERSION and record.reference_scores == [0.5] and record.code_hash == "c"
     assert record.reference_best_frames is None and record.reference_aggregation is None
     assert record.scorer_models_hash is None
 

@@ -30,7 +30,14 @@ def test_gpu_check_runs_at_tiny_shapes(tmp_path):
         assert checks[name]["asserted"] and checks[name]["passed"], name
     for name in ("positive_score", "positive_minus_negative", "mask_iou_fp32_vs_bf16", "positive_score_fp32_vs_bf16"):
         assert not checks[name]["asserted"], name  # random weights: reported only
-    assert set(report["scores"]) == {"positive_fp32", "negative_fp32", "positive_bf16", "negative_bf16"}
+    quality = ("subject_consistency", "background_consistency", "aesthetic_quality")  # VBench's network metrics
+    assert set(report["scores"]) == {"positive_fp32", "negative_fp32", "positive_bf16", "negative_bf16",
+                                     "quality_absent", *(f"quality_{q}" for q in quality)}
+    for q in quality:  # the scorer's batched path against VBench's one-frame definition, asserted even here
+        check = checks[f"quality_{q}_vs_vbench_definition"]
+        assert check["asserted"] and check["passed"] and check["value"] <= 1e-4, q
+        assert not checks[f"quality_{q}_fp32_vs_bf16"]["asserted"], q  # random weights: reported only
+        assert 0.0 <= report["scores"][f"quality_{q}"]["fp32"] <= 1.0 or q == "aesthetic_quality"
     assert {r["stage"] for r in report["timings"]["preprocess_ms_per_frame"]} == {"owl", "sam2", "sam2_scattered", "dinov2", "total"}
     assert set(report["timings"]["positive_fp32_ms_per_frame"]) == {"total", "detect", "segment", "embed"}
 
@@ -44,4 +51,9 @@ def test_gpu_check_asserts(monkeypatch, tmp_path):
     monkeypatch.setattr(scorer_check, "PREPROCESS_MAX_GREY_LEVELS", -1.0)  # no preprocessing can pass this
     report = scorer_check.run_check(tiny_deep_scorer_config(tmp_path), "cpu", tiny=True, n_frames=2, rounds=1)
     with pytest.raises(AssertionError, match="preprocess_detector_max_grey_levels"):
+        report.require_passed()
+    monkeypatch.setattr(scorer_check, "PREPROCESS_MAX_GREY_LEVELS", 2.01)
+    monkeypatch.setattr(scorer_check, "QUALITY_FP32_MAX_DIFF", -1.0)  # no quality metric can pass this
+    report = scorer_check.run_check(tiny_deep_scorer_config(tmp_path), "cpu", tiny=True, n_frames=2, rounds=1)
+    with pytest.raises(AssertionError, match="quality_subject_consistency_vs_vbench_definition"):
         report.require_passed()

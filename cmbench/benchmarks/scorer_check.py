@@ -13,6 +13,12 @@ reference (transformers' / PIL's processors) on the device the scorer runs on, a
 With tiny random models (``tiny=True``, the CI path on a CPU) the same code runs; the checks that
 need real weights (detection, the controls' order, fp32-vs-bf16 of detections and masks) are
 reported and not asserted.
+
+The network quality metrics (VBench's subject / background consistency and aesthetic quality, when the
+config selects them) run on the positive control through the scorer (batched, on the device, fp32
+and bf16) and are compared with VBench's definition computed here independently: one frame at a time
+on the CPU in fp32, the per-frame cosines and means written out as VBench's loops write them
+(:func:`vbench_reference_quality`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,17 @@ from cmbench.data import Reference, Task
 from cmbench.scoring import build_scorer
 from cmbench.scoring.host_preprocess import dino_pixels, processor_pixels, sam2_pixels
 from cmbench.scoring.pipeline import Scorer, TaskScore
+from cmbench.scoring.quality_models import (
+    CLIP_MEAN,
+    CLIP_STD,
+    VBENCH_SIZE,
+    AestheticQuality,
+    BackgroundConsistency,
+    SubjectConsistency,
+)
+from cmbench.scoring.imagenet import IMAGENET_MEAN, IMAGENET_STD
+from cmbench.scoring.quality_models import vbench_input
+from cmbench.scoring.registry import build_quality
 from cmbench.scoring.runtime import Runtime
 
 REFERENCE_SIZE = (720, 1280)
@@ -46,6 +63,8 @@ BF16_MAX_SCORE_DIFF = 0.05
 BF16_MIN_EMBEDDING_COSINE = 0.99
 BF16_MIN_MASK_IOU = 0.9
 PREPROCESS_MAX_GREY_LEVELS = 2.01
+QUALITY_FP32_MAX_DIFF = 1e-4   # the scorer's batched device path vs the one-frame CPU reference, both fp32
+QUALITY_BF16_MAX_DIFF = 0.02   # bf16 autocast vs fp32 (asserted with real weights)
 
 
 def _canvas(photo: np.ndarray, seed: int) -> np.ndarray:
@@ -149,6 +168,65 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def vbench_reference_quality(metric: Any, frames: np.ndarray) -> float:
+    """VBench's definition of ``metric``'s value on ``frames`` (``uint8 [F, H, W, 3]``), computed one
+    frame at a time on the CPU in fp32 with the metric's own model, as VBench's loops do it.
+
+    Subject / background consistency: for each frame after the first, ``(max(0, cos to previous) +
+    max(0, cos to first)) / 2``, summed and divided by ``F - 1``; aesthetic quality: the mean over frames
+    of the head on the L2-normalised embedding, divided by 10.
+    """
+    cpu = torch.device("cpu")
+    model = metric.model.to(cpu)
+    feats = []
+    with torch.inference_mode():
+        for frame in frames:
+            if isinstance(metric, SubjectConsistency):
+                pixels = vbench_input(frame[None], VBENCH_SIZE, "bilinear", False, IMAGENET_MEAN, IMAGENET_STD, cpu)
+                out = model(pixel_values=pixels, interpolate_pos_encoding=True).last_hidden_state[:, 0]
+            else:
+                pixels = vbench_input(frame[None], metric.image_size, "bicubic", True, CLIP_MEAN, CLIP_STD, cpu)
+                out = model(pixel_values=pixels).image_embeds
+            feats.append(torch.nn.functional.normalize(out.float(), dim=-1, p=2))
+        metric.model.to(metric.runtime.device)
+        if isinstance(metric, AestheticQuality):
+            head = metric.head.to(cpu)
+            value = float(np.mean([float(head(f).squeeze()) / 10.0 for f in feats]))
+            metric.head.to(metric.runtime.device)
+            return value
+    total = 0.0
+    for i in range(1, len(feats)):
+        to_previous = max(0.0, torch.nn.functional.cosine_similarity(feats[i - 1], feats[i]).item())
+        to_first = max(0.0, torch.nn.functional.cosine_similarity(feats[0], feats[i]).item())
+        total += (to_previous + to_first) / 2
+    return total / (len(feats) - 1)
+
+
+def _quality_check(report: CheckReport, cfg: dict, dev: torch.device, batch: int, frames: np.ndarray, real: bool) -> None:
+    """The network quality metrics on ``frames``, fp32 and bf16, against :func:`vbench_reference_quality`."""
+    values: dict[str, dict[str, float]] = {}
+    for precision in ("fp32", "bf16"):
+        quality = build_quality(cfg, Runtime(dev, precision, batch))
+        if quality is None:
+            return
+        networks = [m for m in quality.metrics if isinstance(m, (SubjectConsistency, BackgroundConsistency,
+                                                                   AestheticQuality))]
+        result = quality.score(iter([frames[: len(frames) // 2], frames[len(frames) // 2 :]]))
+        for metric in networks:
+            values.setdefault(metric.name, {})[precision] = result.values[metric.name]
+            if precision == "fp32":
+                values[metric.name]["reference"] = vbench_reference_quality(metric, frames)
+        report.scores.setdefault("quality_absent", {}).update(result.absent)
+    for name, v in values.items():
+        report.scores[f"quality_{name}"] = v
+        diff = abs(v["fp32"] - v["reference"])
+        report.add(f"quality_{name}_vs_vbench_definition", diff, f"<= {QUALITY_FP32_MAX_DIFF}",
+                   diff <= QUALITY_FP32_MAX_DIFF)
+        half = abs(v["bf16"] - v["fp32"])
+        report.add(f"quality_{name}_fp32_vs_bf16", half, f"<= {QUALITY_BF16_MAX_DIFF}", half <= QUALITY_BF16_MAX_DIFF,
+                   asserted=real)
+
+
 def run_check(cfg: dict, device: str, tiny: bool, n_frames: int = 8, rounds: int = 3) -> CheckReport:
     """Run the controls in fp32 and bf16, the preprocessing agreement and the timings.
 
@@ -168,7 +246,8 @@ def run_check(cfg: dict, device: str, tiny: bool, n_frames: int = 8, rounds: int
     dev = torch.device(device)
     batch = int(cfg.get("batch_size", 8))
     cfg = dict(cfg, cache_dir=None)
-    scorers = {p: build_scorer(cfg, runtime=Runtime(dev, p, batch)) for p in ("fp32", "bf16")}
+    memory_cfg = dict(cfg, quality="none")  # the quality metrics are checked apart (_quality_check)
+    scorers = {p: build_scorer(memory_cfg, runtime=Runtime(dev, p, batch)) for p in ("fp32", "bf16")}
     task, reference, positive, negative = controls(n_frames)
     report = CheckReport()
     records: dict[str, TaskScore] = {}
@@ -220,6 +299,7 @@ def run_check(cfg: dict, device: str, tiny: bool, n_frames: int = 8, rounds: int
     iou = min(_iou(a, b) for a, b in zip(masks32, masks16))
     report.add("mask_iou_fp32_vs_bf16", iou, f">= {BF16_MIN_MASK_IOU}", iou >= BF16_MIN_MASK_IOU, asserted=real)
 
+    _quality_check(report, {k: cfg[k] for k in ("quality", "quality_settings") if k in cfg}, dev, batch, positive, real)
     with torch.inference_mode():
         _preprocess_agreement(report, scorers["fp32"], positive)
     crops, masks = object_crops(positive)
@@ -229,8 +309,11 @@ def run_check(cfg: dict, device: str, tiny: bool, n_frames: int = 8, rounds: int
     return report
 
 
-def real_config(owl: str, sam: str, dino: str, batch_size: int = 8) -> dict:
-    """``configs/scorer/owl_sam_dino.yaml`` with local model folders."""
+def real_config(owl: str, sam: str, dino: str, batch_size: int = 8,
+                quality: dict[str, dict[str, Any]] | None = None) -> dict:
+    """``configs/scorer/owl_sam_dino.yaml`` with local model folders; ``quality``: the network quality
+    metrics' settings (``scorer.quality_settings``; the check covers those given, the others are
+    left out)."""
     from omegaconf import OmegaConf
 
     from cmbench.config_paths import CONFIG_DIR
@@ -239,4 +322,6 @@ def real_config(owl: str, sam: str, dino: str, batch_size: int = 8) -> dict:
     assert isinstance(cfg, dict)
     cfg["detector"]["model"], cfg["segmenter"]["model"], cfg["embedder"]["model"] = owl, sam, dino
     cfg["batch_size"] = batch_size
+    cfg["quality"] = list(quality or {})
+    cfg["quality_settings"] = dict(quality or {})
     return cfg

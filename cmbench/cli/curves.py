@@ -6,7 +6,9 @@ the test suite with the found knob through the normal ``run`` machinery (resumab
 ``<method>@pr<t>``; run directories under ``<out_dir>/curves/<data>/`` so they stay off the default
 leaderboard), and FullKV once (under ``<out_dir>/<data>/``, shared with the reference runs). Then, in
 the leaderboard folder (``leaderboard.out``, default ``<out_dir>/<data>/leaderboard``): ``curves.csv``,
-``auc.csv`` and ``curves.png`` (:mod:`cmbench.report.curves`). ``limit=N`` and the other selection
+``auc.csv`` and ``curves.png`` (:mod:`cmbench.report.curves`), and, when the records carry quality
+metrics, ``curves_reference.csv`` (FullKV's row), ``quality_vs_memory.png`` (memory and quality against
+PR, normalised to FullKV) and ``quality_vs_memory.csv`` (each metric's range over PR 0.75..0.95). ``limit=N`` and the other selection
 knobs pass through to the runs. A target a method's knob cannot reach on the calibration contexts is a
 gap in its curve: a row with the reason in ``note`` and no numbers, said on stderr. Methods default to every registered method that declares a knob.
 """
@@ -91,9 +93,17 @@ def _run(cfg: DictConfig) -> Path:
 
 
 def execute(cfg: DictConfig) -> int:
-    import pandas as pd
 
-    from cmbench.report.curves import AREA_FILE, CURVE_COLUMNS, CURVES_FILE, PLOT_FILE, write_curves
+    from cmbench.report.curves import (
+        AREA_FILE,
+        CURVES_FILE,
+        PLOT_FILE,
+        board_point,
+        curve_table,
+        quality_columns,
+        write_curves,
+    )
+    from cmbench.report.leaderboard import REFERENCE_METHOD
     from cmbench.spec import data_dir
 
     names, targets, options = curve_methods(cfg), curve_targets(cfg), calibration_options(cfg)
@@ -123,16 +133,49 @@ def execute(cfg: DictConfig) -> int:
                 run_cfg.label = cal.label
                 run_cfg.out_dir = str(Path(str(cfg.out_dir)) / CURVES_DIR)
             run_dir = _run(run_cfg)
-            row = _board_row(run_dir)
             rows.append({"method": name, "target_pr": target, "knob": cal.knob, "knob_value": cal.value,
-                         "calibration_pr": cal.calibration_pr, "test_pr": row["pr"], "score": row["score"],
-                         "ci_low": row["score"] - row["score_ci95"], "ci_high": row["score"] + row["score_ci95"],
-                         "n_tasks": row["n_tasks"], "label": cal.label, "run_dir": str(run_dir), "note": cal.note})
-    reference = _board_row(_run(method_option(cfg, "fullkv")))
-    curves = pd.DataFrame(rows, columns=CURVE_COLUMNS)
+                         "calibration_pr": cal.calibration_pr, **board_point(_board_row(run_dir)),
+                         "label": cal.label, "run_dir": str(run_dir), "note": cal.note})
+    reference_dir = _run(method_option(cfg, "fullkv"))
+    reference = _board_row(reference_dir)
+    curves = curve_table(rows)
     out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     areas = write_curves(curves, out, (reference["score"], reference["score_ci95"]), metric=str(reference["metric"]))
     print(curves.drop(columns=["run_dir", "note"]).to_string(index=False, float_format="%.4f"))
     print(areas.to_string(index=False, float_format="%.4f"))
-    print(f"wrote {CURVES_FILE}, {AREA_FILE}, {PLOT_FILE} to {out}")
+    written = [CURVES_FILE, AREA_FILE, PLOT_FILE]
+    if quality_columns(curves):
+        written += write_quality_vs_memory(curves, {"method": REFERENCE_METHOD, **board_point(reference),
+                                                    "label": REFERENCE_METHOD, "run_dir": str(reference_dir)},
+                                           str(reference["metric"]), out)
+    print(f"wrote {', '.join(written)} to {out}")
     return 0
+
+
+def write_quality_vs_memory(curves, reference: dict[str, Any], metric: str, out: Path,
+                            title: str | None = None) -> list[str]:
+    """Write FullKV's row, the quality-vs-memory figure and table beside ``curves.csv``; print the table.
+
+    Returns the names of the files written.
+    """
+    from cmbench.report.curves import (
+        QUALITY_PLOT_FILE,
+        QUALITY_TABLE_FILE,
+        REFERENCE_FILE,
+        curve_table,
+        normalised_points,
+        quality_vs_memory_plot,
+        quality_vs_memory_table,
+    )
+
+    from cmbench.runs import atomic
+
+    reference_row = curve_table([reference])
+    atomic.write_with(out / REFERENCE_FILE, lambda tmp: reference_row.to_csv(tmp, index=False, float_format="%.6g"))
+    points = normalised_points(curves, reference, memory=metric)
+    atomic.write_with(out / QUALITY_PLOT_FILE, lambda tmp: quality_vs_memory_plot(
+        points, tmp, title or f"{metric} and quality vs PR, relative to FullKV (95% CI bands)"))
+    table = quality_vs_memory_table(points)
+    atomic.write_with(out / QUALITY_TABLE_FILE, lambda tmp: table.to_csv(tmp, index=False, float_format="%.6g"))
+    print(table.to_string(index=False, float_format="%.4f"))
+    return [REFERENCE_FILE, QUALITY_PLOT_FILE, QUALITY_TABLE_FILE]

@@ -37,6 +37,7 @@ from cmbench.lock import RunFolderError
 from cmbench.runs import atomic
 from cmbench.runs.paths import videos_label
 from cmbench.runs.records import metric_name
+from cmbench.scoring.quality_names import QUALITY_LABELS
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, check_output, score_folder
 from cmbench.scoring.registry import build_scorer
 
@@ -62,6 +63,10 @@ def _print_report(summary: dict[str, Any], out: Path) -> None:
     for group in ("by_source", "by_type"):
         for name, row in summary[group].items():
             print(f"  {name:<10} n={row['n']:<4} mean={row['score']:.4f}")
+    for name, mean in summary.get("quality", {}).items():
+        print(f"score: quality {QUALITY_LABELS.get(name, name)} ({name}) mean {mean:.4f}")
+    for name, reason in summary.get("quality_absent", {}).items():
+        print(f"score: quality {QUALITY_LABELS.get(name, name)} ({name}) absent: {reason}")
     print(f"score: records {out / 'records.jsonl'}, summary {out / 'summary.json'}")
 
 

@@ -10,8 +10,17 @@ calibrated to (``python -m cmbench curves``). On a curve:
   range every method covers: the largest of the curves' lowest PRs to the smallest of their highest
   (``mean_score = auc / (hi - lo)``: the curve's average height there).
 
-``curves.csv`` columns are :data:`CURVE_COLUMNS`; the scores and their 95% CIs come from the
-leaderboard's own statistics (:func:`cmbench.report.leaderboard.leaderboard`, clustered by context).
+``curves.csv`` columns are :data:`CURVE_COLUMNS`, then, for each quality metric the records carry
+(VBench's names), its mean and CI bounds (``<metric>``, ``<metric>_ci_low``, ``<metric>_ci_high``); the
+scores and their 95% CIs come from the leaderboard's own statistics
+(:func:`cmbench.report.leaderboard.leaderboard`, clustered by context). ``curves_reference.csv`` holds
+FullKV's row in the same columns.
+
+Quality beside memory (the paper's argument that quality metrics cannot pick a compression budget):
+:func:`normalised_points` divides every curve point's score and quality metrics (and CI bounds) by
+FullKV's; :func:`quality_vs_memory_plot` draws memory and each quality metric against PR on one shared
+normalised axis (``quality_vs_memory.png``); :func:`quality_vs_memory_table` gives, over a PR window,
+each metric's range of normalised values across all methods' points (``quality_vs_memory.csv``).
 """
 
 from __future__ import annotations
@@ -19,13 +28,16 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from cmbench.report.reading import ReportError
 from cmbench.runs import atomic
+from cmbench.scoring.quality_names import QUALITY_FIELDS
 
 CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", "test_pr", "score", "ci_low", "ci_high",
                  "n_tasks", "label", "run_dir", "note"]
@@ -33,6 +45,11 @@ CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", 
 note, or why a target has no point)."""
 AREA_COLUMNS = ["method", "pr_low", "pr_high", "auc", "mean_score", "points"]
 CURVES_FILE, AREA_FILE, PLOT_FILE = "curves.csv", "auc.csv", "curves.png"
+REFERENCE_FILE, QUALITY_PLOT_FILE, QUALITY_TABLE_FILE = ("curves_reference.csv", "quality_vs_memory.png",
+                                                         "quality_vs_memory.csv")
+QUALITY_WINDOW = (0.75, 0.95)  # the PR range over which quality_vs_memory.csv compares ranges
+QUALITY_TABLE_COLUMNS = ["metric", "kind", "pr_low", "pr_high", "points", "min_vs_fullkv", "max_vs_fullkv",
+                         "range_vs_fullkv"]
 OPERATING_PR = 0.85  # the paper's operating point: the leaderboard's "Score @ 85% PR"
 
 
@@ -186,3 +203,106 @@ def write_curves(curves: pd.DataFrame, out: str | Path, reference: tuple[float, 
     atomic.write_with(out / AREA_FILE, lambda tmp: areas.to_csv(tmp, index=False, float_format="%.6g"))
     atomic.write_with(out / PLOT_FILE, lambda tmp: curves_plot(curves, tmp, reference, metric=metric))
     return areas
+
+
+def board_point(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A curve point from a leaderboard row (:func:`cmbench.report.leaderboard.leaderboard`): realised
+    PR, score and CI bounds, task count, and each quality metric's mean and CI bounds."""
+    point = {"test_pr": row["pr"], "score": row["score"], "ci_low": row["score"] - row["score_ci95"],
+             "ci_high": row["score"] + row["score_ci95"], "n_tasks": row["n_tasks"]}
+    for name in QUALITY_FIELDS:
+        if name in row:
+            point.update({name: row[name], f"{name}_ci_low": row[name] - row[f"{name}_ci95"],
+                          f"{name}_ci_high": row[name] + row[f"{name}_ci95"]})
+    return point
+
+
+def quality_columns(frame: pd.DataFrame) -> list[str]:
+    """The quality metrics a curves table has values for, in :data:`QUALITY_FIELDS` order."""
+    return [name for name in QUALITY_FIELDS if name in frame.columns and frame[name].notna().any()]
+
+
+def curve_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """``curves.csv``: :data:`CURVE_COLUMNS`, then the quality columns any row has."""
+    frame = pd.DataFrame(rows)
+    extra = [f"{n}{suffix}" for n in quality_columns(frame) for suffix in ("", "_ci_low", "_ci_high")]
+    return frame.reindex(columns=CURVE_COLUMNS + extra)
+
+
+def normalised_points(curves: pd.DataFrame, reference: Mapping[str, Any], memory: str = "score") -> pd.DataFrame:
+    """Every curve point's metrics divided by FullKV's (1 = FullKV's value).
+
+    Parameters
+    ----------
+    curves : a ``curves.csv`` table
+    reference : FullKV's row (``curves_reference.csv``): ``score`` and the quality columns
+    memory : the name the memory metric gets in the output (``DINO``, ``light``)
+
+    Returns
+    -------
+    DataFrame with columns method, test_pr, metric, kind (``memory`` | ``quality``), value, ci_low,
+    ci_high (NaN where FullKV's value is missing or 0).
+    """
+    rows = []
+    ok = curves.dropna(subset=["test_pr"])
+    for column, name, kind in [("score", memory, "memory")] + [(q, q, "quality") for q in quality_columns(curves)]:
+        ref = float(reference.get(column, math.nan))
+        low, high = ("ci_low", "ci_high") if column == "score" else (f"{column}_ci_low", f"{column}_ci_high")
+        for r in ok.itertuples(index=False):
+            values = [getattr(r, c) for c in (column, low, high)]
+            scaled = [v / ref if ref and not math.isnan(ref) else math.nan for v in values]
+            rows.append({"method": r.method, "test_pr": r.test_pr, "metric": name, "kind": kind,
+                         "value": scaled[0], "ci_low": scaled[1], "ci_high": scaled[2]})
+    return pd.DataFrame(rows, columns=["method", "test_pr", "metric", "kind", "value", "ci_low", "ci_high"])
+
+
+def quality_vs_memory_table(points: pd.DataFrame, window: tuple[float, float] = QUALITY_WINDOW) -> pd.DataFrame:
+    """Per metric, over the points whose realised PR lies in ``window``: their count and the lowest,
+    highest and range of the normalised values across every method (:func:`normalised_points`)."""
+    lo, hi = window
+    rows = []
+    for (metric, kind), g in points.groupby(["metric", "kind"], sort=False):
+        inside = g[(g["test_pr"] >= lo) & (g["test_pr"] <= hi)].dropna(subset=["value"])
+        low, high = (float(inside["value"].min()), float(inside["value"].max())) if len(inside) else (math.nan,) * 2
+        rows.append({"metric": metric, "kind": kind, "pr_low": lo, "pr_high": hi, "points": len(inside),
+                     "min_vs_fullkv": low, "max_vs_fullkv": high, "range_vs_fullkv": high - low})
+    return pd.DataFrame(rows, columns=QUALITY_TABLE_COLUMNS)
+
+
+def quality_vs_memory_plot(points: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
+    """The memory metric and each quality metric against realised PR, one panel each on a shared axis
+    normalised to FullKV (a black line at 1 and FullKV's own point at PR 0), one line per method with
+    its 95% CI (bars and band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(dict.fromkeys(points["metric"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(2.6 * len(metrics) + 0.6, 3.4), dpi=120, sharey=True,
+                             squeeze=False)
+    methods = list(dict.fromkeys(points["method"]))
+    colours = {m: f"C{i}" for i, m in enumerate(methods)}
+    for ax, metric in zip(axes[0], metrics):
+        g = points[points["metric"] == metric]
+        ax.axhline(1.0, color="black", lw=1)
+        ax.plot([0.0], [1.0], "ks", ms=4, label="fullkv")  # the reference, at PR 0
+        for method, m in g.dropna(subset=["value"]).groupby("method", sort=False):
+            m = m.sort_values("test_pr")
+            x = 100 * m["test_pr"]
+            ax.errorbar(x, m["value"], yerr=[m["value"] - m["ci_low"], m["ci_high"] - m["value"]], fmt="o-", ms=3,
+                        capsize=2, color=colours[method], label=str(method))
+            ax.fill_between(x, m["ci_low"], m["ci_high"], color=colours[method], alpha=0.15)
+        kind = g["kind"].iloc[0] if len(g) else ""
+        ax.set_title(f"{metric}" + (" (memory)" if kind == "memory" else ""), fontsize=8)
+        ax.set_xlabel("realised PR (%)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("relative to FullKV (= 1)", fontsize=8)
+    axes[0][-1].legend(fontsize=6, loc="lower left")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return Path(path)

@@ -62,6 +62,7 @@ from cmbench.report.leaderboard import (
     paired_deltas,
     pareto_plot,
 )
+from cmbench.scoring.quality_names import QUALITY_LABELS
 
 INDEX = "index.html"
 IMAGES = "img"
@@ -80,6 +81,7 @@ LABELS = {
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
     "test": "Test",
+    **QUALITY_LABELS,
 }
 
 

@@ -48,6 +48,7 @@ from cmbench.report.reading import (
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
 from cmbench.runs.atomic import dead_builds
+from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
            "check_comparable", "clustered_mean_ci", "comparison_pairs", "comparisons", "find_curves", "folder_manifest",
@@ -133,8 +134,28 @@ def _ratio(reference: pd.Series, entry: pd.Series) -> float:
     return float(reference.sum() / entry.sum())
 
 
+def quality_metrics(runs: Iterable[RunRecords]) -> list[str]:
+    """The quality fields (VBench's names, :data:`QUALITY_FIELDS` order) that any entry's successful
+    records carry."""
+    frames = [_ok(r.frame) for r in runs]
+    return [name for name in QUALITY_FIELDS if any(f[name].notna().any() for f in frames)]
+
+
+def quality_summary(frame: pd.DataFrame, names: Iterable[str]) -> dict[str, float]:
+    """Each quality metric's mean over the successful records that carry it and its 95% CI
+    (``<name>_ci95``, clustered by context like the score)."""
+    ok = _ok(frame)
+    out: dict[str, float] = {}
+    for name in names:
+        have = ok[ok[name].notna()]
+        out[name], out[f"{name}_ci95"] = clustered_mean_ci(have[name].to_numpy(dtype=np.float64),
+                                                           have["context_id"].to_numpy())
+    return out
+
+
 def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per entry: metric, score (mean, 95% CI, spread over seeds), PR, speed-ups vs FullKV
+    """One row per entry: metric, score (mean, 95% CI, spread over seeds), PR, the quality metrics the
+    records carry (VBench's names, each with its clustered 95% CI, after PR), speed-ups vs FullKV
     (attention cost; measured FPS and whether it was measured together), FPS, attention keys per
     token, peak KV bytes, counts, and records from other code; with ``curves`` (a ``curves.csv``,
     :mod:`cmbench.report.curves`), also ``score_at_85pr``: the curve of the method the entry's label
@@ -166,6 +187,12 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
             "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks"]
     board = pd.DataFrame(rows, columns=cols)
+    quality = quality_metrics(runs)
+    if quality:
+        values = pd.DataFrame([quality_summary(run.frame, quality) for run in runs])
+        after_pr = cols.index("pr") + 1
+        for offset, column in enumerate(values.columns):
+            board.insert(after_pr + offset, column, values[column].to_numpy())
     if curves is not None:
         at = scores_at(curves, OPERATING_PR)
         board.insert(4, MATCHED_COLUMN, [at.get(label, math.nan) for label in board["method"]])
@@ -312,6 +339,16 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
                                                            "another machine)" if apart else "")
               + "; `scripts/bench_speed.py` measures speed in one controlled run. Seeds: runs per method, with the "
               "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context."]
+    quality = [c for c in QUALITY_FIELDS if c in board.columns]
+    if quality:
+        lines += ["", "Quality (VBench's metrics on the same continuations; `*_light`: VBench's formula on CPU "
+                  "features, not VBench's numbers; mean ± 95% CI clustered by context)", "",
+                  "| Method | " + " | ".join(QUALITY_LABELS.get(c, c) for c in quality) + " |",
+                  "|---|" + "---|" * len(quality)]
+        for _, r in board.iterrows():
+            cells = [_cell(r[c], "{:.4f}") + ("" if math.isnan(r[f"{c}_ci95"]) else f" ± {r[f'{c}_ci95']:.4f}")
+                     for c in quality]
+            lines.append(f"| {r['method']} | " + " | ".join(cells) + " |")
     if matched:
         lines += ["", MATCHED_NOTE]
     if other:

@@ -30,13 +30,14 @@ from cmbench.runs.labels import knob_text
 from cmbench.lock import active_writer
 from cmbench.runs.paths import videos_label
 from cmbench.config_schema import REFERENCE_AGGREGATIONS
-from cmbench.runs.records import FIELD_NAMES, RUN_FILE, read_task_records
+from cmbench.runs.records import FIELD_NAMES, QUALITY_FIELDS, RUN_FILE, read_task_records
 from cmbench.scoring.aggregation import aggregate_references
 
 UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
 NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "calibration_pr", "context_pr", "kept_tokens",
            "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds", "continuation_frames",
-           "continuation_fps", "best_frame", "n_frames", "attention_flops", "attention_keys_per_token", "recorded_ns")
+           "continuation_fps", "best_frame", "n_frames", "attention_flops", "attention_keys_per_token", "recorded_ns",
+           *QUALITY_FIELDS)
 
 
 class ReportError(CMBenchError):

@@ -23,7 +23,9 @@ Schema versions: records without ``schema_version`` (version 0, CMBench before t
 are read and upgraded (``scorer_config_hash`` becomes ``scorer_hash``; unknown fields are dropped);
 version 1 records (before the code identity, the run's seed and the attention cost) and version 2
 records (before each reference's best frame, the reference aggregation and the scorer models' hash)
-and version 3 records (before ``calibration_pr``) are read with the fields added since empty.
+are read with the fields added since empty; so are version 3 records (before ``calibration_pr`` and
+the quality metrics: one field per metric of :data:`QUALITY_FIELDS`, ``quality_absent`` and
+``quality_hash``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import numpy as np
 from cmbench.config_schema import REFERENCE_AGGREGATIONS
 from cmbench.errors import CMBenchError
 from cmbench.scoring.aggregation import reference_aggregates
+from cmbench.scoring.quality_names import BOUNDED_QUALITY, QUALITY_FIELDS
 
 SCHEMA_VERSION = 4
 RECORDS = "records.jsonl"
@@ -127,6 +130,18 @@ class TaskRecord:
         ``boxes[best_frame]``.
     n_frames : int
         Frames scored.
+    subject_consistency, background_consistency, temporal_flickering, motion_smoothness : float or None
+        VBench's quality metrics of the scored video (docs/scoring.md, "Quality metrics"), in [0, 1];
+        None when not selected or absent (``quality_absent`` says why).
+    aesthetic_quality, imaging_quality : float or None
+        VBench's aesthetic (LAION head / 10) and imaging (MUSIQ / 100) quality, averaged over frames.
+    subject_consistency_light, background_consistency_light : float or None
+        VBench's consistency formula on CPU features (MiniWorld): not VBench's numbers.
+    quality_absent : dict or None
+        Selected quality metrics that did not run, each with the reason (package or weights missing,
+        too few frames).
+    quality_hash : str or None
+        Identity of the quality metrics' config (selection, arguments, code version).
     video : str or None
         The scored video: for ``run``, its lossless copy relative to the run directory; for
         ``score``, the file that was read.
@@ -197,6 +212,17 @@ class TaskRecord:
     best_box: list[float] | None = None
     n_frames: int | None = None
     video: str | None = None
+    # quality (VBench's names)
+    subject_consistency: float | None = None
+    background_consistency: float | None = None
+    temporal_flickering: float | None = None
+    motion_smoothness: float | None = None
+    aesthetic_quality: float | None = None
+    imaging_quality: float | None = None
+    subject_consistency_light: float | None = None
+    background_consistency_light: float | None = None
+    quality_absent: dict[str, str] | None = None
+    quality_hash: str | None = None
     # generation (run only)
     method: str | None = None
     method_config: dict[str, Any] | None = None
@@ -309,7 +335,27 @@ def record_problem(record: TaskRecord) -> str | None:
         where = _non_finite(getattr(record, f.name), f.name)
         if where:
             return f"{where}: is not a finite number (records are strict JSON: no NaN or infinity)"
-    return _reference_problem(record)
+    return _reference_problem(record) or _quality_problem(record)
+
+
+def _quality_problem(record: TaskRecord) -> str | None:
+    """What is impossible about a record's quality fields, or None."""
+    for name in QUALITY_FIELDS:
+        value = getattr(record, name)
+        if value is None:
+            continue
+        if not (_number(value) and math.isfinite(float(value))):
+            return f"{name}: is {value!r}, expected a finite number"
+        if name in BOUNDED_QUALITY and not 0.0 <= float(value) <= 1.0:
+            return f"{name}: is {value!r}, expected a value in [0, 1]"
+    absent = record.quality_absent
+    if absent is not None:
+        if not isinstance(absent, dict) or not all(isinstance(v, str) for v in absent.values()):
+            return f"quality_absent: is {absent!r}, expected a mapping metric -> reason"
+        both = sorted(k for k in absent if k in QUALITY_FIELDS and getattr(record, k) is not None)
+        if both:
+            return f"quality_absent: names {', '.join(both)}, which has a value"
+    return None
 
 
 def _non_finite(value: Any, where: str) -> str | None:
@@ -392,7 +438,19 @@ def scored_fields(task_score: Any) -> dict[str, Any]:
         "n_frames": task_score.n_frames,
         "scorer": task_score.scorer,
         "scorer_hash": task_score.scorer_config_hash,
+        **quality_fields(task_score),
     }
+
+
+def quality_fields(task_score: Any) -> dict[str, Any]:
+    """The quality record fields of a :class:`cmbench.scoring.pipeline.TaskScore` (none when it has no
+    quality metrics)."""
+    quality = getattr(task_score, "quality", None)
+    if not quality and not getattr(task_score, "quality_absent", None):
+        return {}
+    return {**{name: float(v) for name, v in (quality or {}).items()},
+            "quality_absent": dict(getattr(task_score, "quality_absent", None) or {}),
+            "quality_hash": getattr(task_score, "quality_hash", None)}
 
 
 def _plain(value: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from cmbench.runs.records import SCHEMA_VERSION, TaskRecord, latest_records
+from cmbench.runs.records import QUALITY_FIELDS, SCHEMA_VERSION, TaskRecord, latest_records
 
 
 def _mean(values: list[float]) -> float | None:
@@ -34,7 +34,9 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str],
         (expected, no record), ``metric``, ``score`` (mean over successful tasks),
         ``score_all_tasks`` (every expected task without a successful record counts 0),
         ``detection_rate``, ``pr`` (mean over successful tasks that report one, else None), and
-        ``by_source`` / ``by_type``: ``{value: {"n": successful tasks, "score": mean}}``; with
+        ``by_source`` / ``by_type``: ``{value: {"n": successful tasks, "score": mean}}``, ``quality``
+        (each quality metric's mean over the successful tasks that carry it, VBench's names) and
+        ``quality_absent`` (each absent metric's reason, from the latest record that gives one); with
         ``code_hash``, also ``code_hash``, ``tasks_other_code`` and ``other_code_task_ids``
         (successful records kept from other code: ``keep_other_code=true``).
     """
@@ -50,7 +52,7 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str],
                 group[str(getattr(r, key))].append(float(r.score))
     metrics = sorted({r.metric for r in ok if r.metric})
     prs = [float(r.pr) for r in ok if r.pr is not None]
-    summary = {
+    summary: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "metric": metrics[0] if len(metrics) == 1 else (", ".join(metrics) or None),
         "tasks_expected": len(expected),
@@ -66,6 +68,12 @@ def summarise(records: Iterable[TaskRecord], expected_task_ids: Iterable[str],
         "by_source": {k: {"n": len(v), "score": _mean(v)} for k, v in sorted(groups["source"].items())},
         "by_type": {k: {"n": len(v), "score": _mean(v)} for k, v in sorted(groups["task_type"].items())},
     }
+    absent: dict[str, str] = {}
+    for r in ok:
+        absent.update(r.quality_absent or {})
+    summary["quality"] = {name: _mean([float(getattr(r, name)) for r in ok if getattr(r, name) is not None])
+                          for name in QUALITY_FIELDS if any(getattr(r, name) is not None for r in ok)}
+    summary["quality_absent"] = dict(sorted(absent.items()))
     if code_hash is not None:
         other = sorted(r.task_id for r in ok if r.code_hash != code_hash)
         summary.update(code_hash=code_hash, tasks_other_code=len(other), other_code_task_ids=other)

@@ -24,6 +24,7 @@ from cmbench.scoring.aggregation import aggregate_references
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
 from cmbench.data.references import TaskReferences
+from cmbench.scoring.quality import QualityScorer
 from cmbench.scoring.stages import Detector, Embedder, ReferenceView, Segmenter, Target
 
 SEGMENT_CHUNK = 16  # generated frames segmented together; only their full-frame masks are held at once
@@ -63,9 +64,16 @@ class TaskScore:
     scorer_models_hash : str
         Identity of the loaded models (weight / processor file contents or hub commits, and the
         transformers version).
+    quality : dict name -> float or None
+        The quality metrics that ran (VBench's names; :mod:`cmbench.scoring.quality`); None without
+        quality metrics.
+    quality_absent : dict name -> str or None
+        The selected quality metrics that did not run, with the reason.
+    quality_hash : str or None
+        Identity of the quality config.
 
-    The scorer fills every field; the last four default to None only so that a TaskScore can be
-    written by hand without them.
+    The scorer fills every field it has; those from ``reference_scores`` on default to None only so
+    that a TaskScore can be written by hand without them.
     """
 
     task_id: str
@@ -85,6 +93,9 @@ class TaskScore:
     reference_best_frames: list[int | None] | None = None
     reference_aggregation: str | None = None
     scorer_models_hash: str | None = None
+    quality: dict[str, float] | None = None
+    quality_absent: dict[str, str] | None = None
+    quality_hash: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict."""
@@ -151,6 +162,9 @@ class Scorer:
     batch_size : int
         Frames decoded and scored together when streaming a :class:`FrameBatches` source (the
         runtime's batch size, so a streamed batch is one batch of each deep stage).
+    quality : QualityScorer, optional
+        Quality metrics computed on the same frames (one more pass over a streamed video; never
+        cached: they are cheap beside detection, or absent).
 
     Attributes
     ----------
@@ -174,6 +188,7 @@ class Scorer:
         min_box_size: float = 1.0,
         reference_aggregation: str = "mean",
         batch_size: int = 8,
+        quality: QualityScorer | None = None,
     ):
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -189,6 +204,7 @@ class Scorer:
         self.min_box_size = float(min_box_size)
         self.reference_aggregation = reference_aggregation
         self.batch_size = int(batch_size)
+        self.quality = quality
         stages = {"detector": detector, "segmenter": segmenter, "embedder": embedder}
         self.models_hash = json_digest({k: getattr(s, "identity", dict)() for k, s in stages.items()})[:12]
         self.cache = FeatureCache(cache_dir, config_hash, self.models_hash) if cache_dir else None
@@ -232,6 +248,7 @@ class Scorer:
             best = np.argmax(np.where(detected[:, None], sims, -np.inf), axis=0)  # [R]
             best_frames = [int(f) for f in best]
             reference_scores = sims[best, np.arange(n_refs)]
+        quality = self.quality.score(self._batches(frames)) if self.quality is not None else None
         return TaskScore(
             task_id=task.task_id,
             source=task.source,
@@ -250,6 +267,9 @@ class Scorer:
             scorer=self.name,
             scorer_config_hash=self.config_hash,
             scorer_models_hash=self.models_hash,
+            quality=None if quality is None else quality.values,
+            quality_absent=None if quality is None else quality.absent,
+            quality_hash=None if self.quality is None else self.quality.config_hash,
         )
 
     def features(

@@ -13,6 +13,13 @@ and that backend's keyword arguments::
     detector:  {backend: owlvit, model: google/owlvit-base-patch32, score_threshold: 0.1}
     segmenter: {backend: sam2, model: facebook/sam2.1-hiera-large}
     embedder:  {backend: dinov2, model: facebook/dinov2-base, crop_mode: processor}
+    quality: vbench       # a preset (QUALITY_PRESETS) or a list of quality metrics
+    quality_settings:     # per metric, its arguments
+      subject_consistency: {model: facebook/dino-vitb16}
+
+Quality metrics (:mod:`cmbench.scoring.quality`) are registered in :data:`QUALITY_METRICS`; their
+config is hashed apart (:func:`quality_hash`), so choosing other quality metrics keeps the memory
+score's identity and feature cache.
 """
 
 from __future__ import annotations
@@ -31,7 +38,17 @@ from cmbench.scoring.dino import Dinov2Embedder
 from cmbench.scoring.errors import ScorerConfigError
 from cmbench.scoring.grabcut_segmenter import GrabCutSegmenter
 from cmbench.scoring.owl import Owlv2Detector, OwlVitDetector
+from cmbench.scoring.quality_names import QUALITY_FIELDS
 from cmbench.scoring.pipeline import Scorer
+from cmbench.scoring.quality import QualityScorer, QualityUnavailable, TemporalFlickering
+from cmbench.scoring.quality_light import BackgroundConsistencyLight, SubjectConsistencyLight
+from cmbench.scoring.quality_models import (
+    AestheticQuality,
+    BackgroundConsistency,
+    ImagingQuality,
+    MotionSmoothness,
+    SubjectConsistency,
+)
 from cmbench.scoring.runtime import Runtime, resolve_runtime
 from cmbench.scoring.sam2_hf import Sam2Segmenter
 from cmbench.scoring.sam2_official import OfficialSam2Segmenter
@@ -48,14 +65,33 @@ for _kind, _backends in (
     for _name, _cls in _backends.items():
         STAGES[_kind].add(_name, _cls)
 
-# Top-level keys (cmbench.config_schema): RUNTIME_KEYS do not change a number and stay out of the hash.
+QUALITY_METRICS: Registry[type] = Registry("quality metric", entry_point_group="cmbench.quality_metrics")
+for _cls in (TemporalFlickering, SubjectConsistency, BackgroundConsistency, AestheticQuality, ImagingQuality,
+             MotionSmoothness, SubjectConsistencyLight, BackgroundConsistencyLight):
+    QUALITY_METRICS.add(_cls.name, _cls)
+
+QUALITY_PRESETS: dict[str, tuple[str, ...]] = {
+    # the paper's Table 1 columns (VBench's names and models)
+    "vbench": ("subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
+               "aesthetic_quality", "imaging_quality"),
+    # CPU, no weights: flickering exactly, the consistencies on light features
+    "miniworld": ("temporal_flickering", "subject_consistency_light", "background_consistency_light"),
+    "none": (),
+}
+"""Named quality sets for ``scorer.quality``."""
+
+# Top-level keys (cmbench.config_schema): RUNTIME_KEYS do not change a number and stay out of the hash;
+# QUALITY_KEYS change the quality columns only and are hashed apart (quality_hash).
+QUALITY_KEYS = ("quality", "quality_settings")
 RUNTIME_KEYS = keys_with_role(SCORER_KEYS, "doc", "runtime")
-RESULT_KEYS = keys_with_role(SCORER_KEYS, "identity")
+RESULT_KEYS = tuple(k for k in keys_with_role(SCORER_KEYS, "identity") if k not in QUALITY_KEYS)
 
 # Bump when a change of the scoring code changes numbers: it invalidates every cached feature.
 # 2: preprocessing on the device with the processors' arithmetic (SAM 2 antialiased, DINOv2 crop
 #    modes), per-reference scores and their aggregation.
 SCORER_VERSION = 2
+# Bump when a change of the quality metrics' code changes their numbers.
+QUALITY_VERSION = 1
 
 
 def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
@@ -127,6 +163,93 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def quality_selection(cfg: Mapping[str, Any]) -> list[str]:
+    """The metric names ``scorer.quality`` selects: a preset name, a list of metric names, or null
+    (none).
+
+    Raises
+    ------
+    ScorerConfigError
+        An unknown preset or metric (with a "did you mean"), or a metric named twice.
+    """
+    value = _plain(cfg.get("quality"))
+    if value is None:
+        return []
+    if isinstance(value, str):
+        if value not in QUALITY_PRESETS:
+            raise ScorerConfigError(
+                f"scorer.quality={value!r} is not a quality preset; choose one of {', '.join(QUALITY_PRESETS)} "
+                f"or a list of metrics.{did_you_mean(value, [*QUALITY_PRESETS, *QUALITY_METRICS.names()])}")
+        return list(QUALITY_PRESETS[value])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ScorerConfigError(f"scorer.quality={value!r}: expected a preset name or a list of metric names")
+    for name in value:
+        if name not in QUALITY_METRICS:
+            raise ScorerConfigError(
+                f"scorer.quality: {name!r} is not a quality metric; choose from {', '.join(QUALITY_METRICS.names())}."
+                + did_you_mean(name, QUALITY_METRICS.names()))
+    doubled = sorted({n for n in value if value.count(n) > 1})
+    if doubled:
+        raise ScorerConfigError(f"scorer.quality names {', '.join(doubled)} more than once")
+    return list(value)
+
+
+def quality_config(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``metric -> its arguments`` for the selected metrics (``scorer.quality_settings``; metrics it
+    does not mention take their defaults). Settings of metrics not selected are checked for their
+    names, not used."""
+    names = quality_selection(cfg)
+    settings = _plain(cfg.get("quality_settings")) or {}
+    if not isinstance(settings, dict):
+        raise ScorerConfigError(f"scorer.quality_settings={settings!r}: expected a mapping metric -> arguments")
+    for name, args in settings.items():
+        if name not in QUALITY_METRICS:
+            raise ScorerConfigError(f"scorer.quality_settings.{name}: not a quality metric."
+                                    + did_you_mean(name, QUALITY_METRICS.names()))
+        if args is not None and not isinstance(args, dict):
+            raise ScorerConfigError(f"scorer.quality_settings.{name}={args!r}: expected a mapping of arguments")
+    return {name: dict(settings.get(name) or {}) for name in names}
+
+
+def quality_hash(config: Mapping[str, Mapping[str, Any]]) -> str:
+    """Identity of the quality metrics: the selected metrics, their arguments and :data:`QUALITY_VERSION`
+    (12 hex digits; ``quality_hash`` in records)."""
+    return config_hash({"quality_version": QUALITY_VERSION, "metrics": {k: dict(v) for k, v in config.items()}},
+                       digits=12)
+
+
+def build_quality(cfg: Mapping[str, Any], runtime: Runtime) -> QualityScorer | None:
+    """The :class:`QualityScorer` of a scorer config (None when it selects no metric).
+
+    A metric whose optional package, code or weights are not here (it raises
+    :class:`QualityUnavailable`) is absent with that reason in every record; a wrong argument is a
+    :class:`ScorerConfigError`.
+    """
+    config = quality_config(cfg)
+    if not config:
+        return None
+    metrics, unavailable = [], {}
+    for name, args in config.items():
+        cls = QUALITY_METRICS.get(name)
+        if name not in QUALITY_FIELDS:
+            raise ScorerConfigError(f"quality metric {name!r} has no record field (known: {', '.join(QUALITY_FIELDS)})")
+        params = inspect.signature(cls).parameters
+        accepted = [p for p in params if p not in ("self", "runtime")]
+        unknown = [k for k in args if k not in accepted]
+        if unknown:
+            raise ScorerConfigError(
+                f"scorer.quality_settings.{name} does not take {', '.join(unknown)}; it takes "
+                f"{', '.join(accepted) or 'nothing'}." + did_you_mean(unknown[0], accepted))
+        kwargs = {**args, **({"runtime": runtime} if "runtime" in params else {})}
+        try:
+            metrics.append(cls(**kwargs))
+        except QualityUnavailable as err:
+            unavailable[name] = str(err)
+        except (TypeError, ValueError) as err:
+            raise ScorerConfigError(f"scorer.quality_settings.{name}: {err}") from err
+    return QualityScorer(metrics, unavailable, quality_hash(config))
+
+
 def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: Runtime | None = None) -> Scorer:
     """Build a :class:`Scorer` from a scorer config (``cfg.scorer`` of the Hydra root config).
 
@@ -140,11 +263,11 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: 
         CPU runs fp32 (checks use it to run bf16 autocast on a CPU).
     """
     cfg = _plain(cfg)
-    unknown = [k for k in cfg if k not in RUNTIME_KEYS + RESULT_KEYS]
+    known = RUNTIME_KEYS + RESULT_KEYS + QUALITY_KEYS
+    unknown = [k for k in cfg if k not in known]
     if unknown:
         raise ScorerConfigError(
-            f"unknown scorer config key(s) {', '.join(unknown)}; known: {', '.join(RUNTIME_KEYS + RESULT_KEYS)}."
-            + did_you_mean(unknown[0], RUNTIME_KEYS + RESULT_KEYS)
+            f"unknown scorer config key(s) {', '.join(unknown)}; known: {', '.join(known)}." + did_you_mean(unknown[0], known)
         )
     missing = [k for k in STAGES if k not in cfg]
     if missing:
@@ -163,6 +286,7 @@ def build_scorer(cfg: Mapping[str, Any], cache_dir: str | None = None, runtime: 
             min_box_size=float(cfg.get("min_box_size", 1.0)),
             reference_aggregation=str(cfg.get("reference_aggregation", "mean")),
             batch_size=runtime.batch_size,
+            quality=build_quality(cfg, runtime),
         )
     except ValueError as err:
         raise ScorerConfigError(f"scorer: {err}") from err

@@ -175,3 +175,52 @@ def tiny_deep_scorer_config(
             "background": 0,
         },
     }
+
+
+def save_tiny_dino_vit(folder: str | Path, seed: int = 0) -> Path:
+    """Write a tiny DINO ViT (``ViTModel``, patch 16, hidden 32) standing in for ``facebook/dino-vitb16``
+    (VBench's subject consistency). Returns the folder."""
+    from transformers import ViTConfig, ViTModel
+
+    config = ViTConfig(image_size=224, patch_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=37)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    ViTModel(config, add_pooling_layer=False).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_clip_vision(folder: str | Path, seed: int = 0, image_size: int = 32, projection_dim: int = 24) -> Path:
+    """Write a tiny CLIP vision tower with its projection (``CLIPVisionModelWithProjection``, patch 16),
+    standing in for ``openai/clip-vit-base-patch32`` / ``-large-patch14``. Returns the folder."""
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    config = CLIPVisionConfig(image_size=image_size, patch_size=16, hidden_size=32, intermediate_size=37,
+                              num_hidden_layers=2, num_attention_heads=4, projection_dim=projection_dim)
+    torch.manual_seed(seed)
+    folder = Path(folder)
+    CLIPVisionModelWithProjection(config).save_pretrained(folder)
+    return folder
+
+
+def save_tiny_aesthetic_head(path: str | Path, width: int = 24, seed: int = 0) -> Path:
+    """Write a random linear head ``width -> 1`` in LAION's ``sa_0_4_vit_l_14_linear.pth`` layout (a
+    ``torch.nn.Linear`` state dict). Returns the path."""
+    torch.manual_seed(seed)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.nn.Linear(width, 1).state_dict(), path)
+    return path
+
+
+def tiny_quality_settings(folder: str | Path, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """``scorer.quality_settings`` for VBench's network metrics on tiny random models saved under ``folder``
+    (subject consistency, background consistency, aesthetic quality; imaging quality and motion smoothness
+    keep their defaults: absent here)."""
+    folder = Path(folder)
+    return {
+        "subject_consistency": {"model": str(save_tiny_dino_vit(folder / "dino_vitb16", seed=seed))},
+        "background_consistency": {"model": str(save_tiny_clip_vision(folder / "clip_b32", seed=seed))},
+        "aesthetic_quality": {"model": str(save_tiny_clip_vision(folder / "clip_l14", seed=seed + 1)),
+                              "head": str(save_tiny_aesthetic_head(folder / "aesthetic_head.pth", seed=seed))},
+    }
