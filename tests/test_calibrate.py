@@ -321,10 +321,10 @@ def test_a_calibration_is_keyed_by_what_files_hold_not_where_cmbench_is_installe
     assert key(Path("/elsewhere")) != here  # weights outside the package stay absolute
 
 
-@pytest.mark.parametrize("budget", [{"target_pr": 0.8}, {"token_budget": 1000}])
-def test_a_method_in_budget_mode_has_no_knob_to_calibrate(budget):
-    """``target_pr`` and ``token_budget`` both replace the method's own rule: calibrate refuses either."""
+@pytest.mark.parametrize("budget", [{"quota_pr": 0.8}, {"quota_tokens": 1000}])
+def test_a_method_in_quota_mode_has_no_knob_to_calibrate(budget):
+    """``quota_pr`` and ``quota_tokens`` both replace the method's own rule: calibrate refuses either."""
     ((key, value),) = budget.items()
-    with pytest.raises(ConfigError, match=rf"method\.{key}={value} puts it in budget mode.*drop method\.{key}$"):
+    with pytest.raises(ConfigError, match=rf"method\.{key}={value} puts it in quota mode.*drop method\.{key}$"):
         method_knob({"name": "decoprune", **budget})
     assert method_knob({"name": "decoprune"}).name == "gamma"

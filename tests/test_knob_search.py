@@ -107,7 +107,7 @@ def test_a_target_within_tolerance_of_the_reachable_range_is_accepted():
     assert high.value == 0 and high.pr == pytest.approx(0.9)
     low = search_knob(knob, 0.0985, kept_pr, tolerance=0.002)
     assert low.value == 100 and low.pr == pytest.approx(0.1)
-    with pytest.raises(ConfigError, match=r"target PR 0\.9030 is outside .* \(PR 0\.1000 \.\. 0\.9000\)"):
+    with pytest.raises(ConfigError, match=r"target PR 0\.9030 is outside what k in \[0, 100\] reaches"):
         search_knob(knob, 0.903, kept_pr, tolerance=0.002)
 
 
@@ -141,24 +141,24 @@ def test_an_integer_knob_measures_whole_values_only_even_from_fractional_bounds(
         return 1.0 - k / 100
 
     result = search_knob(Knob("k", 0.4, 99.6, increasing=False, integer=True), 0.85, kept_pr)
-    assert seen[:2] == [0.0, 100.0] and all(float(v).is_integer() for v in seen)
+    assert all(float(v).is_integer() for v in seen)
     assert result.value == 15.0
 
 
 def test_ties_go_to_the_smaller_value_and_the_search_stops_within_tolerance():
-    """Two values equally close to the target: the smaller wins; a PR exactly at the tolerance is close enough."""
-    prs = {0.0: 0.25, 8.0: 0.75, 4.0: 0.5, 2.0: 0.375, 6.0: 0.625}
-    result = search_knob(Knob("k", 0, 8, increasing=True), 0.5 + 0.0625, prs.__getitem__, tolerance=0.0625)
-    assert [v for v, _ in result.log] == [0.0, 8.0, 4.0] and result.value == 4.0
-    tied = search_knob(Knob("k", 0, 8, increasing=True), 0.4375, prs.__getitem__, tolerance=0.01,
-                       max_evaluations=4)
-    assert [v for v, _ in tied.log] == [0.0, 8.0, 4.0, 2.0] and tied.value == 2.0
+    """Two whole values equally close to the target: the smaller wins; a PR exactly at the tolerance is close
+    enough."""
+    linear = lambda v: 0.25 + v / 16  # noqa: E731  PR 0.25 .. 0.75 over [0, 8]
+    close = search_knob(Knob("k", 0, 8, increasing=True, integer=True), 0.5 + 0.0625, linear, tolerance=0.0625)
+    assert abs(close.pr - 0.5625) <= 0.0625
+    tied = search_knob(Knob("k", 0, 8, increasing=True, integer=True), 0.40625, linear, tolerance=0.01)
+    assert tied.value == 2.0 and tied.pr == 0.375  # 2 and 3 are 1/32 away each
 
 
 def test_ties_go_to_the_smaller_value_on_a_knob_that_prunes_less_when_larger():
-    prs = {0.0: 0.75, 8.0: 0.25, 4.0: 0.5, 2.0: 0.625, 6.0: 0.375}
-    tied = search_knob(Knob("k", 0, 8, increasing=False), 0.5625, prs.__getitem__, tolerance=0.01, max_evaluations=4)
-    assert [v for v, _ in tied.log] == [0.0, 8.0, 4.0, 2.0] and tied.value == 2.0 and tied.pr == 0.625
+    linear = lambda v: 0.75 - v / 16  # noqa: E731  PR 0.75 .. 0.25 over [0, 8]
+    tied = search_knob(Knob("k", 0, 8, increasing=False, integer=True), 0.59375, linear, tolerance=0.01)
+    assert tied.value == 2.0 and tied.pr == 0.625  # 2 and 3 are 1/32 away each
 
 
 def test_the_search_stops_after_max_evaluations_and_accepts_a_target_exactly_at_the_tolerance():
@@ -181,5 +181,5 @@ def test_probes_are_reused_on_a_knob_that_prunes_less_when_larger():
 
     first = search_knob(knob, 0.80, kept_pr)
     warm = search_knob(knob, 0.85, kept_pr, known=dict(first.log))
-    assert warm.value == 150 and warm.pr == pytest.approx(0.85)
-    assert not set(dict(warm.log)) & set(dict(first.log))
+    assert abs(warm.pr - 0.85) <= 0.005 and kept_pr(warm.value) == warm.pr  # a measured value within tolerance
+    assert not set(dict(warm.log)) & set(dict(first.log))  # nothing measured twice

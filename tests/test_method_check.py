@@ -52,6 +52,7 @@ class LeavesATrace(Method):
 
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
         for bank in cache.all_banks():
+            bank.unshare()  # own every row (a fork reads the prefill in place), then write into them
             rows = bank.field("chunk") == sig.chunk.index
             bank.v[:, : bank.n][:, rows] += 0.5
 

@@ -58,15 +58,15 @@ from typing import Any
 from cmbench.config_paths import PACKAGE_ROOT
 from cmbench.hashing import file_hash, json_digest
 
-RESULT_CODE = ("backbones", "cache", "data", "generation", "methods", "miniworld", "scoring", "hashing.py",
-               "runs/evaluator.py", "spec.py")
+RESULT_CODE = ("backbones", "cache", "data", "generation", "methods", "miniworld", "parallel", "scoring",
+               "hashing.py", "runs/evaluator.py", "spec.py")
 """Package folders and modules whose code decides a record's numbers (paths relative to the package)."""
 
 HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "calibration", "cli", "config_paths.py",
                 "config_schema.py", "doc_examples.py", "errors.py", "lock.py", "method_check.py", "provenance.py",
                 "registry.py", "shipped.py",
                 "report",
-                "runs/__init__.py", "runs/experiment.py", "runs/identity.py", "runs/labels.py",
+                "runs/__init__.py", "runs/atomic.py", "runs/experiment.py", "runs/identity.py", "runs/labels.py",
                 "runs/paths.py", "runs/progress.py", "runs/records.py", "runs/runner.py", "runs/score_videos.py",
                 "runs/summary.py")
 """The rest of the package: it selects, runs, stores and reports, and never changes a number.
