@@ -85,7 +85,7 @@ def miniworld(tmp_path_factory):
     from cmbench.api import compose_config
     from cmbench.data import load_manifest
     from cmbench.data.adapter import build_adapter
-    from cmbench.runs.evaluator import ModelEvaluator
+    from cmbench.runs.evaluator import ModelEvaluator, VideoOutput
     from cmbench.spec import resolve_run
     from test_run_command import SMALL_SUITE
     from test_tiny_backbone import random_model
@@ -99,7 +99,9 @@ def miniworld(tmp_path_factory):
     tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
     context = [t for t in tasks if t.context_id == tasks[0].context_id]
     assert len(context) >= 2
-    return ModelEvaluator.from_spec(resolve_run(cfg)), context
+    spec = resolve_run(cfg)
+    videos = VideoOutput(tmp / "run", spec.data.fps, spec.outputs.lossless_max_pixels)
+    return ModelEvaluator.from_spec(spec, videos), context
 
 
 def test_tasks_of_one_miniworld_context_share_one_prefill(miniworld, monkeypatch):
@@ -128,11 +130,11 @@ def test_score_source_mp4_scores_the_saved_mp4_decoded_again(miniworld, monkeypa
     lossless = ev.evaluate(task, prepared, seed=0)
     monkeypatch.setattr(ev, "score_source", "mp4")
     lossy = ev.evaluate(task, prepared, seed=0)
-    mp4, _ = read_video(ev.run_dir / "videos" / f"{task.task_id}.mp4")
-    mkv, _ = read_video(ev.run_dir / "videos" / f"{task.task_id}.mkv")
+    mp4, _ = read_video(ev.videos.run_dir / "videos" / f"{task.task_id}.mp4")
+    mkv, _ = read_video(ev.videos.run_dir / "videos" / f"{task.task_id}.mkv")
     assert lossless["video"].endswith(".mkv") and lossy["video"].endswith(".mp4")
     assert np.array_equal(scored[0], mkv) and np.array_equal(scored[1], mp4)
     assert not np.array_equal(mp4, mkv)  # mp4v is lossy: the two sources differ
-    monkeypatch.setattr(ev, "save_videos", False)  # without saved videos: a temporary mp4, the same frames
+    monkeypatch.setattr(ev, "videos", None)  # without saved videos: a temporary mp4, the same frames
     ev.evaluate(task, prepared, seed=0)
     assert np.array_equal(scored[2], mp4)
