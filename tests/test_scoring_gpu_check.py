@@ -46,7 +46,7 @@ def test_gpu_check_runs_at_tiny_shapes(tmp_path):
 def test_gpu_check_asserts(monkeypatch, tmp_path):
     """The check the script ends with (``CheckReport.require_passed``) fires on a failed bound."""
     from cmbench.benchmarks import scorer_check
-    from cmbench.scoring.tiny_models import tiny_deep_scorer_config
+    from cmbench.scoring.tiny_models import tiny_deep_scorer_config, tiny_quality_settings
 
     monkeypatch.setattr(scorer_check, "PREPROCESS_MAX_GREY_LEVELS", -1.0)  # no preprocessing can pass this
     report = scorer_check.run_check(tiny_deep_scorer_config(tmp_path), "cpu", tiny=True, n_frames=2, rounds=1)
@@ -54,6 +54,9 @@ def test_gpu_check_asserts(monkeypatch, tmp_path):
         report.require_passed()
     monkeypatch.setattr(scorer_check, "PREPROCESS_MAX_GREY_LEVELS", 2.01)
     monkeypatch.setattr(scorer_check, "QUALITY_FP32_MAX_DIFF", -1.0)  # no quality metric can pass this
-    report = scorer_check.run_check(tiny_deep_scorer_config(tmp_path), "cpu", tiny=True, n_frames=2, rounds=1)
+    cfg = tiny_deep_scorer_config(tmp_path)  # as the script's --tiny: the tiny quality networks too
+    cfg["quality_settings"] = tiny_quality_settings(tmp_path / "quality")
+    cfg["quality"] = list(cfg["quality_settings"])
+    report = scorer_check.run_check(cfg, "cpu", tiny=True, n_frames=2, rounds=1)
     with pytest.raises(AssertionError, match="quality_subject_consistency_vs_vbench_definition"):
         report.require_passed()
