@@ -128,12 +128,13 @@ class ConsistencyAccumulator:
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine of two unit-or-zero vectors; two zero vectors (e.g. featureless flat frames) agree (1),
-    a zero and a non-zero vector do not (0)."""
+    """Cosine of two unit-or-zero vectors, in [-1, 1] (rounding of a unit vector's dot product with itself
+    can exceed 1); two zero vectors (e.g. featureless flat frames) agree (1), a zero and a non-zero
+    vector do not (0)."""
     a_zero, b_zero = not a.any(), not b.any()
     if a_zero or b_zero:
         return 1.0 if a_zero and b_zero else 0.0
-    return float(a @ b)
+    return min(1.0, max(-1.0, float(a @ b)))
 
 
 class MeanAccumulator:
