@@ -58,6 +58,16 @@ def test_leaderboard_has_each_quality_metric_beside_the_score(runs):
     assert f"| random | 0.9700 ± {ci:.4f} |" in text
 
 
+def test_the_quality_table_writes_labels_as_text(tmp_path):
+    """A label comes from someone's run folder: in the quality table too it is escaped, and its pipe adds no column."""
+    hostile = "<b>x</b> | *y*"
+    run = write_run(tmp_path / "h", hostile, [("a1", 0.5, 0.9, 0.6), ("a2", 0.4, 0.8, 0.5)])
+    text = markdown_table(leaderboard(load_runs([run])))
+    rows = [line for line in text.splitlines() if "x&lt;" in line or "<b>" in line]
+    assert len(rows) == 2 and all(r.startswith("| &lt;b&gt;x&lt;/b&gt; \\| \\*y\\* |") for r in rows)
+    assert rows[1].replace("\\|", "").count("|") == 4  # label, flickering, subject consistency
+
+
 def test_summary_has_quality_means_and_absence_reasons(runs):
     full, _ = runs
     records = [TaskRecord.from_json(json.loads(line)) for line in (full / "records.jsonl").read_text().splitlines()]

@@ -348,7 +348,8 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         for _, r in board.iterrows():
             cells = [_cell(r[c], "{:.4f}") + ("" if math.isnan(r[f"{c}_ci95"]) else f" ± {r[f'{c}_ci95']:.4f}")
                      for c in quality]
-            lines.append(f"| {r['method']} | " + " | ".join(cells) + " |")
+            name = markdown_text(r["method"]) + (" †" if r["other_code_tasks"] else "")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if matched:
         lines += ["", MATCHED_NOTE]
     if other:

@@ -11,7 +11,7 @@ a reading: the authors' official evaluator is not public, see docs/protocol.md) 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -163,8 +163,8 @@ class Scorer:
         Frames decoded and scored together when streaming a :class:`FrameBatches` source (the
         runtime's batch size, so a streamed batch is one batch of each deep stage).
     quality : QualityScorer, optional
-        Quality metrics computed on the same frames (one more pass over a streamed video; never
-        cached: they are cheap beside detection, or absent).
+        Quality metrics computed on the same frames, during the pass that hashes them (no extra
+        decoding of a streamed video; never cached: they are cheap beside detection, or absent).
 
     Attributes
     ----------
@@ -237,7 +237,8 @@ class Scorer:
         if references is None:
             references = TaskReferences.from_video(task)
         boxes = [r.bbox_xyxy_normalized for r in task.references]
-        features = self.features(frames, task.queries, references, boxes)
+        quality = self.quality.start() if self.quality is not None else None
+        features = self.features(frames, task.queries, references, boxes, on_read=None if quality is None else quality.add)
         sims = reference_similarities(features)  # [F, R]
         detected = features.detected
         height, width = (int(v) for v in features.frame_size)
@@ -248,7 +249,7 @@ class Scorer:
             best = np.argmax(np.where(detected[:, None], sims, -np.inf), axis=0)  # [R]
             best_frames = [int(f) for f in best]
             reference_scores = sims[best, np.arange(n_refs)]
-        quality = self.quality.score(self._batches(frames)) if self.quality is not None else None
+        quality_scores = quality.result() if quality is not None else None
         return TaskScore(
             task_id=task.task_id,
             source=task.source,
@@ -267,8 +268,8 @@ class Scorer:
             scorer=self.name,
             scorer_config_hash=self.config_hash,
             scorer_models_hash=self.models_hash,
-            quality=None if quality is None else quality.values,
-            quality_absent=None if quality is None else quality.absent,
+            quality=None if quality_scores is None else quality_scores.values,
+            quality_absent=None if quality_scores is None else quality_scores.absent,
             quality_hash=None if self.quality is None else self.quality.config_hash,
         )
 
@@ -278,11 +279,12 @@ class Scorer:
         queries: Sequence[str],
         references: Sequence[np.ndarray] | TaskReferences,
         reference_boxes: Sequence[Sequence[float]],
+        on_read: Callable[[np.ndarray], None] | None = None,
     ) -> FrameFeatures:
         """Per-frame features, from the cache when present.
 
         The cache key names the frames by content (:func:`cmbench.hashing.frames_hash`), so a
-        streamed source is read twice on a miss: once to hash it, once to score it.
+        streamed source is read twice on a miss (once to hash it, once to score it) and once on a hit.
 
         Parameters
         ----------
@@ -291,6 +293,9 @@ class Scorer:
             Target label and aliases.
         references : TaskReferences, or a sequence of ``uint8 [H', W', 3]``
         reference_boxes : sequence of normalised ``(x0, y0, x1, y1)``, one per reference
+        on_read : callable, optional
+            Given every batch ``uint8 [B, H, W, 3]`` of the hashing pass, in order (the pass made on a
+            hit and on a miss alike): the quality metrics ride on it.
         """
         if not hasattr(frames, "batches"):
             frames = np.asarray(frames)
@@ -307,7 +312,7 @@ class Scorer:
                 f"and {len(reference_boxes)} boxes"
             )
         boxes = [[float(v) for v in b] for b in reference_boxes]
-        video_hash = frames_hash(self._batches(frames))
+        video_hash = frames_hash(self._batches(frames, on_read))
         target_hash = json_digest({"queries": list(queries), "references": list(references.keys), "boxes": boxes})
         if self.cache is not None:
             cached = self.cache.load(video_hash, target_hash)
@@ -337,16 +342,22 @@ class Scorer:
             views.append(ReferenceView(frame=frame, box=box, mask=box_mask(box, *frame.shape[:2]) if empty else mask))
         return views, np.array(fallback, dtype=bool)
 
-    def _batches(self, frames: np.ndarray | FrameBatches) -> Iterator[np.ndarray]:
+    def _batches(
+        self, frames: np.ndarray | FrameBatches, on_read: Callable[[np.ndarray], None] | None = None
+    ) -> Iterator[np.ndarray]:
         """Frames in memory as one batch; a streamed source ``batch_size`` frames at a time, each
-        batch checked (``uint8 [B, H, W, 3]``, the first batch's frame size)."""
+        batch checked (``uint8 [B, H, W, 3]``, the first batch's frame size) and given to ``on_read``."""
         if isinstance(frames, np.ndarray):
+            if on_read is not None:
+                on_read(frames)
             yield frames
             return
         size: tuple[int, ...] | None = None
         for batch in frames.batches(self.batch_size):
             _check_batch(batch, size)
             size = batch.shape[1:3]
+            if on_read is not None:
+                on_read(batch)
             yield batch
             del batch  # released before the next batch is decoded
         if size is None:

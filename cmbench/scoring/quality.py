@@ -253,15 +253,36 @@ class QualityScorer:
         """The loaded models' identities (metrics without models contribute nothing)."""
         return {m.name: m.identity() for m in self.metrics if hasattr(m, "identity")}
 
+    def start(self) -> "QualityPass":
+        """A pass over one video: feed its batches in order with ``add``, then read ``result``."""
+        return QualityPass(self)
+
     def score(self, batches: Iterable[np.ndarray]) -> QualityScores:
         """Every metric over consecutive batches ``uint8 [B, H, W, 3]`` of one video."""
-        accumulators = {m.name: m.accumulator() for m in self.metrics}
+        quality = self.start()
         for batch in batches:
-            for acc in accumulators.values():
-                acc.add(batch)
+            quality.add(batch)
+        return quality.result()
+
+
+class QualityPass:
+    """Every metric of a :class:`QualityScorer` accumulating over one video, so the quality metrics
+    ride on a pass the scorer makes anyway (a streamed video is decoded no extra time for them)."""
+
+    def __init__(self, scorer: QualityScorer):
+        self.unavailable = dict(scorer.unavailable)
+        self.accumulators = {m.name: m.accumulator() for m in scorer.metrics}
+
+    def add(self, frames: np.ndarray) -> None:
+        """The next consecutive frames, ``uint8 [B, H, W, 3]``."""
+        for acc in self.accumulators.values():
+            acc.add(frames)
+
+    def result(self) -> QualityScores:
+        """The metrics over every frame added; a metric that cannot be computed is absent with its reason."""
         values: dict[str, float] = {}
         absent = dict(self.unavailable)
-        for name, acc in accumulators.items():
+        for name, acc in self.accumulators.items():
             try:
                 values[name] = float(acc.value())
             except QualityUnavailable as err:
