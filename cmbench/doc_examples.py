@@ -26,8 +26,8 @@ MARKER = "@@cmbench-doc-command"
 # (pattern, replacement) for what differs between two runs of the same commands
 VOLATILE = [
     (re.compile(r"\d+(\.\d+)? s/task"), "<t> s/task"),
-    (re.compile(r"\d+s elapsed"), "<t>s elapsed"),
-    (re.compile(r"~\d+s left"), "~<t>s left"),
+    (re.compile(r"(\d+[hm])?\d+[ms] elapsed"), "<t> elapsed"),
+    (re.compile(r"~(\d+[hm])?\d+[ms] left"), "~<t> left"),
     (re.compile(r"[\d.]+ MB, [\d.]+ s\)"), "<size> MB, <t> s)"),
     (re.compile(r"__[0-9a-f]{10}\b"), "__<hash>"),
 ]

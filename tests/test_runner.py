@@ -210,13 +210,17 @@ def test_a_newer_retry_wins_over_an_older_failure_in_another_file(official, tmp_
 def test_two_processes_on_one_run_directory_do_not_both_run(official, tmp_path):
     root, tasks = official
     script = str(HERE / "fake_evaluator.py")
-    first = subprocess.Popen([sys.executable, script, str(root), str(tmp_path), "0.05"], env=child_env())
+    hold = tmp_path.parent / f"{tmp_path.name}.hold"  # the first run waits after its first task while it exists
+    hold.touch()
+    first = subprocess.Popen([sys.executable, script, str(root), str(tmp_path), "0"],
+                             env={**child_env(), "FAKE_EVALUATOR_HOLD": str(hold)})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (tmp_path / "records.jsonl").exists():
         time.sleep(0.01)
     second = subprocess.run([sys.executable, script, str(root), str(tmp_path), "0"], env=child_env(),
                             capture_output=True, text=True, timeout=120)
     first_still_running = first.poll() is None
+    hold.unlink()
     assert second.returncode != 0, "the second process ran too"
     assert f"is in use: process {first.pid} is writing records.jsonl" in second.stderr
     assert first_still_running
@@ -302,6 +306,7 @@ def test_progress_lines_every_n_tasks_or_seconds_with_the_mean_of_cached_tasks_t
     assert lines[1].startswith("run: 4/7 tasks (2 cached, 0 failed), mean score 0.5500, 5.0 s/task, 10s elapsed")
     assert lines[2].startswith("run: 6/7 tasks (2 cached, 1 failed), mean score 0.5600")
     assert lines[3].startswith("run: 7/7 tasks (2 cached, 1 failed), mean score 0.4833") and "~0s left" in lines[3]
+    assert lines[3].endswith("; done")  # however long the last task took: the line a page can show as printed
     assert len(lines) == 4  # the last task's line is the last line (no repeat when the run closes)
 
 

@@ -118,6 +118,7 @@ def test_a_session_runs_in_one_shell_and_reports_each_status(tmp_path):
     for command, result in zip(small.commands, results):  # timings and hashes are masked, text is not
         assert stable(command.output) == stable(result.output)
     assert stable("took 3.2 s/task, mean 0.41") != stable("took 3.2 s/task, mean 0.42")
+    assert stable("1m34s elapsed, ~0s left") == stable("33s elapsed, ~1h02m left")  # a slower machine's minutes
     rewritten = with_outputs(SMALL_PAGE, small, [r for r in results])
     assert "took 3.2 s/task, 12s elapsed" in rewritten and "took 9.9" not in rewritten
     assert parse(rewritten).files == small.files

@@ -86,8 +86,9 @@ class Progress:
         if self.bar is not None:
             self.bar.update(1)
             self._postfix()
-        elif self.done % self.every_tasks == 0 or self.clock() - self.last_line >= self.every_seconds:
-            self._print()
+        elif self.cached + self.done < self.total and (
+                self.done % self.every_tasks == 0 or self.clock() - self.last_line >= self.every_seconds):
+            self._print()  # the last task's line is printed by close, always ending "; done"
 
     def close(self) -> None:
         if self.bar is not None:
