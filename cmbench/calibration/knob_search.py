@@ -13,6 +13,9 @@ tasks, so the search spends as few as it can:
   span decades), or extrapolates the line through the last two probes when it has them;
 - once bracketed it interpolates (regula falsi with the Illinois safeguard: a side kept twice is
   bisected), which lands within the tolerance in a probe or two where PR is smooth in the knob;
+- given a guess (a threshold method's recorded token scores, :mod:`cmbench.calibration.score_guess`),
+  it measures the guessed value first whenever it lies inside the bracket (or nothing is bracketed
+  yet), and falls back to the steps above when the guess is outside or already measured;
 - it stops as soon as a probe is within the tolerance, when an integer bracket closes, or at a range
   end that still misses the target (an unreachable target: a one-line error naming the PRs reached).
 """
@@ -56,7 +59,7 @@ class SearchResult:
 
 def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float], tolerance: float = 0.002,
                 max_evaluations: int = 14, known: Mapping[float, float] | None = None,
-                start: float | None = None) -> SearchResult:
+                start: float | None = None, guess: Callable[[], float | None] | None = None) -> SearchResult:
     """Find a value of ``knob`` whose ``measure(value)`` (the PR) is within ``tolerance`` of ``target_pr``.
 
     Parameters
@@ -76,6 +79,9 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     start : float, optional
         The first value to measure when nothing is known (default: the middle of the range); the method's
         configured value is a good guess.
+    guess : callable ``() -> value or None``, optional
+        Asked before every step after the first probe: a value predicted for the target from what the
+        probes so far recorded (:class:`cmbench.calibration.score_guess.ScoreGuess`), or None.
 
     Returns
     -------
@@ -130,6 +136,13 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     while len(log) < max_evaluations and not done():
         below = [(v, p) for v, p in seen.items() if gap(p) < 0]
         above = [(v, p) for v, p in seen.items() if gap(p) > 0]
+        aimed = guess() if guess is not None else None
+        if aimed is not None and math.isfinite(aimed):
+            aimed = clip(aimed)
+            inside = (not below or aimed > max(below)[0]) and (not above or aimed < min(above)[0])
+            if inside and aimed not in seen:
+                evaluate(aimed)
+                continue
         if below and above:
             (lo, p_lo), (hi, p_hi) = max(below), min(above)
             if knob.integer and hi - lo <= 1:

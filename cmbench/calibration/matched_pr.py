@@ -28,10 +28,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.calibration.knob_search import search_knob
-from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_meter, knob_value
+from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_value
+from cmbench.calibration.score_guess import ScoreGuess, records_scores
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
+from cmbench.methods.base import Method
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
 from cmbench.runs.identity import code_identity, portable
@@ -263,18 +265,27 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             return earlier
 
     meter = PRMeter(cal_cfg, tasks, on_task)
-    measure = knob_meter(meter, method_cfg, knob)
+
+    def build(value: float) -> Method:
+        return build_method({**method_cfg, knob.name: knob_value(knob, value)})
+
+    configured = build_method(method_cfg)
+    aim = ScoreGuess(build, knob, target_pr) if records_scores(configured) else None
 
     def probe(value: float) -> float:
-        pr = measure(value)
+        method = build(value)
+        recorded = aim.recording(method, value) if aim is not None else None
+        pr = meter(method)
+        if recorded is not None:
+            recorded(pr)
         if on_probe is not None:
             on_probe(value, pr)
         return pr
 
     known = shared_probes(log_path.parent, name, probe_key)
-    start = float(getattr(build_method(method_cfg), knob.name))  # the configured value: the first probe
+    start = float(getattr(configured, knob.name))  # the configured value: the first probe
     found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
-                        start=start)
+                        start=start, guess=aim)
     value = knob_value(knob, found.value)
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)

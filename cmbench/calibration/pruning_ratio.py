@@ -143,16 +143,6 @@ class PRMeter:
         return float(np.mean(self.task_prs(method)))
 
 
-def knob_meter(meter: PRMeter, method_cfg: dict[str, Any], knob: Knob) -> Callable[[float], float]:
-    """``value -> PR`` of the method ``method_cfg`` with ``knob`` set to ``value``."""
-    from cmbench.methods.registry import build_method
-
-    def measure(value: float) -> float:
-        return meter(build_method({**method_cfg, knob.name: knob_value(knob, value)}))
-
-    return measure
-
-
 def knob_value(knob: Knob, value: float) -> float | int:
     """A knob value as the method takes it: an int for whole-valued knobs."""
     return int(round(value)) if knob.integer else float(value)
