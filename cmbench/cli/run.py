@@ -42,6 +42,8 @@ def execute(cfg: DictConfig) -> int:
     target = resolve_target_pr(cfg)  # method.target_pr -> the method's calibrated knob, before anything reads it
     done = run_experiment(resolve_run(target.cfg, target.record_fields()))
     summary, result = done.summary, done.result
+    if not done.writer:  # another rank of this split model printed the run's lines
+        return 3 if summary["tasks_failed"] else 0
     for line in code_messages(done):
         print(line, file=sys.stderr)
     score = "-" if summary["score"] is None else f"{summary['score']:.4f}"
