@@ -108,7 +108,8 @@ class SequenceGroup:
     def broadcast(self, obj: Any = None) -> Any:
         """Rank 0's ``obj`` (any picklable value) on every rank of the group."""
         box = [obj]
-        dist.broadcast_object_list(box, group=self.group, group_src=0)
+        src = 0 if self.group is None else dist.get_global_rank(self.group, 0)  # torch >= 2.4 takes a global rank
+        dist.broadcast_object_list(box, src=src, group=self.group)
         return box[0]
 
     def check_same(self, what: str, *tensors: torch.Tensor | None) -> None:

@@ -150,7 +150,7 @@ def follow(evaluator: ModelEvaluator, tasks: list[Task], group: SequenceGroup) -
             return generated
         try:
             if command[0] == "prepare":
-                prepared = None
+                prepared = None  # stays None if this context fails: the writer then sends none of its tasks
                 prepared = evaluator.prepare([by_id[i] for i in command[1]])
             elif prepared is not None:
                 _, task_id, seed = command
