@@ -1,7 +1,7 @@
 """``torchrun --nproc_per_node=2 -m cmbench run ... parallel.sequence=2`` on the CPU (gloo) gives the
 one-process run's records.
 
-One MiniWorld context (two tasks) of the small suite on a small random tiny model (2 heads): FullKV and
+One MiniWorld context (two tasks of two continuation chunks) of the small suite on a small random tiny model (2 heads): FullKV and
 DeCoPrune at a quota, the cross-rank mask checksum on. Every record field equals the one-process run's
 (scores and similarities within fp32 tolerance; PR, kept tokens, peak KV and attention work identical)
 except the timings; one rank writes (one records file, one set of videos). A run killed mid-way under
@@ -28,6 +28,8 @@ from test_tiny_backbone import random_model
 pytestmark = pytest.mark.slow  # torchrun and the command line in subprocesses
 
 ONE_CONTEXT = "task_ids=[syn_001_revisit_01,syn_001_reappear_01]"
+SHORT = "generation.continuation_frames=8"  # two chunks per task
+DECOPRUNE = ("method=decoprune", "method.quota_pr=0.5")
 SPLIT = ("parallel.sequence=2", "parallel.check_masks=true")
 
 
@@ -42,12 +44,29 @@ def setup(tmp_path_factory):
     return tmp, weights
 
 
+@pytest.fixture(scope="module")
+def one_process(setup, tmp_path_factory):
+    """The run directory of a method's one-process run (run once per module)."""
+    tmp, weights = setup
+    runs: dict[tuple[str, ...], Path] = {}
+
+    def run(method: tuple[str, ...]) -> Path:
+        if method not in runs:
+            out = tmp_path_factory.mktemp("one")
+            done = command(tmp, weights, out, *method)
+            assert done.returncode == 0, done.stderr
+            runs[method] = only_run_dir(out)
+        return runs[method]
+
+    return run
+
+
 def command(tmp: Path, weights: Path, out_dir: Path, *args: str, ranks: int = 1, background: bool = False):
     """``python -m cmbench run`` (``ranks > 1``: under torchrun) on one context of the small suite."""
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] \
         if ranks > 1 else [sys.executable]
     cmd = [*launch, "-m", "cmbench", "run", f"data.root={tmp / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
-           f"out_dir={out_dir}", "progress=false", ONE_CONTEXT, *args]
+           f"out_dir={out_dir}", "progress=false", ONE_CONTEXT, SHORT, *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     if background:
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -90,16 +109,13 @@ def close(a, b) -> bool:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("method", [("method=fullkv",), ("method=decoprune", "method.quota_pr=0.5")],
-                         ids=["fullkv", "decoprune"])
-def test_torchrun_split_run_gives_the_one_process_records(setup, tmp_path, method):
+@pytest.mark.parametrize("method", [("method=fullkv",), DECOPRUNE], ids=["fullkv", "decoprune"])
+def test_torchrun_split_run_gives_the_one_process_records(setup, one_process, tmp_path, method):
     tmp, weights = setup
-    one = command(tmp, weights, tmp_path / "one", *method)
-    assert one.returncode == 0, one.stderr
     two = command(tmp, weights, tmp_path / "two", *method, *SPLIT, ranks=2)
     assert two.returncode == 0, two.stderr
     assert two.stdout.count("2/2 tasks ok (2 run now, 0 cached)") == 1  # the writer's line only
-    one_dir, two_dir = only_run_dir(tmp_path / "one"), only_run_dir(tmp_path / "two")
+    one_dir, two_dir = one_process(method), only_run_dir(tmp_path / "two")
     assert one_dir.name == two_dir.name  # the same run: parallel.sequence changes no record
     assert [p.name for p in two_dir.glob("records*.jsonl")] == ["records.jsonl"]  # one writer, one shard
     assert sorted(p.name for p in (two_dir / "videos").iterdir()) == sorted(p.name for p in (one_dir / "videos").iterdir())
@@ -111,12 +127,9 @@ def test_torchrun_split_run_gives_the_one_process_records(setup, tmp_path, metho
 
 
 @pytest.mark.timeout(900)
-def test_torchrun_run_killed_mid_way_resumes_to_the_same_records(setup, tmp_path):
+def test_torchrun_run_killed_mid_way_resumes_to_the_same_records(setup, one_process, tmp_path):
     tmp, weights = setup
-    method = ("method=decoprune", "method.quota_pr=0.5")
-    clean = command(tmp, weights, tmp_path / "clean", *method)
-    assert clean.returncode == 0, clean.stderr
-    proc = command(tmp, weights, tmp_path / "killed", *method, *SPLIT, ranks=2, background=True)
+    proc = command(tmp, weights, tmp_path / "killed", *DECOPRUNE, *SPLIT, ranks=2, background=True)
     deadline = time.monotonic() + 300
     records_file = None
     while time.monotonic() < deadline and proc.poll() is None:
@@ -130,11 +143,11 @@ def test_torchrun_run_killed_mid_way_resumes_to_the_same_records(setup, tmp_path
     proc.wait(timeout=60)
     assert records_file is not None, "the run finished no task before the deadline"
     assert len(read_all_records(records_file.parent)) == 1
-    resumed = command(tmp, weights, tmp_path / "killed", *method, *SPLIT, ranks=2)
+    resumed = command(tmp, weights, tmp_path / "killed", *DECOPRUNE, *SPLIT, ranks=2)
     assert resumed.returncode == 0, resumed.stderr
     assert "(1 run now, 1 cached)" in resumed.stdout
     got = read_all_records(records_file.parent)
-    assert stable(got) == stable(read_all_records(only_run_dir(tmp_path / "clean")))
+    assert stable(got) == stable(read_all_records(one_process(DECOPRUNE)))
 
 
 @pytest.mark.parametrize(
