@@ -151,17 +151,19 @@ def test_torchrun_run_killed_mid_way_resumes_to_the_same_records(setup, one_proc
 
 
 @pytest.mark.parametrize(
-    "env, sequence, message",
+    "env, args, message",
     [
-        ({"WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0"}, 3,
+        ({"WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0"}, ["parallel.sequence=3"],
          "parallel.sequence=3 does not divide the model's 2 attention heads"),
-        ({"WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0"}, 2,
+        ({"WORLD_SIZE": "3", "RANK": "0", "LOCAL_RANK": "0"}, ["parallel.sequence=2"],
          "parallel.sequence=2 does not divide torchrun's 3 processes (WORLD_SIZE)"),
-        ({}, 2, "parallel.sequence=2 splits a model over torchrun's ranks: launch with torchrun"),
+        ({}, ["parallel.sequence=2"], "parallel.sequence=2 splits a model over torchrun's ranks: launch with torchrun"),
+        ({"WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0"}, ["parallel.sequence=2", "shard.count=2"],
+         "shard.count=2 and torchrun's 2 groups of parallel.sequence=2 ranks both shard the tasks"),
     ],
-    ids=["heads", "processes", "no-torchrun"],
+    ids=["heads", "processes", "no-torchrun", "two-shardings"],
 )
-def test_a_wrong_group_size_is_a_one_line_error_before_any_work(setup, tmp_path, capsys, monkeypatch, env, sequence,
+def test_a_wrong_group_size_is_a_one_line_error_before_any_work(setup, tmp_path, capsys, monkeypatch, env, args,
                                                                 message):
     import torch.distributed as dist
 
@@ -171,7 +173,7 @@ def test_a_wrong_group_size_is_a_one_line_error_before_any_work(setup, tmp_path,
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     out_dir = tmp_path / "runs"
-    assert in_process(tmp, weights, out_dir, ONE_CONTEXT, f"parallel.sequence={sequence}") == 1
+    assert in_process(tmp, weights, out_dir, ONE_CONTEXT, *args) == 1
     err = capsys.readouterr().err
     assert f"cmbench: error: {message}" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
