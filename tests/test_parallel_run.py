@@ -178,3 +178,38 @@ def test_a_wrong_group_size_is_a_one_line_error_before_any_work(setup, tmp_path,
     assert f"cmbench: error: {message}" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
     assert not out_dir.exists() and not dist.is_initialized()  # no folder, no process group joined
+
+
+def test_a_split_run_plans_one_rank_before_loading(monkeypatch):
+    """The evaluator's memory plan is one rank's (as ``plan ... parallel.sequence=P`` prints it): LingBot
+    14B FullKV over a one-minute context needs its KV cache in host memory on one H200, and split over
+    4 only its text encoder on the CPU; a group that does not divide the 40 heads is refused before
+    anything loads."""
+    from types import SimpleNamespace
+
+    from cmbench.api import compose_config
+    from cmbench.backbones.memory.run_plan import geometry_of
+    from cmbench.errors import ConfigError
+    from cmbench.runs import evaluator
+    from cmbench.spec import resolve_run
+
+    loaded = []
+    monkeypatch.setattr(evaluator, "build_backbone", lambda cfg: loaded.append(cfg) or SimpleNamespace(
+        geometry=geometry_of(cfg)))  # the geometry alone: no weights here
+    monkeypatch.setenv("RANK", "0")
+
+    def plan(sequence: int):
+        monkeypatch.setenv("WORLD_SIZE", str(sequence))
+        spec = resolve_run(compose_config("fullkv", [
+            "backbone=lingbot_world_v2_14b", f"parallel.sequence={sequence}", "backbone.memory.device_gib=139",
+            "backbone.memory.host_gib=2000", "backbone.memory.context_seconds=60"]))
+        return evaluator.ModelEvaluator.from_spec(spec).memory
+
+    one, split = plan(1), plan(4)
+    assert one.plan.offloads == ("offload_kv",) and one.backbone_config["offload_kv"] is True
+    assert split.plan.offloads == ("text_cpu",) and split.plan.shape.sequence == 4
+    assert "offload_kv" not in split.backbone_config or not split.backbone_config["offload_kv"]
+    assert len(loaded) == 2
+    with pytest.raises(ConfigError, match="parallel.sequence=3 does not divide the model's 40 attention heads"):
+        plan(3)
+    assert len(loaded) == 2
