@@ -123,6 +123,22 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class ParallelSpec:
+    """One model over several torchrun ranks (``parallel``; :mod:`cmbench.runs.ranks`).
+
+    Attributes
+    ----------
+    sequence : int
+        Ranks per model (Ulysses sequence parallelism; 1: one process per model).
+    check_masks : bool
+        Debug: compare a checksum of every keep mask across the ranks of a model.
+    """
+
+    sequence: int = 1
+    check_masks: bool = False
+
+
+@dataclass(frozen=True)
 class Outputs:
     """Where a run writes and how it shows progress.
 
@@ -196,6 +212,8 @@ class RunSpec:
     selection : Selection
     outputs : Outputs
     identity : RunIdentity
+    parallel : ParallelSpec
+        Ranks per model (torchrun) and the cross-rank mask check.
     score_source : {"frames", "mp4"}
         What is scored: the decoded frames, or their saved mp4 decoded again (as the authors score).
     target_fields : dict
@@ -214,6 +232,7 @@ class RunSpec:
     selection: Selection
     outputs: Outputs
     identity: RunIdentity
+    parallel: ParallelSpec = ParallelSpec()
     score_source: str = "frames"
     target_fields: dict[str, Any] = field(default_factory=dict)
 
@@ -380,8 +399,9 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
             raise ConfigError(f"subset={subset_name} lists {subset.dataset} tasks ({subset.path}), not {data_name}'s")
         ids = list(subset.task_ids)
     shard_cfg = cfg.get("shard") or {}
+    sequence = parallel_spec(cfg).sequence
     try:
-        shard = shard_from_env(int(shard_cfg.get("count", 1)), int(shard_cfg.get("index", 0)))
+        shard = shard_from_env(int(shard_cfg.get("count", 1)), int(shard_cfg.get("index", 0)), sequence)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"shard.count / shard.index (or WORLD_SIZE / RANK): expected whole numbers ({err})") from err
     check_shard(*shard)
@@ -394,6 +414,15 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
         shard=shard,
         keep_other_code=flag(cfg.get("keep_other_code", False), "keep_other_code"),
     )
+
+
+def parallel_spec(cfg: Mapping[str, Any]) -> ParallelSpec:
+    """The ``parallel`` block, checked."""
+    block = cfg.get("parallel") or {}
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"parallel={block!r}: expected a block with sequence and check_masks")
+    return ParallelSpec(sequence=whole(block.get("sequence", 1), "parallel.sequence", 1) or 1,
+                        check_masks=flag(block.get("check_masks", False), "parallel.check_masks"))
 
 
 def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dict[str, Any]:
@@ -480,7 +509,7 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
     return RunSpec(data=data, backbone=plain["backbone"], method=method, method_name=method_name,
                    method_config=full_method_config(method_cfg, method), scorer=plain["scorer"],
                    generation=generation, selection=chosen, outputs=outputs, identity=identity,
-                   score_source=score_source, target_fields=targets)
+                   parallel=parallel_spec(plain), score_source=score_source, target_fields=targets)
 
 
 def run_dir_for(cfg: DictConfig) -> Path:

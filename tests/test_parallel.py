@@ -9,6 +9,8 @@ rank stores 1/P of the K/V.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -61,6 +63,30 @@ def test_split_run_equals_one_process(reference, size):
         replay = simulate_kv(g.num_layers, groups, g.head_dim, 4, g.tokens_per_chunk, SHAPE["context_chunks"],
                              SHAPE["continuation_chunks"], retention(method))
         assert rank["fullkv"]["allocated"] == replay.after_chunk + replay.continuation_after_chunk
+
+
+def uneven_head_map(path) -> str:
+    """A head map of the tiny model whose static heads fall unevenly on 2 ranks (ranks hold heads 0-1 and
+    2-3): layer 1 has no dynamic head on rank 0, layer 2 no static head on it."""
+    static = [[0], [0, 1], [3], []]
+    layers = [{"layer_idx": i, "static_head": s, "dynamic_head": [h for h in range(4) if h not in s]}
+              for i, s in enumerate(static)]
+    path.write_text(json.dumps({"num_layers": 4, "num_heads": 4, "layers": layers}))
+    return str(path)
+
+
+@pytest.mark.timeout(600)
+def test_head_groups_split_unevenly_decide_as_one_process(tmp_path):
+    """ForcingKV reads the keys of the first layer with dynamic heads anywhere (not only on this rank),
+    and quota mode shares its allowance among the budgeted heads of the whole model (the static heads
+    of every rank counted once)."""
+    head_map = uneven_head_map(tmp_path / "map.json")
+    methods = [{"name": "forcingkv", "head_map": head_map, "quota_pr": 0.3},
+               {"name": "decoprune_hs", "head_map": head_map, "quota_pr": 0.3}]
+    shape = {"context_chunks": 6, "continuation_chunks": 1, "compute_attention": False}
+    one = run_methods(methods, **shape)
+    for rank in spawn_split(2, methods, **shape):
+        assert_same_records(one, rank)
 
 
 def test_a_group_that_does_not_divide_the_heads_is_a_one_line_error():

@@ -354,7 +354,8 @@ def run_split_check(name: str = "1.3b", seconds: float | None = None) -> Report:
         torch.backends.cuda.matmul.allow_tf32 = False
     else:
         shape = replace(shape, dtype="float32")
-    dist.init_process_group("nccl" if "cuda" in shape.device else "gloo")
+    # NCCL for CUDA tensors, gloo for the CPU tensors of the split cache's accounting (NCCL alone refuses them)
+    dist.init_process_group("cpu:gloo,cuda:nccl" if "cuda" in shape.device else "gloo")
     report = Report()
     try:
         settings = lingbot_settings()

@@ -2,7 +2,9 @@
 
 The composed config is resolved and checked once (:func:`cmbench.spec.resolve_run`: every knob, the
 method, selection, sharding (``shard.count`` / ``shard.index`` or torchrun's ``WORLD_SIZE`` / ``RANK``)
-and the run directory), then run by :func:`cmbench.runs.experiment.run_experiment`.
+and the run directory), then run by :func:`cmbench.runs.experiment.run_experiment`. Under torchrun with
+``parallel.sequence=P`` each group of ``P`` ranks runs one split model and only its first rank prints
+(:mod:`cmbench.runs.ranks`).
 Tasks whose records came from other code (an edited method, CMBench or weights) are computed again
 and the run says so; with ``keep_other_code=true`` they are kept and the run warns, naming them.
 """
@@ -42,6 +44,8 @@ def execute(cfg: DictConfig) -> int:
     target = resolve_target_pr(cfg)  # method.target_pr -> the method's calibrated knob, before anything reads it
     done = run_experiment(resolve_run(target.cfg, target.record_fields()))
     summary, result = done.summary, done.result
+    if not done.writer:  # another rank of this split model printed the run's lines
+        return 3 if summary["tasks_failed"] else 0
     for line in code_messages(done):
         print(line, file=sys.stderr)
     score = "-" if summary["score"] is None else f"{summary['score']:.4f}"

@@ -34,6 +34,7 @@ from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, u
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.knobs import Knob, check_knobs
+from cmbench.parallel.cache import model_totals
 
 
 @dataclass(frozen=True)
@@ -303,11 +304,12 @@ class ScoredMethod(Method):
         if self.quota_tokens is not None:
             return self.quota_tokens
         assert self.quota_pr is not None
-        heads = cache.num_layers * cache.num_heads
-        target = (1.0 - self.quota_pr) * (cache.committed_tokens + incoming) * heads
         banks = list(cache.all_banks())
         fixed = sum((int(self.select(b, newest).sum()) + incoming) * b.num_heads for b in banks if not self.budgeted(b))
         scored = sum(b.num_heads for b in banks if self.budgeted(b))
+        # every head of the model: a split cache's counts are summed over its ranks
+        heads, fixed, scored = model_totals(cache, sum(b.num_heads for b in banks), fixed, scored)
+        target = (1.0 - self.quota_pr) * (cache.committed_tokens + incoming) * heads
         return max(0, round((target - fixed) / max(1, scored)))
 
     def budget_keep(self, bank: Bank, newest: ChunkInfo, allowance: int, incoming: int = 0) -> torch.Tensor:

@@ -123,12 +123,14 @@ class ForcingKV(ScoredMethod):
     def budgeted(self, bank: Bank) -> bool:
         return bank.role == "dynamic"
 
-    @staticmethod
-    def reference_layer(cache: KVCache) -> int:
-        """Layer 1 (layer 0 in a one-layer model), or the next layer that has dynamic heads."""
-        start = 1 if cache.num_layers > 1 else 0
-        for layer in [*range(start, cache.num_layers), *range(start)]:
-            if any(b.role == "dynamic" for b in cache.banks[layer]):
+    def reference_layer(self, geometry) -> int:
+        """Layer 1 (layer 0 in a one-layer model), or the next layer that has dynamic heads (read from the
+        method's layout of every head, so every rank of a split model, holding only some heads, picks the
+        same layer)."""
+        layout = self.layout(geometry)
+        start = 1 if len(layout) > 1 else 0
+        for layer in [*range(start, len(layout)), *range(start)]:
+            if any(g.role == "dynamic" for g in layout[layer]):
                 return layer
         return start
 
@@ -140,7 +142,7 @@ class ForcingKV(ScoredMethod):
         dynamic = self.scored_banks(cache)
         if not dynamic:
             return
-        keys = cache.frame_keys(self.reference_layer(cache), range(info.frame_start - 1, info.frame_end), "dynamic")
+        keys = cache.frame_keys(self.reference_layer(g), range(info.frame_start - 1, info.frame_end), "dynamic")
         new_ids = torch.zeros(0, dtype=torch.long)
         new_sim = torch.zeros(0)
         if info.frame_start > 0 and keys is not None:

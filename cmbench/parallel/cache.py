@@ -8,6 +8,7 @@ own heads. What depends on every head is reduced over the group first:
   keeps the part of every group that falls in its heads (:func:`local_layout`, :meth:`regroup`);
 - :meth:`frame_keys` gathers every rank's heads, :meth:`record_attention` gathers every rank's per-head
   attention mass before the method reads it;
+- :func:`model_totals` sums a method's per-head counts over the group (quota mode's allowance);
 - :meth:`visible_counts` (the PR ledger) is the global ``[layers, heads]`` table and
   :meth:`stored_bytes` the sum over ranks, so a record equals the one-process run's;
   :meth:`local_stored_bytes` is this rank's own.
@@ -40,6 +41,15 @@ def local_groups(groups: Sequence[HeadGroup], first: int, count: int) -> list[He
 def local_layout(layout: Layout, first: int, count: int) -> list[list[HeadGroup]]:
     """:func:`local_groups` of every layer."""
     return [local_groups(groups, first, count) for groups in layout]
+
+
+def model_totals(cache: KVCache, *counts: int) -> tuple[int, ...]:
+    """``counts`` of ``cache``'s heads as totals over every head of the model: summed over the ranks of a
+    :class:`ShardedKVCache`, unchanged on one process (for a decision that weighs heads against each
+    other, e.g. a quota shared by the budgeted heads)."""
+    if isinstance(cache, ShardedKVCache):
+        return tuple(cache.group.sum_each(list(counts)))
+    return counts
 
 
 class ShardedKVCache(KVCache):

@@ -99,6 +99,19 @@ class SequenceGroup:
         dist.all_reduce(t, group=self.group)
         return int(t[0])
 
+    def sum_each(self, values: list[int]) -> list[int]:
+        """Each of ``values`` (the same length on every rank) summed over the group."""
+        t = torch.tensor(values, dtype=torch.long)
+        dist.all_reduce(t, group=self.group)
+        return [int(v) for v in t.tolist()]
+
+    def broadcast(self, obj: Any = None) -> Any:
+        """Rank 0's ``obj`` (any picklable value) on every rank of the group."""
+        box = [obj]
+        src = 0 if self.group is None else dist.get_global_rank(self.group, 0)  # torch >= 2.4 takes a global rank
+        dist.broadcast_object_list(box, src=src, group=self.group)
+        return box[0]
+
     def check_same(self, what: str, *tensors: torch.Tensor | None) -> None:
         """With ``check_masks``: raise unless ``tensors`` are equal on every rank (compared by a checksum)."""
         if not self.check_masks:

@@ -29,12 +29,13 @@ from cmbench.backbones.memory.run_plan import plan_run
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
 from cmbench.data.video import read_video, write_lossless_video
-from cmbench.generation import PrefilledContext, check_settings, continue_task, prefill
+from cmbench.generation import Continuation, PrefilledContext, check_settings, continue_task, prefill
 from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
 from cmbench.config_schema import SCORE_SOURCES
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
 from cmbench.methods.base import Method
+from cmbench.parallel import SequenceGroup, check_heads, split_backbone
 from cmbench.runs.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
@@ -110,6 +111,9 @@ class ModelEvaluator:
         The global seed (a context's prefill seed derives from it).
     videos : VideoOutput or None
         Save each continuation (None: do not).
+    sequence : int
+        Ranks the model will be split over (``parallel.sequence``): the memory plan is one rank's, and
+        :meth:`split` splits the backbone once the ranks have joined.
 
     Raises
     ------
@@ -119,17 +123,20 @@ class ModelEvaluator:
 
     def __init__(self, method: Method, generation: GenerationSpec, data: DataSpec, backbone: Mapping[str, Any],
                  scorer: Mapping[str, Any], *, seed: int, videos: VideoOutput | None = None,
-                 score_source: str = "frames"):
+                 score_source: str = "frames", sequence: int = 1):
         self.method = method
         self.settings = generation.settings
         check_settings(self.method, self.settings)
         # before loading anything: offloads, or a refusal with numbers
         self.memory = plan_run({"backbone": backbone, "data": data.config, "scorer": scorer,
-                                "generation": {"continuation_frames": generation.continuation_frames}}, self.method)
+                                "generation": {"continuation_frames": generation.continuation_frames},
+                                "parallel": {"sequence": sequence}}, self.method)
         self.scorer = build_scorer(scorer)
         self.metric = metric_name(scorer)
         self.adapter = build_adapter(data.config)
         self.backbone = build_backbone(self.memory.backbone_config)
+        check_heads(self.backbone.geometry.num_heads, self.backbone.geometry.tokens_per_frame, sequence)
+        self.group: SequenceGroup | None = None
         self.context = backbone["context"]
         self.continuation_frames = generation.continuation_frames
         self.seed = seed
@@ -143,7 +150,12 @@ class ModelEvaluator:
     def from_spec(cls, spec: RunSpec, videos: VideoOutput | None = None) -> ModelEvaluator:
         """The evaluator of a resolved run (:func:`cmbench.spec.resolve_run`)."""
         return cls(spec.method, spec.generation, spec.data, spec.backbone, spec.scorer, seed=spec.selection.seed,
-                   videos=videos, score_source=spec.score_source)
+                   videos=videos, score_source=spec.score_source, sequence=spec.parallel.sequence)
+
+    def split(self, group: SequenceGroup) -> None:
+        """Run the backbone split over ``group`` (Ulysses sequence parallelism: :mod:`cmbench.parallel`)."""
+        split_backbone(self.backbone, group)
+        self.group = group
 
     @property
     def scorer_hash(self) -> str:
@@ -210,11 +222,21 @@ class ModelEvaluator:
         write_lossless_video(inside(out.run_dir, "videos", f"{task.task_id}.mkv"), frames, out.fps)
         return f"videos/{task.task_id}.mkv"
 
-    def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:
+    def generate(self, task: Task, prepared: PreparedContext, seed: int) -> tuple[PrefilledContext, Continuation,
+                                                                                 CallRecorder]:
+        """The model's part of a task (every rank of a split model runs it): the prefill under the task's
+        conditioning, its continuation, and the attention work logged at every call (summed over the
+        ranks of a split model: every head's)."""
         recorder = CallRecorder(self.backbone)
         cond = self.backbone.condition(task)
         prefilled = self.prefilled_for(task, cond, prepared)
         cont = continue_task(recorder, prefilled, cond, self.continuation_frames, seed)
+        if self.group is not None:
+            recorder.calls = self.group.sum_each(recorder.calls)
+        return prefilled, cont, recorder
+
+    def evaluate(self, task: Task, prepared: PreparedContext, seed: int) -> dict[str, Any]:
+        prefilled, cont, recorder = self.generate(task, prepared, seed)
         geometry = self.backbone.geometry
         generated_tokens = int(cont.latents.shape[2]) * geometry.tokens_per_frame
         cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding

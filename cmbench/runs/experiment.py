@@ -91,6 +91,8 @@ class ExperimentResult:
         The selected tasks (all shards), in manifest order.
     code : CodeIdentity
         The code identity of this invocation.
+    writer : bool
+        This process wrote the records (False: a follower of a split model, :mod:`cmbench.runs.ranks`).
     """
 
     run_dir: Path
@@ -99,6 +101,7 @@ class ExperimentResult:
     result: RunResult
     task_ids: tuple[str, ...]
     code: CodeIdentity
+    writer: bool = True
 
 
 def run_experiment(spec: RunSpec) -> ExperimentResult:
@@ -113,6 +116,7 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
     import torch
 
     from cmbench.runs.evaluator import ModelEvaluator, VideoOutput
+    from cmbench.runs.ranks import follow, join, launch_of, leading, pin_device
 
     chosen, outputs, identity = spec.selection, spec.outputs, spec.identity
     if outputs.threads:
@@ -122,7 +126,13 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
     tasks = load_manifest(str(spec.data.root), spec.data.manifest)
     selected = select_tasks(tasks, task_ids=chosen.task_ids, limit=chosen.limit, seed=chosen.sample_seed)
     videos = VideoOutput(run_dir, spec.data.fps, outputs.lossless_max_pixels) if outputs.save_videos else None
+    launch = launch_of(spec.parallel)  # torchrun's ranks when the model is split over parallel.sequence of them
+    if launch is not None:
+        pin_device(launch, spec.backbone)
     evaluator = ModelEvaluator.from_spec(spec, videos)
+    group = None if launch is None else join(launch, spec.parallel, spec.backbone)
+    if group is not None:
+        evaluator.split(group)
     code = spec.code_identity(f"{evaluator.scorer_hash}/{evaluator.scorer.models_hash}")
     run_file = {
         "label": identity.label,
@@ -146,15 +156,22 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
         "git_commit": git_commit(),
         "machine": machine(str(spec.backbone.get("device", "cpu"))),
     }
-    with run_folder(run_dir):
-        _write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
-        _write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
-        result = run_tasks(selected, evaluator, run_dir, global_seed=chosen.seed, base_record=base,
-                           shard=chosen.shard, show_progress=outputs.progress,
-                           keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
-                           progress_seconds=outputs.progress_seconds)
+    writer = group is None or group.rank == 0
+    if writer:
+        with leading(evaluator, group) as tasks_evaluator, run_folder(run_dir):
+            _write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
+            _write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
+            result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
+                               shard=chosen.shard, show_progress=outputs.progress,
+                               keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
+                               progress_seconds=outputs.progress_seconds)
+    else:  # a follower of a split model: the writer's model calls on this rank's heads, nothing written
+        assert group is not None
+        result = RunResult(run_dir, done=follow(evaluator, selected, group), cached=0, failed=0)
     summary = summarise(read_task_records(run_dir), [t.task_id for t in selected], code_hash=code.hash)
     summary.update(run_dir=str(run_dir), label=identity.label,
                    shard={"count": chosen.shard[0], "index": chosen.shard[1]})
-    _write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    return ExperimentResult(run_dir, identity.label, summary, result, tuple(t.task_id for t in selected), code)
+    if writer:
+        _write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    return ExperimentResult(run_dir, identity.label, summary, result, tuple(t.task_id for t in selected), code,
+                            writer)

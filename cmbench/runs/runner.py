@@ -108,10 +108,30 @@ def check_shard(count: int, index: int) -> None:
         raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
 
 
-def shard_from_env(count: int, index: int) -> tuple[int, int]:
-    """torchrun's WORLD_SIZE / RANK when set and no shard was configured."""
-    if count == 1 and "WORLD_SIZE" in os.environ:
-        return int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
+def shard_from_env(count: int, index: int, sequence: int = 1) -> tuple[int, int]:
+    """torchrun's groups of ``sequence`` ranks as shards (``WORLD_SIZE / sequence``, ``RANK // sequence``)
+    when torchrun started the run and no shard was configured.
+
+    Raises
+    ------
+    ConfigError
+        ``sequence`` ranks per model without torchrun, a ``WORLD_SIZE`` it does not divide, or a
+        configured shard as well as several groups.
+    """
+    if "WORLD_SIZE" not in os.environ:
+        if sequence > 1:
+            raise ConfigError(f"parallel.sequence={sequence} splits a model over torchrun's ranks: launch with "
+                              f"torchrun --nproc_per_node={sequence} -m cmbench run ...")
+        return count, index
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
+    if world % sequence:
+        raise ConfigError(f"parallel.sequence={sequence} does not divide torchrun's {world} processes "
+                          f"(WORLD_SIZE): each model needs a whole group of {sequence} ranks")
+    if count == 1:
+        return world // sequence, rank // sequence
+    if world > sequence:
+        raise ConfigError(f"shard.count={count} and torchrun's {world // sequence} groups of parallel.sequence="
+                          f"{sequence} ranks both shard the tasks: set one of them")
     return count, index
 
 
