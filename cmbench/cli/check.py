@@ -16,9 +16,6 @@ from cmbench.method_check import check_method, format_results
 
 
 def execute(cfg: DictConfig) -> int:
-    import torch
-
-    torch.set_num_threads(int(cfg.threads or 1))
     knobs = cfg.get("check") or {}
     method_cfg = to_dict(cfg.method)
     results = check_method(method_cfg, seed=int(knobs.get("seed", 0)),
