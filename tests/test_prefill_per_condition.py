@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cmbench.api import evaluate
+from cmbench.api import compose_config, evaluate
 from cmbench.data.video import read_video
 from official_fixture import official_row, write_context_video, write_manifest
 from tiny_lingbot import write_tiny_lingbot
@@ -121,3 +121,34 @@ def test_score_source_mp4_scores_the_saved_mp4_decoded_again(miniworld, monkeypa
     ev.evaluate(task, prepared, seed=0)
     assert np.array_equal(scored[2], mp4)
 
+
+def test_calibration_prefills_each_task_under_its_own_prompt(lingbot_folder, monkeypatch):
+    """The knob search measures PR as ``run`` does: each task's context prefilled under its own prompt
+    (the context frames are denoised under the task's prompt), so a task's calibration PR is the same
+    whether its context-mate is measured with it or not."""
+    from cmbench.backbones.wan.backbone import WanBackbone
+    from cmbench.calibration.pruning_ratio import PRMeter
+    from cmbench.data import load_manifest
+    from cmbench.methods.registry import build_method
+
+    monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(lingbot_folder / "configs"))
+    cfg = compose_config("decoprune", ["data=cmbench", "backbone=lingbot_tiny", f"data.root={lingbot_folder / 'data'}",
+                                       "data.check_counts=false", "generation.continuation_frames=4"])
+    tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
+    assert [t.task_id for t in tasks] == list(PROMPTS) and len({t.context_id for t in tasks}) == 1
+    method = build_method(dict(cfg.method))
+    calls: list[tuple[int, str]] = []
+    real_denoise = WanBackbone.denoise
+
+    def spy(self, x_t, t, cache, frame_start, cond, *args, **kwargs):
+        calls.append((frame_start, cond.continue_prompt))
+        return real_denoise(self, x_t, t, cache, frame_start, cond, *args, **kwargs)
+
+    monkeypatch.setattr(WanBackbone, "denoise", spy)
+    meter = PRMeter(cfg, tasks)
+    together = meter.task_prs(method)
+    context_frames = int(meter._encoded(tasks[0]).shape[2])
+    in_context = list(dict.fromkeys(prompt for start, prompt in calls if start < context_frames))
+    assert in_context == list(PROMPTS.values())  # the context denoised under each task's own prompt, in turn
+    alone = [PRMeter(cfg, [task]).task_prs(method)[0] for task in tasks]
+    assert together == alone
