@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from cmbench.backbones.dit import DiTBlock
 from cmbench.backbones.tiny import TinyWorldModel
 from cmbench.backbones.tiny_training import DataRecipe, column_errors, make_batch, noisy_predictions
 
@@ -63,7 +64,8 @@ def probe(model: TinyWorldModel, n_batches: int, seed: int, dynamic: bool) -> tu
         y = y.reshape(-1, heads, head_dim)
         record.append(float((y[..., :nt].pow(2).sum(-1) / y.pow(2).sum(-1)).mean()))
 
-    handles = [m.register_forward_hook(hook) for blk in model.dit.blocks for m in (blk.self_attn.norm_q, blk.self_attn.norm_k)]
+    attentions = [block.self_attn for block in model.dit.blocks if isinstance(block, DiTBlock)]
+    handles = [m.register_forward_hook(hook) for attn in attentions for m in (attn.norm_q, attn.norm_k)]
     noisy_predictions(model, batches[0])
     for h in handles:
         h.remove()
