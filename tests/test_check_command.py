@@ -31,3 +31,30 @@ def test_check_runs_on_the_threads_every_command_runs_on(recorded, capsys):
     assert main(["check", "method=fullkv", "threads=3"]) == 0
     assert recorded["threads"] == 3
     assert "1 of 1 checks passed" in capsys.readouterr().out
+
+
+def test_check_refuses_what_run_refuses_in_the_same_one_line(recorded, capsys):
+    """The config is resolved as ``run`` resolves it: a bad knob of any group (the method's, the loop's, the
+    check's own sizes) is one line on stderr before anything is checked."""
+    from cmbench.api import compose_config
+    from cmbench.errors import ConfigError
+    from cmbench.spec import resolve_run
+
+    with pytest.raises(ConfigError) as refused:
+        resolve_run(compose_config("decoprune", ["method.gamma=abc"]))
+    for args, message in ((["method=decoprune", "method.gamma=abc"], str(refused.value)),
+                          (["method=fullkv", "generation.timesteps=[0]"], "generation.timesteps=[0]: expected a list"),
+                          (["method=fullkv", "check.context_chunks=0"], "check.context_chunks=0: expected a whole number >= 1")):
+        assert main(["check", *args]) == 1
+        out, err = capsys.readouterr()
+        assert err.startswith(f"cmbench: error: {message}") and len(err.strip().splitlines()) == 1, err
+        assert "builds" not in out and not recorded
+
+
+def test_check_checks_the_method_run_would_build(recorded):
+    from cmbench.methods.decoprune import DeCoPrune
+
+    assert main(["check", "method=decoprune", "method.gamma=0.2", "generation.rope_reindex=false",
+                 "check.context_chunks=8"]) == 0
+    assert type(recorded["method"]) is DeCoPrune and recorded["method"].gamma == 0.2
+    assert recorded["settings"].reindex is False and recorded["context_chunks"] == 8 and recorded["seed"] == 0

@@ -39,7 +39,7 @@ from cmbench.runs.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer
-from cmbench.spec import DataSpec, GenerationSpec, RunSpec
+from cmbench.spec import DataSpec, GenerationSpec, RunSpec, plan_inputs
 
 
 def context_shape(context: Mapping[str, Any], backbone) -> ContextShape:
@@ -155,8 +155,7 @@ class ModelEvaluator:
         self.settings = generation.settings
         check_settings(self.method, self.settings)
         # before loading anything: offloads, or a refusal with numbers
-        self.memory = plan_run({"backbone": backbone, "data": data.config, "scorer": scorer,
-                                "generation": {"continuation_frames": generation.continuation_frames}}, self.method)
+        self.memory = plan_run(plan_inputs(backbone, data, scorer, generation), self.method)
         self.scorer = build_scorer(scorer)
         self.metric = metric_name(scorer)
         self.adapter = build_adapter(data.config)
