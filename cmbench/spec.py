@@ -240,10 +240,48 @@ class RunSpec:
     def run_dir(self) -> Path:
         return self.outputs.run_dir
 
+    def plan_inputs(self) -> dict[str, Any]:
+        """What the memory planner reads of this run (:func:`plan_inputs`)."""
+        return plan_inputs(self.backbone, self.data, self.scorer, self.generation, self.parallel.sequence)
+
     def code_identity(self, scorer_hash: str | None) -> CodeIdentity:
         """The code identity of this run (:func:`cmbench.runs.identity.code_identity`); call once the data
         is present (the manifest is part of it)."""
         return code_identity(type(self.method), self.backbone, self.data.manifest_path, scorer_hash)
+
+
+def plan_inputs(backbone: Mapping[str, Any], data: DataSpec, scorer: Mapping[str, Any], generation: GenerationSpec,
+                sequence: int = 1) -> dict[str, Any]:
+    """The plain config the memory planner reads (:mod:`cmbench.backbones.memory.run_plan`): the backbone,
+    data and scorer configs, the continuation length and the ranks per model."""
+    return {"backbone": backbone, "data": data.config, "scorer": scorer,
+            "generation": {"continuation_frames": generation.continuation_frames},
+            "parallel": {"sequence": sequence}}
+
+
+@dataclass(frozen=True)
+class ScoreSpec:
+    """What ``score`` scores, resolved and checked (:func:`resolve_scoring`).
+
+    Attributes
+    ----------
+    data : DataSpec
+        The tasks the videos are matched to.
+    scorer : dict
+        The resolved scorer config.
+    videos : Path
+        The folder of ``<task_id>.mkv`` / ``.mp4`` continuations.
+    out : Path or None
+        The output folder (None: ``<videos>/scores_<scorer name>``).
+    label : str or None
+        The records' label (None: from the videos folder).
+    """
+
+    data: DataSpec
+    scorer: dict[str, Any]
+    videos: Path
+    out: Path | None
+    label: str | None
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -510,6 +548,39 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
                    method_config=full_method_config(method_cfg, method), scorer=plain["scorer"],
                    generation=generation, selection=chosen, outputs=outputs, identity=identity,
                    parallel=parallel_spec(plain), score_source=score_source, target_fields=targets)
+
+
+def resolve_scoring(cfg: DictConfig) -> ScoreSpec:
+    """Resolve and check ``score``'s config (``videos``, ``data``, ``scorer``, ``out``, ``label``) into a
+    :class:`ScoreSpec`, with the same checks of the data and scorer groups as :func:`resolve_run`
+    (nothing is loaded or written).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the first bad key.
+    """
+    plain: dict[str, Any] = {}
+    try:
+        for key in ("videos", "data", "scorer", "out", "label"):  # the groups score reads, not a run's others
+            value = cfg.get(key)
+            plain[key] = to_dict(value) if isinstance(value, DictConfig) else value
+    except Exception as err:  # an interpolation that does not resolve, a missing mandatory value
+        raise ConfigError(f"the config does not resolve: {str(err).splitlines()[0]}") from err
+    videos = plain.get("videos")
+    if not videos:
+        raise ConfigError("score needs videos=DIR, a folder of <task_id>.mkv / <task_id>.mp4 continuations")
+    if not isinstance(plain.get("scorer"), dict):
+        raise ConfigError("score needs a scorer config: scorer=light (CPU) or scorer=owl_sam_dino (paper protocol)")
+    if not isinstance(plain.get("data"), dict):
+        raise ConfigError("data: missing from the config (choose one with data=<name>)")
+    for group in ("data", "scorer"):
+        check_finite(plain[group], group)
+    data = data_spec(plain["data"])
+    check_scorer(plain["scorer"])
+    out, label = plain.get("out"), plain.get("label")
+    return ScoreSpec(data=data, scorer=plain["scorer"], videos=Path(str(videos)),
+                     out=Path(str(out)) if out else None, label=str(label) if label else None)
 
 
 def run_dir_for(cfg: DictConfig) -> Path:

@@ -11,19 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-import yaml
 
-from cmbench.api import evaluate
-from cmbench.backbones.dit import DiTConfig
-from cmbench.backbones.wan.synthetic import random_dit_state, save_components, save_lingbot_dit
+from cmbench.api import compose_config, evaluate
 from cmbench.data.video import read_video
 from official_fixture import official_row, write_context_video, write_manifest
+from tiny_lingbot import write_tiny_lingbot
 
 pytestmark = pytest.mark.slow  # whole runs of a tiny model, in process
 
-DIT = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=2, text_dim=16,
-                camera_dim=384)
 PROMPTS = {"syn_001_reappear_01": "the camera turns back to the vase",
            "syn_001_revisit_01": "a slow walk along the red wall"}
 
@@ -32,21 +27,8 @@ PROMPTS = {"syn_001_reappear_01": "the camera turns back to the vase",
 def lingbot_folder(tmp_path_factory) -> Path:
     """Config folder, model, components and a one-context dataset whose two tasks differ in prompt."""
     root = tmp_path_factory.mktemp("prefill_per_condition")
-    torch.manual_seed(0)
-    save_components(root / "components", text_dim=DIT.text_dim)
     # std 0.2: with the default 0.05 the text path moves latents by ~3e-5, below one grey level of a frame
-    save_lingbot_dit(root / "model" / "lingbot_world_fast", random_dit_state(DIT, seed=2, std=0.2), DIT)
-    backbone = {
-        "name": "lingbot_tiny", "description": "tiny LingBot-shaped test backbone",
-        "_target_": "cmbench.backbones.wan.lingbot.load_lingbot_world",
-        "path": str(root / "model"), "components": str(root / "components"), "dit": DIT.to_dict(),
-        "height": "${.context.height}", "width": "${.context.width}", "fps": "${.context.fps}", "chunk_frames": 4,
-        "text_len": 16, "camera_intrinsics": [16.0, 16.0, 16.0, 16.0], "dtype": "float32", "text_dtype": "float32",
-        "device": "cpu", "context": {"fps": 16, "height": 32, "width": 32, "temporal_stride": 4},
-        "memory": {"offloads": "off", "context_seconds": None},
-    }
-    (root / "configs" / "backbone").mkdir(parents=True)
-    (root / "configs" / "backbone" / "lingbot_tiny.yaml").write_text(yaml.safe_dump(backbone))
+    write_tiny_lingbot(root, memory={"offloads": "off", "context_seconds": None}, std=0.2)
     write_context_video(root / "data" / "videos" / "synthetic" / "syn_001.mp4", seed=0)
     rows = [official_row(task_id, "videos/synthetic/syn_001.mp4", task_type=task_id.split("_")[2],
                          continue_prompt=prompt) for task_id, prompt in PROMPTS.items()]
@@ -138,3 +120,35 @@ def test_score_source_mp4_scores_the_saved_mp4_decoded_again(miniworld, monkeypa
     monkeypatch.setattr(ev, "videos", None)  # without saved videos: a temporary mp4, the same frames
     ev.evaluate(task, prepared, seed=0)
     assert np.array_equal(scored[2], mp4)
+
+
+def test_calibration_prefills_each_task_under_its_own_prompt(lingbot_folder, monkeypatch):
+    """The knob search measures PR as ``run`` does: each task's context prefilled under its own prompt
+    (the context frames are denoised under the task's prompt), so a task's calibration PR is the same
+    whether its context-mate is measured with it or not."""
+    from cmbench.backbones.wan.backbone import WanBackbone
+    from cmbench.calibration.pruning_ratio import PRMeter
+    from cmbench.data import load_manifest
+    from cmbench.methods.registry import build_method
+
+    monkeypatch.setenv("CMBENCH_CONFIG_PATH", str(lingbot_folder / "configs"))
+    cfg = compose_config("decoprune", ["data=cmbench", "backbone=lingbot_tiny", f"data.root={lingbot_folder / 'data'}",
+                                       "data.check_counts=false", "generation.continuation_frames=4"])
+    tasks = load_manifest(str(cfg.data.root), str(cfg.data.manifest))
+    assert [t.task_id for t in tasks] == list(PROMPTS) and len({t.context_id for t in tasks}) == 1
+    method = build_method(dict(cfg.method))
+    calls: list[tuple[int, str]] = []
+    real_denoise = WanBackbone.denoise
+
+    def spy(self, x_t, t, cache, frame_start, cond, *args, **kwargs):
+        calls.append((frame_start, cond.continue_prompt))
+        return real_denoise(self, x_t, t, cache, frame_start, cond, *args, **kwargs)
+
+    monkeypatch.setattr(WanBackbone, "denoise", spy)
+    meter = PRMeter(cfg, tasks)
+    together = meter.task_prs(method)
+    context_frames = int(meter._encoded(tasks[0]).shape[2])
+    in_context = list(dict.fromkeys(prompt for start, prompt in calls if start < context_frames))
+    assert in_context == list(PROMPTS.values())  # the context denoised under each task's own prompt, in turn
+    alone = [PRMeter(cfg, [task]).task_prs(method)[0] for task in tasks]
+    assert together == alone

@@ -6,7 +6,6 @@ but what a target makes is checked before it is called; records are strict JSON.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -188,20 +187,6 @@ def test_records_are_strict_json(tmp_path):
     writer.write({**fields, "similarities": [0.5]})
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0], parse_constant=lambda c: pytest.fail(c))["similarities"] == [0.5]
-
-
-def test_a_read_only_file_system_reports_the_first_error(tmp_path, monkeypatch):
-    """Removing the temporary file fails on a read-only file system too: the write's error is the one told."""
-    from cmbench.lock import RunFolderError
-    from cmbench.runs import experiment
-
-    def read_only(self, *args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system", str(self))
-
-    monkeypatch.setattr(Path, "write_text", read_only)
-    monkeypatch.setattr(Path, "unlink", read_only)
-    with pytest.raises(RunFolderError, match=r"cannot write .*config.yaml: Read-only file system"):
-        experiment._write_text(tmp_path / "config.yaml", "x")
 
 
 def test_compare_records_reports_identical_and_differing_fields(tmp_path):

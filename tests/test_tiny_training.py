@@ -2,6 +2,8 @@
 
 import csv
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,19 +13,20 @@ import torch
 from safetensors.torch import load_file
 
 from cmbench.backbones.dit import BlockCausalAttention, DiTConfig
-from cmbench.backbones.tiny import TinyConfig, TinyWorldModel
+from cmbench.backbones.tiny import TinyConfig, TinyWorldModel, default_config
 from cmbench.backbones.tiny_training import (
     MAX_STRIDE,
     MIN_STRIDE,
+    DataRecipe,
     clip_frame_positions,
     learning_rate,
     load_initial_dit,
+    make_batch,
     random_frame_positions,
 )
 from cmbench.errors import ConfigError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import train_tiny_backbone  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 
 def small_config(dim: int = 32) -> TinyConfig:
@@ -93,14 +96,16 @@ def test_initial_weights_reproduce_the_saved_models_outputs(tmp_path):
 
 def test_script_starts_from_weights_at_a_schedule_step(tmp_path):
     """Zero training steps from --init-weights save exactly the initial weights and log their eval."""
-    cfg = train_tiny_backbone.default_config()
+    cfg = default_config()
     torch.manual_seed(1)
     init = tmp_path / "init.safetensors"
     TinyWorldModel(cfg).save_pretrained(init)
     out = tmp_path / "out" / "w.safetensors"
     args = ["--init-weights", str(init), "--start-step", "7", "--stop-step", "7", "--steps", "10",
             "--eval-cases", "1", "--log-dir", str(tmp_path / "log"), "--out", str(out)]
-    assert train_tiny_backbone.main(args) == 0
+    script = subprocess.run([sys.executable, str(REPO / "scripts" / "train_tiny_backbone.py"), *args],
+                            capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert script.returncode == 0, script.stderr[-3000:]
     a, b = load_file(str(init)), load_file(str(out))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     rows = list(csv.reader((tmp_path / "log" / "eval.csv").open()))
@@ -120,12 +125,12 @@ def test_learning_rate_schedule_and_rewarm_up_from_a_start_step():
 
 
 def test_temporal_probe_reports_every_layout_and_the_temporal_energy_share():
-    import probe_temporal_positions as probe
+    from cmbench.backbones.tiny_probe import COLUMNS, layouts, probe
 
-    model = TinyWorldModel.random(0, train_tiny_backbone.default_config())
-    losses, shares = probe.probe(model, n_batches=1, seed=0, dynamic=True)
-    assert list(losses) == list(probe.layouts(np.random.default_rng(0)))
-    assert all(len(v) == len(probe.COLUMNS) == 4 and all(np.isfinite(v)) for v in losses.values())
+    model = TinyWorldModel.random(0, default_config())
+    losses, shares = probe(model, n_batches=1, seed=0, dynamic=True)
+    assert list(losses) == list(layouts(np.random.default_rng(0)))
+    assert all(len(v) == len(COLUMNS) == 4 and all(np.isfinite(v)) for v in losses.values())
     # a random model still reads its temporal positions: the probe sees the change
     assert losses["permuted"][0] != losses["true (stride 1)"][0]
     assert len(shares) == model.config.dit.num_layers and all(0 < q < 1 and 0 < k < 1 for q, k in shares)
@@ -142,9 +147,9 @@ def test_clip_positions_are_true_time_from_a_random_offset():
 
 
 def test_a_true_time_dynamic_batch_has_clip_positions_and_moving_frames():
-    cfg = train_tiny_backbone.default_config()
-    recipe = train_tiny_backbone.DataRecipe(p_real=0.0, dynamic=True, positions="true")
-    batch = train_tiny_backbone.make_batch(np.random.default_rng(5), cfg, 2, 4, recipe, torch.Generator().manual_seed(0))
+    cfg = default_config()
+    recipe = DataRecipe(p_real=0.0, dynamic=True, positions="true")
+    batch = make_batch(np.random.default_rng(5), cfg, 2, 4, recipe, torch.Generator().manual_seed(0))
     clean = batch.frame_positions[:, :16]
     assert np.allclose(np.diff(clean, axis=1), 1.0)  # stride 1 over the 16 clean frames
     assert np.array_equal(batch.frame_positions[:, 16:], clean[:, 4:])  # noisy copies sit at their chunks' times

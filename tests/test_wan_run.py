@@ -14,20 +14,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 import yaml
 
-from cmbench.backbones.dit import DiTConfig
-from cmbench.backbones.wan.synthetic import random_dit_state, save_components, save_lingbot_dit
 from cmbench.data.video import read_video
 from cmbench.runs.records import read_all_records
 from official_fixture import official_row, write_context_video, write_manifest
+from tiny_lingbot import write_tiny_lingbot
 
 pytestmark = pytest.mark.slow  # subprocesses of the real command line
 
 REPO = Path(__file__).resolve().parents[1]
-DIT = DiTConfig(in_channels=36, out_channels=16, dim=24, ffn_dim=32, num_heads=2, num_layers=2, text_dim=16,
-                camera_dim=384)
 
 
 def turning_camera(n_frames: int) -> list:
@@ -42,22 +38,9 @@ def turning_camera(n_frames: int) -> list:
 
 
 def test_tiny_lingbot_runs_a_task_through_cmbench_run(tmp_path):
-    torch.manual_seed(0)
-    save_components(tmp_path / "components", text_dim=DIT.text_dim)
-    save_lingbot_dit(tmp_path / "model" / "lingbot_world_fast", random_dit_state(DIT, seed=2), DIT)
-    backbone = {
-        "name": "lingbot_tiny", "description": "tiny LingBot-shaped test backbone",
-        "_target_": "cmbench.backbones.wan.lingbot.load_lingbot_world",
-        "path": str(tmp_path / "model"), "components": str(tmp_path / "components"), "dit": DIT.to_dict(),
-        "height": "${.context.height}", "width": "${.context.width}", "fps": "${.context.fps}", "chunk_frames": 4,
-        "text_len": 16, "camera_intrinsics": [16.0, 16.0, 16.0, 16.0], "dtype": "float32", "text_dtype": "float32",
-        "device": "cpu", "context": {"fps": 16, "height": 32, "width": 32, "temporal_stride": 4},
-        # the memory plan runs before loading (the dataset's longest context, read from its videos), and each
-        # prefilled cache is parked in host memory while its task runs
-        "memory": {"offloads": "auto", "context_seconds": None, "park_prefill": True},
-    }
-    (tmp_path / "configs" / "backbone").mkdir(parents=True)
-    (tmp_path / "configs" / "backbone" / "lingbot_tiny.yaml").write_text(yaml.safe_dump(backbone))
+    # the memory plan runs before loading (the dataset's longest context, read from its videos), and each
+    # prefilled cache is parked in host memory while its task runs
+    configs = write_tiny_lingbot(tmp_path, memory={"offloads": "auto", "context_seconds": None, "park_prefill": True})
     data = tmp_path / "data"
     write_context_video(data / "videos" / "synthetic" / "syn_001.mp4", seed=0)  # 32 frames: 12 latent frames
     camera = {"c2w": turning_camera(64), "intrinsics": [8.0, 8.0, 8.0, 8.0], "image_size": [16, 16]}
@@ -66,7 +49,7 @@ def test_tiny_lingbot_runs_a_task_through_cmbench_run(tmp_path):
     cmd = [sys.executable, "-m", "cmbench", "run", "data=cmbench", f"data.root={data}", "data.check_counts=false",
            "limit=1", "backbone=lingbot_tiny", "method=decoprune", "generation.continuation_frames=4",
            f"out_dir={tmp_path / 'runs'}", "progress=false"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CMBENCH_CONFIG_PATH": str(tmp_path / "configs"),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CMBENCH_CONFIG_PATH": str(configs),
            "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -1,11 +1,12 @@
 """The pruning ratio a method setting realises on calibration contexts (never the test suite).
 
 :class:`PRMeter` runs a method's generation exactly as ``python -m cmbench run`` does (context replay
-through the dataset adapter and the backbone's encoder, :func:`cmbench.generation.prefill` with the
-context's seed, :func:`cmbench.generation.continue_task` with each task's seed, the memory plan), on a
-fixed sample of calibration tasks, and returns the mean over those tasks of the continuation's PR:
-the number ``run`` records as a run's ``pr``. Nothing is decoded or scored. Contexts are encoded once
-and reused for every setting measured.
+through the dataset adapter and the backbone's encoder; the context prefilled with the context's seed
+under each task's own conditioning, one prefill shared by tasks whose prefill keys agree, as the
+evaluator does it: :func:`cmbench.runs.evaluator.prefilled_for`; :func:`cmbench.generation.continue_task`
+with each task's seed; the memory plan), on a fixed sample of calibration tasks, and returns the mean
+over those tasks of the continuation's PR: the number ``run`` records as a run's ``pr``. Nothing is
+decoded or scored. Contexts are encoded once and reused for every setting measured.
 
 The calibration data (:func:`calibration_config`): for MiniWorld, the same suite knobs built with
 ``world_seed + 1`` under ``calibration.root`` (default ``<data.root>_calibration``, the held-out world
@@ -27,7 +28,7 @@ from cmbench.config_paths import editable_copy
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
-from cmbench.generation import continue_task, prefill
+from cmbench.generation import continue_task
 from cmbench.hashing import task_seed
 from cmbench.methods.base import Method
 from cmbench.methods.knobs import Knob
@@ -120,18 +121,20 @@ class PRMeter:
         """The continuation PR of every calibration task under ``method``, in task order."""
         from cmbench.backbones.loading import build_backbone
         from cmbench.backbones.memory.run_plan import plan_run
+        from cmbench.runs.evaluator import HeldPrefill, prefilled_for
 
         plan = plan_run(self.cfg, method)
         if self.backbone is None:
             self.backbone = build_backbone(plan.backbone_config)
         seed = int(self.cfg.seed)
         prs: dict[str, float] = {}
-        for context_id, group in self._contexts().items():
-            prefilled = prefill(self.backbone, method, self._encoded(group[0]), self.backbone.condition(group[0]),
-                                task_seed(seed, context_id), self.settings)
-            plan.settle(prefilled.cache)
+        for group in self._contexts().values():
+            held = HeldPrefill(self._encoded(group[0]))
             for task in group:
-                cont = continue_task(self.backbone, prefilled, self.backbone.condition(task), self.continuation_frames,
+                cond = self.backbone.condition(task)
+                prefilled = prefilled_for(held, task, cond, backbone=self.backbone, method=method,
+                                          settings=self.settings, memory=plan, seed=seed)
+                cont = continue_task(self.backbone, prefilled, cond, self.continuation_frames,
                                      task_seed(seed, task.task_id))
                 prs[task.task_id] = float(cont.ledger.pruning_ratio())
                 if self.on_task is not None:

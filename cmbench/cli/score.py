@@ -29,7 +29,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cmbench.config_paths import to_dict
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
@@ -40,6 +39,7 @@ from cmbench.runs.records import metric_name
 from cmbench.scoring.quality_names import QUALITY_LABELS
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, check_output, score_folder
 from cmbench.scoring.registry import build_scorer
+from cmbench.spec import resolve_scoring
 
 
 def _print_report(summary: dict[str, Any], out: Path) -> None:
@@ -72,37 +72,31 @@ def _print_report(summary: dict[str, Any], out: Path) -> None:
 
 def execute(cfg: DictConfig) -> int:
     """CLI entry: ``cfg.videos`` (folder), ``cfg.data`` (manifest), ``cfg.scorer``, optional ``cfg.out``
-    and ``cfg.label``."""
-    videos_arg = cfg.get("videos")
-    if not videos_arg:
-        raise ConfigError("score needs videos=DIR, a folder of <task_id>.mkv / <task_id>.mp4 continuations")
-    videos = Path(str(videos_arg))
+    and ``cfg.label``, resolved and checked first (:func:`cmbench.spec.resolve_scoring`)."""
+    spec = resolve_scoring(cfg)
+    videos = spec.videos
     if not videos.is_dir():
         raise ConfigError(f"videos={videos}: not a folder")
-    if cfg.get("scorer") is None:
-        raise ConfigError("score needs a scorer config: scorer=light (CPU) or scorer=owl_sam_dino (paper protocol)")
-    adapter = build_adapter(cfg.data)
+    adapter = build_adapter(spec.data.config)
     adapter.ensure()
-    tasks = load_manifest(Path(str(cfg.data.root)), str(cfg.data.manifest))
-    scorer_cfg = to_dict(cfg.scorer)
-    scorer = build_scorer(scorer_cfg)
-    out = Path(str(cfg.get("out") or videos / f"scores_{scorer.name}"))
-    label = str(cfg.get("label") or videos_label(videos.resolve()))
-    config = {"data": to_dict(cfg.data), "scorer": scorer_cfg,
-              "videos": str(videos), "label": label}
+    tasks = load_manifest(spec.data.root, spec.data.manifest)
+    scorer = build_scorer(spec.scorer)
+    out = spec.out or videos / f"scores_{scorer.name}"
+    label = spec.label or videos_label(videos.resolve())
+    config = {"data": spec.data.config, "scorer": spec.scorer, "videos": str(videos), "label": label}
     check_output(out, videos)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise RunFolderError(f"cannot write into {out}: {err.strerror or err}") from err
-    summary = score_folder(scorer, tasks, adapter, videos, out, label=label, metric=metric_name(scorer_cfg))
+    summary = score_folder(scorer, tasks, adapter, videos, out, label=label, metric=metric_name(spec.scorer))
     atomic.write_text(out / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     summary = {
         "label": label,
         "scorer": scorer.name,
         "scorer_hash": scorer.config_hash,
-        "scorer_config": scorer_cfg,
-        "data": {"name": str(cfg.data.get("name", "")), "root": str(cfg.data.root), "manifest": str(cfg.data.manifest)},
+        "scorer_config": spec.scorer,
+        "data": {"name": spec.data.name, "root": str(spec.data.root), "manifest": spec.data.manifest},
         **summary,
     }
     atomic.write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -10,6 +10,7 @@ A process killed in between leaves only the hidden temporary file, which :func:`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -52,12 +53,19 @@ def write_with(path: str | Path, write: Callable[[Path], Any]) -> Path:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
         raise
     return path
+
+
+def _discard(tmp: Path) -> None:
+    """Remove a temporary file after a failed write; on a read-only file system removing fails too, and
+    the write's error is the one to report."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable
 
@@ -25,11 +25,11 @@ import torch
 
 from cmbench.backbones.base import decode_continuation, prefill_key
 from cmbench.backbones.loading import build_backbone
-from cmbench.backbones.memory.run_plan import plan_run
+from cmbench.backbones.memory.run_plan import RunPlan, plan_run
 from cmbench.data import Task, write_video
 from cmbench.data.adapter import ContextFrames, ContextShape, build_adapter
 from cmbench.data.video import read_video, write_lossless_video
-from cmbench.generation import Continuation, PrefilledContext, check_settings, continue_task, prefill
+from cmbench.generation import Continuation, GenerationSettings, PrefilledContext, check_settings, continue_task, prefill
 from cmbench.generation.accounting import CallRecorder, attention_flops, keys_per_token
 from cmbench.config_schema import SCORE_SOURCES
 from cmbench.errors import ConfigError
@@ -40,7 +40,7 @@ from cmbench.runs.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer
-from cmbench.spec import DataSpec, GenerationSpec, RunSpec
+from cmbench.spec import DataSpec, GenerationSpec, RunSpec, plan_inputs
 
 
 def context_shape(context: Mapping[str, Any], backbone) -> ContextShape:
@@ -63,18 +63,49 @@ def encode_context(context: Mapping[str, Any], adapter, backbone, task: Task) ->
 
 
 @dataclass
-class PreparedContext:
-    """What the tasks of one context share: the context, and the prefill of the last conditioning asked.
+class HeldPrefill:
+    """A context's latents and its prefill under the last conditioning asked (:func:`prefilled_for`).
 
     One prefill is held at a time (a real backbone's prefilled cache can fill a GPU): tasks run in
     manifest order, and a task whose prefill key differs from the held one replaces it. Every prefill of
     a context uses the context's seed, so a replaced prefill computed again is the same.
     """
 
-    context: ContextFrames
     context_latents: torch.Tensor  # [1, C, q0, h, w]: a continuation is decoded after them
     prefilled: PrefilledContext | None = None
     key: Hashable = None  # prefill_key of ``prefilled``
+
+
+@dataclass
+class PreparedContext(HeldPrefill):
+    """What the tasks of one context share: the context as read, its latents and its held prefill."""
+
+    context: ContextFrames = field(kw_only=True)
+
+
+def prefilled_for(held: HeldPrefill, task: Task, cond: Any, *, backbone, method: Method,
+                  settings: GenerationSettings, memory: RunPlan, seed: int) -> PrefilledContext:
+    """The context prefilled under ``task``'s conditioning ``cond``: the held prefill when its key
+    (:func:`cmbench.backbones.base.prefill_key`) is the task's, else a new one, which replaces it.
+
+    Parameters
+    ----------
+    held : HeldPrefill
+        The context's latents ``[1, C, q0, h, w]`` and the prefill held so far (updated in place).
+    task : Task
+        A task of that context; its context's seed (from the global ``seed``) seeds the prefill.
+    cond : Any
+        ``backbone.condition(task)``.
+    memory : RunPlan
+        Settles each new prefill (trimmed to its history, or parked in host memory).
+    """
+    key = prefill_key(backbone, cond, int(held.context_latents.shape[2]), task.task_id)
+    if held.prefilled is None or held.key != key:
+        held.prefilled = None  # free the previous prefill before building the next
+        prefilled = prefill(backbone, method, held.context_latents, cond, task_seed(seed, task.context_id), settings)
+        memory.settle(prefilled.cache)
+        held.prefilled, held.key = prefilled, key
+    return held.prefilled
 
 
 @dataclass(frozen=True)
@@ -128,9 +159,7 @@ class ModelEvaluator:
         self.settings = generation.settings
         check_settings(self.method, self.settings)
         # before loading anything: offloads, or a refusal with numbers
-        self.memory = plan_run({"backbone": backbone, "data": data.config, "scorer": scorer,
-                                "generation": {"continuation_frames": generation.continuation_frames},
-                                "parallel": {"sequence": sequence}}, self.method)
+        self.memory = plan_run(plan_inputs(backbone, data, scorer, generation, sequence), self.method)
         self.scorer = build_scorer(scorer)
         self.metric = metric_name(scorer)
         self.adapter = build_adapter(data.config)
@@ -168,21 +197,14 @@ class ModelEvaluator:
     def prepare(self, tasks: list[Task]) -> PreparedContext:
         """Read and encode the context of ``tasks`` (one context), and prefill it for the first task."""
         context, latents = encode_context(self.context, self.adapter, self.backbone, tasks[0])
-        prepared = PreparedContext(context, latents)
+        prepared = PreparedContext(latents, context=context)
         self.prefilled_for(tasks[0], self.backbone.condition(tasks[0]), prepared)
         return prepared
 
     def prefilled_for(self, task: Task, cond: Any, prepared: PreparedContext) -> PrefilledContext:
-        """The context prefilled under ``task``'s conditioning ``cond``: the held prefill when its key is
-        the task's, else a new one (replacing it)."""
-        key = prefill_key(self.backbone, cond, int(prepared.context_latents.shape[2]), task.task_id)
-        if prepared.prefilled is None or prepared.key != key:
-            prepared.prefilled = None  # free the previous prefill before building the next
-            seed = task_seed(self.seed, task.context_id)
-            prefilled = prefill(self.backbone, self.method, prepared.context_latents, cond, seed, self.settings)
-            self.memory.settle(prefilled.cache)  # trimmed to its history, or parked in host memory (the plan)
-            prepared.prefilled, prepared.key = prefilled, key
-        return prepared.prefilled
+        """The context prefilled under ``task``'s conditioning ``cond`` (:func:`prefilled_for`)."""
+        return prefilled_for(prepared, task, cond, backbone=self.backbone, method=self.method, settings=self.settings,
+                             memory=self.memory, seed=self.seed)
 
     def mp4_frames(self, task: Task, frames: np.ndarray) -> np.ndarray:
         """``frames`` as the saved mp4 holds them (``score_source: mp4``, as the authors score their

@@ -18,9 +18,7 @@ run leaves nothing behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +32,7 @@ from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.lock import RunFolderError
 from cmbench.provenance import git_commit, machine, versions
+from cmbench.runs import atomic
 from cmbench.runs.identity import CodeIdentity
 from cmbench.runs.records import RUN_FILE, read_task_records, records_files
 from cmbench.runs.runner import RunResult, run_tasks, select_tasks
@@ -61,18 +60,6 @@ def run_folder(run_dir: Path) -> Iterator[None]:
         if top is not None and not records_files(run_dir):
             shutil.rmtree(top, ignore_errors=True)
         raise
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write a file whole (a temporary file renamed into place: readers never see half of it)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        with contextlib.suppress(OSError):  # on a read-only file system removing fails too: report the first error
-            tmp.unlink(missing_ok=True)
-        raise RunFolderError(f"cannot write {path}: {err.strerror or err}") from err
 
 
 @dataclass(frozen=True)
@@ -159,8 +146,8 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
     writer = group is None or group.rank == 0
     if writer:
         with leading(evaluator, group) as tasks_evaluator, run_folder(run_dir):
-            _write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
-            _write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
+            atomic.write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
+            atomic.write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
             result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
                                shard=chosen.shard, show_progress=outputs.progress,
                                keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
@@ -172,6 +159,6 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
     summary.update(run_dir=str(run_dir), label=identity.label,
                    shard={"count": chosen.shard[0], "index": chosen.shard[1]})
     if writer:
-        _write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        atomic.write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     return ExperimentResult(run_dir, identity.label, summary, result, tuple(t.task_id for t in selected), code,
                             writer)

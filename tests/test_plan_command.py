@@ -1,0 +1,29 @@
+"""``python -m cmbench plan``: the memory plan of the run ``run`` would make, resolved as ``run`` resolves it."""
+
+from __future__ import annotations
+
+import pytest
+
+from cmbench.cli.main import main
+
+LINGBOT = ("plan", "backbone=lingbot_world_v2_1_3b", "method=decoprune", "method.quota_pr=0.85",
+           "backbone.memory.context_seconds=60", "backbone.memory.device_gib=139")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("generation.continuation_frames=0", "generation.continuation_frames=0: expected a whole number >= 1"),
+    ("parallel.sequence=0", "parallel.sequence=0: expected a whole number of ranks per model >= 1"),
+    ("method.gamma=nan", "method.gamma=nan: expected a finite number"),
+    ("data.fps=0", "data.fps=0: expected a finite number > 0"),
+])
+def test_a_bad_knob_of_any_group_is_refused_in_one_line_before_anything_is_planned(capsys, override, message):
+    assert main([*LINGBOT, override]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == f"cmbench: error: {message}"
+
+
+def test_the_plan_is_of_the_resolved_run(capsys):
+    """The continuation length and the ranks per model come from the resolved run."""
+    assert main([*LINGBOT, "generation.continuation_frames=8", "parallel.sequence=2"]) == 0
+    out = capsys.readouterr().out
+    assert "244 context + 8 continuation latent frames" in out and "one rank of 2 per GPU" in out
