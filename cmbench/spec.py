@@ -491,6 +491,15 @@ def run_identity(cfg: DictConfig, plain: Mapping[str, Any], method: Method) -> R
                        result_config=config)
 
 
+def _resolved(cfg: DictConfig, key: str | None = None) -> Any:
+    """``cfg`` (or its ``key``) as plain values, or a one-line error when it does not resolve."""
+    try:
+        value = cfg if key is None else cfg.get(key)
+        return to_dict(value) if isinstance(value, DictConfig) else value
+    except Exception as err:  # an interpolation that does not resolve, a missing mandatory value
+        raise ConfigError(f"the config does not resolve: {str(err).splitlines()[0]}") from err
+
+
 def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None) -> RunSpec:
     """Resolve and check a composed root config into a :class:`RunSpec` (nothing is loaded or written).
 
@@ -504,10 +513,7 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
         One line naming the first bad key (every group: selection, data, backbone, method, scorer,
         generation, outputs), or the method's own refusal of a knob.
     """
-    try:
-        plain = to_dict(cfg)
-    except Exception as err:  # an interpolation that does not resolve, a missing mandatory value
-        raise ConfigError(f"the config does not resolve: {str(err).splitlines()[0]}") from err
+    plain = _resolved(cfg)
     for group in ("data", "backbone", "method", "scorer", "generation"):
         if not isinstance(plain.get(group), dict):
             raise ConfigError(f"{group}: missing from the config (choose one with {group}=<name>)")
@@ -560,13 +566,7 @@ def resolve_scoring(cfg: DictConfig) -> ScoreSpec:
     ConfigError
         One line naming the first bad key.
     """
-    plain: dict[str, Any] = {}
-    try:
-        for key in ("videos", "data", "scorer", "out", "label"):  # the groups score reads, not a run's others
-            value = cfg.get(key)
-            plain[key] = to_dict(value) if isinstance(value, DictConfig) else value
-    except Exception as err:  # an interpolation that does not resolve, a missing mandatory value
-        raise ConfigError(f"the config does not resolve: {str(err).splitlines()[0]}") from err
+    plain = {key: _resolved(cfg, key) for key in ("videos", "data", "scorer", "out", "label")}  # what score reads
     videos = plain.get("videos")
     if not videos:
         raise ConfigError("score needs videos=DIR, a folder of <task_id>.mkv / <task_id>.mp4 continuations")

@@ -41,3 +41,10 @@ def test_score_needs_videos_and_a_scorer_in_one_line(tmp_path, capsys, nothing_l
                                                "<task_id>.mp4 continuations")
     assert main(["score", f"videos={tmp_path / 'absent'}", "data=cmbench"]) == 1
     assert capsys.readouterr().err.strip() == f"cmbench: error: videos={tmp_path / 'absent'}: not a folder"
+
+
+@pytest.mark.parametrize("override", ["videos=${oops}", "data.fps=${oops}", "scorer.batch_size=${oops}"])
+def test_an_unresolvable_value_is_one_line(tmp_path, capsys, nothing_loads, override):
+    args = [f"videos={tmp_path}"] if not override.startswith("videos") else []
+    assert main(["score", *args, "data=cmbench", override]) == 1
+    assert capsys.readouterr().err.strip() == "cmbench: error: the config does not resolve: Interpolation key 'oops' not found"
