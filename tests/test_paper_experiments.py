@@ -16,6 +16,7 @@ from cmbench.spec import resolve_run
 
 PATHS = {"miniworld": [], "real": ["data=cmbench", "backbone=lingbot_world_v2_14b"]}
 EXPERIMENTS = ("paper_diagnose", "paper_probe_step", "paper_selection", "paper_rope", "paper_short_context",
+               "paper_backbone_gate",
                "paper_quality_memory")
 
 
@@ -48,6 +49,7 @@ def test_every_job_resolves(experiment, path):
         assert (spec.data.name, spec.backbone["name"]) == (("cmbench", "lingbot_world_v2_14b") if real else
                                                             (spec.data.name, "tiny"))
     subset = {"paper_diagnose": "miniworld_diagnostic8", "paper_rope": "miniworld_diagnostic8",
+              "paper_backbone_gate": "miniworld_diagnostic8",
               "paper_probe_step": "miniworld_quick16", "paper_selection": "miniworld_quick16",
               "paper_quality_memory": "miniworld_quick16"}.get(experiment)
     want = None if real or subset is None else load_subset(subset).task_ids
