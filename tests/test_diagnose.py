@@ -126,3 +126,25 @@ def test_verdict_reads_the_paired_differences():
     no_truth = _rows(0.1, 0.5, 0.6).assign(group="all")
     assert verdict(no_truth, probe_step=2)[0].startswith("cannot be tested")
     assert math.isnan(verdict(_rows(0.1, 0.5, 0.6), probe_step=1)[1][0].difference)  # no rows at that step
+
+
+@pytest.mark.slow
+def test_the_command_writes_its_files_on_a_small_suite(tmp_path):
+    """``python -m cmbench diagnose`` end to end (in-process) on one context of a small MiniWorld suite."""
+    from cmbench.cli.base import run_hydra
+    from cmbench.cli.diagnose import FILES, execute
+    from test_run_command import SMALL_SUITE
+
+    weights = tmp_path / "tiny.safetensors"
+    random_model(seed=3).save_pretrained(weights)
+    out = tmp_path / "out"
+    (job,) = run_hydra(execute, [f"data.root={tmp_path / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
+                                 "method=streaming", "task_ids=[syn_001_reappear_01]", f"out={out}"])
+    assert job.code == 0 and sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    rows = pd.read_csv(out / "diagnose.csv")
+    assert set(rows["context_id"]) == {"videos/synthetic/syn_001"} and set(rows["arm"]) == set(ARMS)
+    assert rows["chunk"].nunique() == 6 * 24 // 4 and set(rows["step"]) == {0, 1, 2, 3}
+    assert {"new", "seen_cached", "seen_pruned"} <= set(rows["group"])  # a 6-clip context revisits pruned places
+    summary = pd.read_csv(out / "diagnose_summary.csv")
+    assert len(summary) == len(rows.groupby(["arm", "group", "step"]))
+    assert "cannot be" not in (out / "diagnose.md").read_text()

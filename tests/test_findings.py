@@ -48,20 +48,23 @@ def test_rope_holds_when_fullkv_drops_and_streaming_stays(tmp_path):
     assert rope_finding(tmp_path / "moved", "cmd").status == FAILS
 
 
-def test_selection_needs_deco_above_random_and_reverse_at_matched_pr(tmp_path):
-    folder = tmp_path / "selection"
-    run(folder, "decoprune@pr85", HIGH, method="decoprune", target_pr=0.85, pr=0.85)
-    run(folder, "random@pr85", [s - 0.2 for s in HIGH], method="random", target_pr=0.85, pr=0.85)
-    run(folder, "decoprune_reverse@pr85", LOW, method="decoprune_reverse", target_pr=0.85, pr=0.85)
-    run(folder, "decoprune_reverse", HIGH, method="decoprune_reverse", pr=0.2)
-    found = selection_finding(folder, "cmd")
+def test_selection_needs_deco_above_random_at_its_counts_and_reverse_at_matched_pr(tmp_path):
+    def arms(folder, random_scores, reverse_matched=True):
+        run(folder, "decoprune", HIGH, method="decoprune", pr=0.85)
+        run(folder, "random", random_scores, method="random", pr=0.85)
+        run(folder, "decoprune_reverse", HIGH, method="decoprune_reverse", pr=0.2)
+        run(folder, "decoprune@pr85", HIGH, method="decoprune", target_pr=0.85, pr=0.85)
+        if reverse_matched:
+            run(folder, "decoprune_reverse@pr85", LOW, method="decoprune_reverse", target_pr=0.85, pr=0.85)
+        return selection_finding(folder, "cmd")
+
+    found = arms(tmp_path / "selection", [s - 0.2 for s in HIGH])
     assert found.status == HOLDS
-    assert "Reverse 0.8000 ± 0.1076 @ 20.0%" in found.measured and "DeCoPrune − Random 0.2000 ± 0.0000" in found.measured
-    tied = tmp_path / "tied"  # Random as good as DeCoPrune: the selection does not matter
-    run(tied, "decoprune@pr85", HIGH, method="decoprune", target_pr=0.85, pr=0.85)
-    run(tied, "random@pr85", HIGH, method="random", target_pr=0.85, pr=0.85)
-    run(tied, "decoprune_reverse@pr85", LOW, method="decoprune_reverse", target_pr=0.85, pr=0.85)
-    assert selection_finding(tied, "cmd").status == FAILS
+    assert "Reverse 0.8000 ± 0.1076 @ 20.0%" in found.measured
+    assert "DeCoPrune − Random (its per-chunk counts, default threshold) 0.2000 ± 0.0000 (6 pairs)" in found.measured
+    assert arms(tmp_path / "tied", HIGH).status == FAILS  # Random as good as DeCoPrune: selection does not matter
+    partial = arms(tmp_path / "partial", [s - 0.2 for s in HIGH], reverse_matched=False)
+    assert partial.status == UNTESTABLE and "not run here: DeCoPrune − Reverse at PR 0.85" in partial.reason
 
 
 def test_diagnosis_and_quality_rows(tmp_path):
