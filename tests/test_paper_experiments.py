@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
 
+from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.cli.curves import curve_methods, curve_targets
 from cmbench.config_paths import CONFIG_DIR, knob_overrides
 from cmbench.data.subsets import load_subset
@@ -31,10 +32,13 @@ def jobs(experiment: str, path: str) -> list:
 
 
 def resolved(cfg):
-    """``resolve_run`` after what ``method.target_pr`` resolves to (the knob; the calibration is not run)."""
+    """``resolve_run`` after what ``method.target_pr`` resolves to: ``null`` as ``run`` resolves it (no
+    target), a PR as its calibrated knob would (the calibration is not run)."""
+    if cfg.method.get("target_pr") is None:
+        return resolve_run(resolve_target_pr(cfg).cfg)
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     with open_dict(cfg):
-        cfg.method.pop("target_pr", None)
+        cfg.method.pop("target_pr")
     return resolve_run(cfg)
 
 

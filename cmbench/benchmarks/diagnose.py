@@ -166,7 +166,6 @@ def diagnose_context(backbone, method: Method, latents: torch.Tensor, cond: Any,
     -------
     ContextDiagnosis
     """
-    f = backbone.geometry.chunk_frames
     levels = settings.sampler.levels
     noises: dict[int, torch.Tensor] = {}
     found = ContextDiagnosis({arm: {} for arm in ARMS}, {}, {}, {})
@@ -195,7 +194,6 @@ def diagnose_context(backbone, method: Method, latents: torch.Tensor, cond: Any,
 
     if places is not None and places.shape[0] < latents.shape[2]:
         raise ValueError(f"ground truth covers {places.shape[0]} frames, the context has {latents.shape[2]} latent frames")
-    assert latents.shape[2] % f == 0
     prefill(backbone, FullKV(), latents, cond, seed, settings, on_before_clean=on_full)
     prefill(backbone, method, latents, cond, seed, settings, on_before_clean=on_method)
     return found

@@ -8,7 +8,8 @@ and is still cached, seen before but pruned, or new. Writes into ``out`` (defaul
 group), ``diagnose_summary.csv`` (mean per arm, group and step with 95% CIs clustered by context),
 ``diagnose.png`` (error vs step, one line per group, CI bands) and ``diagnose.md`` (whether DeCoPrune's
 hypothesis holds here, with the paired comparisons). Selection as for ``run`` (``limit``, ``subset``,
-``task_ids``); data and backbone swappable.
+``task_ids``); data and backbone swappable; ``method.target_pr=p`` diagnoses the method at the knob
+calibrated to PR ``p``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from cmbench.benchmarks.diagnose import ARM_TITLES, Diagnosis, plot, run_diagnosis
+from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.runs import atomic
 from cmbench.runs.paths import path_component
 from cmbench.spec import data_dir, resolve_run
@@ -48,7 +50,8 @@ def markdown(found: Diagnosis, label: str, command: str) -> str:
 
 
 def execute(cfg: DictConfig) -> int:
-    spec = resolve_run(cfg)
+    target = resolve_target_pr(cfg)  # method.target_pr -> the method's calibrated knob, as `run` does
+    spec = resolve_run(target.cfg, target.record_fields())
     label = spec.identity.label
     out = Path(str(cfg.out)) if cfg.get("out") else data_dir(cfg) / "diagnose" / path_component(label, "label")
     found = run_diagnosis(spec, on_context=lambda i, n, c: print(f"[{i + 1}/{n}] {c}", flush=True))
