@@ -8,6 +8,7 @@ import pytest
 from cmbench.benchmarks.findings import (
     FAILS,
     HOLDS,
+    INCONCLUSIVE,
     NOT_RUN,
     UNTESTABLE,
     collect,
@@ -63,6 +64,8 @@ def test_selection_needs_deco_above_random_at_its_counts_and_reverse_at_matched_
     assert "Reverse 0.8000 ± 0.1076 @ 20.0%" in found.measured
     assert "DeCoPrune − Random (its per-chunk counts, default threshold) 0.2000 ± 0.0000 (6 pairs)" in found.measured
     assert arms(tmp_path / "tied", HIGH).status == FAILS  # Random as good as DeCoPrune: selection does not matter
+    noisy = [h + d for h, d in zip(HIGH, [-0.3, -0.2, 0.1, 0.05, -0.05, 0.0])]  # a CI far wider than the effect
+    assert arms(tmp_path / "noisy", noisy).status == INCONCLUSIVE
     partial = arms(tmp_path / "partial", [s - 0.2 for s in HIGH], reverse_matched=False)
     assert partial.status == UNTESTABLE and "not run here: DeCoPrune − Reverse at PR 0.85" in partial.reason
 

@@ -20,10 +20,11 @@ import pandas as pd
 from cmbench.benchmarks.diagnose import verdict
 from cmbench.report.gate import backbone_gate
 from cmbench.report.leaderboard import comparisons, leaderboard
-from cmbench.report.reading import RunRecords, load_runs
+from cmbench.report.reading import ReportError, RunRecords, load_runs
 
 HOLDS, FAILS, UNTESTABLE, NOT_RUN = "holds", "does not hold", "cannot be tested on this setup", "not run"
-SIMILAR = 0.05  # two scores are "close" when their paired difference's CI stays within this
+INCONCLUSIVE = "inconclusive"  # the CI neither shows the finding nor rules it out (too few tasks)
+SIMILAR = 0.05  # a "meaningful" score difference; two scores are "close" when their paired CI stays within it
 FLAT = 0.10  # quality is "flat" when it stays within this fraction of FullKV's
 
 
@@ -86,6 +87,25 @@ def _paired(runs: list[RunRecords], a: RunRecords, b: RunRecords) -> tuple[float
     return float(row["delta"]), float(row["delta_ci95"]), int(row["n_pairs"])
 
 
+def above(d: float, ci: float) -> str:
+    """A claimed positive difference: shown (CI above 0), ruled out (CI below :data:`SIMILAR`), or neither."""
+    if math.isnan(ci):
+        return INCONCLUSIVE
+    return HOLDS if d - ci > 0 else FAILS if d + ci < SIMILAR else INCONCLUSIVE
+
+
+def close(d: float, ci: float) -> str:
+    """A claimed absence of difference: shown (CI within +-:data:`SIMILAR`), ruled out (CI outside it), or neither."""
+    if math.isnan(ci):
+        return INCONCLUSIVE
+    return HOLDS if abs(d) + ci <= SIMILAR else FAILS if abs(d) - ci > SIMILAR else INCONCLUSIVE
+
+
+def combined(statuses: list[str]) -> str:
+    """Every part holds: holds; some part fails: does not hold; else inconclusive."""
+    return FAILS if FAILS in statuses else HOLDS if statuses and all(x == HOLDS for x in statuses) else INCONCLUSIVE
+
+
 def _not_run(number: int, name: str, paper: str, command: str, what: str) -> Finding:
     return Finding(number, name, paper, "—", command, NOT_RUN, f"no outputs of this finding under {what}")
 
@@ -108,7 +128,7 @@ def diagnose_finding(out: Path, command: str) -> Finding:
                 + "; ".join(f"{c.a} − {c.b} {_ci(c.difference, c.ci95)} ({c.contexts} contexts)" for c in comparisons_)
                 + "; drop from step 0 to the last: " + ", ".join(f"{g} {v:.4f}" for g, v in slope.items()))
     contexts = rows["context_id"].nunique()
-    status = {"holds": HOLDS, "does not hold": FAILS}.get(said, UNTESTABLE)
+    status = {"holds": HOLDS, "does not hold": FAILS}.get(said, UNTESTABLE if said.startswith("cannot") else INCONCLUSIVE)
     reason = (f"{said}: criterion: the error of still-cached places is below that of pruned and of new places "
               f"(paired over contexts, 95% CI below 0) at the probe step; {contexts} contexts, "
               f"{found[0].parent.name}'s cache")
@@ -136,13 +156,13 @@ def probe_step_finding(folder: Path, command: str) -> Finding:
                 for b in sorted(steps):
                     if a < b:
                         d, ci, _ = _paired(runs, steps[a], steps[b])
-                        similar.append(not math.isnan(ci) and abs(d) <= ci)
+                        similar.append(close(d, ci))
     if not similar:
         return Finding(2, name, paper, "; ".join(parts), command, UNTESTABLE,
                        "no target below PR 0.9 with two probe steps ran")
-    status = HOLDS if all(similar) else FAILS
+    status = combined(similar)
     reason = ("criterion: at targets below PR 0.9, every pair of probe steps' paired score difference has a 95% CI "
-              f"that includes 0 ({sum(similar)} of {len(similar)} pairs do); CMBench's steps are zero-based and the "
+              f"within +-{SIMILAR} ({similar.count(HOLDS)} of {len(similar)} pairs are, {similar.count(FAILS)} outside); CMBench's steps are zero-based and the "
               "last step (702) is the final x0, so the paper's 1, 2, 3 run as 0, 1, 2")
     return Finding(2, name, paper, "; ".join(parts), command, status, reason)
 
@@ -174,15 +194,13 @@ def selection_finding(folder: Path, command: str) -> Finding:
             continue
         d, ci, n = _paired(runs, a, b)
         shown.append(f"{what} {_ci(d, ci)} ({n} pairs)")
-        checks.append(not math.isnan(ci) and d - ci > 0)
+        checks.append(above(d, ci))
     criterion = ("criterion: DeCoPrune's paired score is above Random's at the same per-chunk counts and above "
-                 "Reverse's at the same PR (95% CIs above 0)")
-    if checks and not all(checks):
-        return Finding(3, name, paper, "; ".join(shown), command, FAILS, criterion)
-    if missing:
-        return Finding(3, name, paper, "; ".join(shown) or "—", command, UNTESTABLE,
-                       f"{criterion}; not run here: {', '.join(missing)}")
-    return Finding(3, name, paper, "; ".join(shown), command, HOLDS, criterion)
+                 f"Reverse's at the same PR (95% CIs above 0; ruled out when a CI lies below {SIMILAR})")
+    if combined(checks) == FAILS or not missing:
+        return Finding(3, name, paper, "; ".join(shown), command, combined(checks), criterion)
+    return Finding(3, name, paper, "; ".join(shown) or "—", command, UNTESTABLE,
+                   f"{criterion}; not run here: {', '.join(missing)}")
 
 
 def rope_finding(folder: Path, command: str) -> Finding:
@@ -203,10 +221,9 @@ def rope_finding(folder: Path, command: str) -> Finding:
         return Finding(4, name, paper, "; ".join(shown) or "—", command, UNTESTABLE,
                        "FullKV and Streaming each need both arms")
     (fd, fci, _), (sd, sci, _) = delta["fullkv"], delta["streaming"]
-    holds = fd - fci > 0 and abs(sd) - sci <= 0
-    return Finding(4, name, paper, "; ".join(shown), command, HOLDS if holds else FAILS,
-                   "criterion: FullKV loses score without the re-index (paired Δ's 95% CI above 0) while Streaming "
-                   f"does not change (CI includes 0); {delta['fullkv'][2]} pairs")
+    return Finding(4, name, paper, "; ".join(shown), command, combined([above(fd, fci), close(sd, sci)]),
+                   "criterion: FullKV loses score without the re-index (paired Δ's 95% CI above 0; ruled out below "
+                   f"{SIMILAR}) while Streaming does not change (CI within +-{SIMILAR}); {delta['fullkv'][2]} pairs")
 
 
 def short_context_finding(folder: Path, command: str) -> Finding:
@@ -221,9 +238,11 @@ def short_context_finding(folder: Path, command: str) -> Finding:
     (fs, fci, _), (ds, dci, dpr) = _score(runs, full), _score(runs, deco)
     d, ci, n = _paired(runs, deco, full)
     measured = f"FullKV {_ci(fs, fci)}; DeCoPrune {_ci(ds, dci)} @ {100 * dpr:.1f}%; DeCoPrune − FullKV {_ci(d, ci)} ({n} pairs)"
-    holds = not math.isnan(ci) and d - ci >= -SIMILAR
-    return Finding(5, name, paper, measured, command, HOLDS if holds else FAILS,
-                   f"criterion: DeCoPrune stays within {SIMILAR} of FullKV (the paired CI's lower end >= -{SIMILAR}; "
+    status = INCONCLUSIVE if math.isnan(ci) else HOLDS if d - ci >= -SIMILAR else FAILS if d + ci < -SIMILAR \
+        else INCONCLUSIVE
+    return Finding(5, name, paper, measured, command, status,
+                   f"criterion: DeCoPrune stays within {SIMILAR} of FullKV (the paired CI's lower end >= -{SIMILAR}, "
+                   f"ruled out when its upper end is below -{SIMILAR}; "
                    "the paper: -0.023); MiniWorld's default contexts are 12 s, so this suite is short in seconds, "
                    "not relative to the default one, and the backbone is the tiny model, not LongLive")
 
@@ -281,7 +300,14 @@ FINDINGS = (
 def collect(out: Path, setup: str = "") -> list[Finding]:
     """Every finding from the outputs under ``out`` (``setup``: overrides appended to each command)."""
     tail = f" {setup}" if setup.strip() else ""
-    return [read(out / folder, command + tail) for read, folder, command in FINDINGS]
+    rows = []
+    for number, (read, folder, command) in enumerate(FINDINGS, start=1):
+        try:
+            rows.append(read(out / folder, command + tail))
+        except ReportError as err:  # e.g. a run still being written: the row says so, the table is still written
+            rows.append(Finding(number, read.__name__.removesuffix("_finding").replace("_", " "), "—", "—",
+                                command + tail, NOT_RUN, f"its outputs could not be read: {err}"))
+    return rows
 
 
 def markdown(findings: list[Finding], *, title: str, preamble: str) -> str:
