@@ -37,7 +37,9 @@ def main() -> int:
         "",
         *([f"**{args.note.strip()}**", ""] if args.note.strip() else []),
         "Scores are the light scorer's (not DINO); CIs are 95%, clustered by context; differences are paired by "
-        "task and seed. \"not run\": the finding's experiment was not part of this run. " + GPU,
+        "task and seed. A finding holds when its CI shows it, does not hold when the CI rules it out (by more than "
+        "0.05 of score), and is inconclusive otherwise (too few tasks); \"not run\": its experiment was not part of "
+        "this run; the criterion of each is in its row. " + GPU,
     ])
     text = markdown(findings, title="The paper's findings on CMBench", preamble=preamble)
     args.results.parent.mkdir(parents=True, exist_ok=True)
