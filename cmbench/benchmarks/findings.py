@@ -297,11 +297,13 @@ FINDINGS = (
 """Each finding's reader, its folder under ``<out>`` and its command."""
 
 
-def collect(out: Path, setup: str = "") -> list[Finding]:
-    """Every finding from the outputs under ``out`` (``setup``: overrides appended to each command)."""
-    tail = f" {setup}" if setup.strip() else ""
+def collect(out: Path, setup: str = "", extra_for: dict[int, str] | None = None) -> list[Finding]:
+    """Every finding from the outputs under ``out`` (``setup``: overrides appended to each command;
+    ``extra_for``: more overrides for the findings whose numbers it names, as they were run)."""
     rows = []
     for number, (read, folder, command) in enumerate(FINDINGS, start=1):
+        overrides = " ".join(o for o in (setup, (extra_for or {}).get(number, "")) if o.strip())
+        tail = f" {overrides}" if overrides else ""
         try:
             rows.append(read(out / folder, command + tail))
         except ReportError as err:  # e.g. a run still being written: the row says so, the table is still written
