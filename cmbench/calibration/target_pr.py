@@ -86,7 +86,12 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
     """
     target = cfg.method.get(TARGET_KEY)
     if target is None:
-        return ResolvedTarget(cfg)
+        if TARGET_KEY not in cfg.method:
+            return ResolvedTarget(cfg)
+        out = editable_copy(cfg)  # method.target_pr=null (e.g. a sweep's default arm): no target
+        with open_dict(out):
+            del out.method[TARGET_KEY]
+        return ResolvedTarget(out)
     name = str(cfg.method.get("name") or cfg.method.get("_target_"))
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target < 1:
         raise ConfigError(f"method.target_pr={target!r}: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85")

@@ -24,6 +24,8 @@ for _command in (
     Command("calibrate", "find a method's own knob value for a target PR on calibration contexts", "cmbench.cli.calibrate"),
     Command("curves", "score vs PR: calibrate each method to several PRs, run, plot, area under the curve",
             "cmbench.cli.curves"),
+    Command("diagnose", "x0 error per context chunk and denoising step: full cache, method's cache, no history",
+            "cmbench.cli.diagnose"),
     Command("plan", "predicted device memory per phase and the offloads a run would use", "cmbench.cli.plan"),
 ):
     COMMANDS.add(_command.name, _command)

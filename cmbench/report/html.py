@@ -45,6 +45,7 @@ from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import ADAPTERS, DatasetAdapter, build_adapter
 from cmbench.data.video import sample_frames
 from cmbench.report import gallery
+from cmbench.report.gate import MARGIN, backbone_gate
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.runs.atomic import dead_builds
 from cmbench.report.reading import folder_config
@@ -514,6 +515,13 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
               "95% CI clustered by context; p: cluster-robust paired t-test. Pairs: each plug-in method "
               "against every other, plus leaderboard.focus / leaderboard.compare."),
     ]
+    gated = backbone_gate(runs)
+    if len(gated):  # first: a failed gate says the rest of the page measures nothing about memory
+        tables.insert(0, table("gate", "Backbone gate: FullKV against the no-context control", gated,
+                               f"FullKV minus Streaming with recent_chunks=0 (the sink only), paired by task and seed, "
+                               f"95% CI clustered by context; a backbone passes when the CI's lower end is >= {MARGIN}. "
+                               "A backbone that fails does not use its context: comparing compression methods on it "
+                               "says nothing about memory (the paper's reason for choosing LingBot World v2)."))
     plots = [
         {"src": str(pareto_plot(board, out / IMAGES / "pareto.png").relative_to(out)),
          "alt": "pruning ratio against score, one point per method"},

@@ -63,7 +63,7 @@ MATCHED_NOTE = ("Score @ 85% PR: the method's score-vs-PR curve (curves.csv from
                 "lies outside its realised range or it has no curve.")
 BUILD_PREFIX = ".{name}.tmp-"  # the sibling folder a leaderboard is built in (+ process id)
 REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
-                "paired_deltas.csv", "comparisons.csv", "leaderboard.md", "pareto.png")
+                "paired_deltas.csv", "comparisons.csv", "backbone_gate.csv", "leaderboard.md", "pareto.png")
 """Every file :func:`write_reports` writes (an earlier board's files this one does not write are removed)."""
 
 
@@ -468,11 +468,18 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         }
         if len(compared):
             tables["comparisons.csv"] = compared
+        from cmbench.report import gate  # FullKV against the no-context control, per backbone
+
+        gated = gate.backbone_gate(runs)
+        if len(gated):
+            tables[gate.FILE] = gated
+        for warning in gated.loc[~gated["passes"].astype(bool), "meaning"]:
+            print(f"leaderboard: {warning}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         for name, frame in tables.items():
             frame.to_csv(tmp / name, index=False, float_format="%.6g")
-        (tmp / "leaderboard.md").write_text(markdown_table(board, compared))
+        (tmp / "leaderboard.md").write_text(markdown_table(board, compared) + gate.markdown(gated))
         pareto_plot(board, tmp / "pareto.png")
         out.mkdir(parents=True, exist_ok=True)
         written = sorted(p.name for p in tmp.iterdir())
