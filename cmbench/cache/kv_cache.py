@@ -464,8 +464,8 @@ class KVCache:
             raise RuntimeError("cannot restore inside a probe (a probe leaves no trace)")
         if self.store is None:
             raise RuntimeError("this cache has no store to restore from")
-        if any(self._written):
-            raise RuntimeError(f"restore runs before chunk {self._require_open().index}'s first model call")
+        if self.current is not None and any(self._written):
+            raise RuntimeError(f"restore runs before chunk {self.current.index}'s first model call")
         restored = 0
         for layer, banks in enumerate(self.banks):
             for bank in banks:
