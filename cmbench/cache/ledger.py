@@ -70,7 +70,7 @@ class PRLedger:
         """Update the peaks of stored K/V bytes on the device and in the host store, and the bytes moved
         between them so far (call after each commit, before compaction, and after compaction)."""
         self.peak_stored_bytes = max(self.peak_stored_bytes, cache.stored_bytes())
-        store = cache.store
+        store = getattr(cache, "store", None)  # duck-typed caches without one
         if store is not None:
             self.peak_store_bytes = max(self.peak_store_bytes, store.peak_bytes)
             self.moved_bytes = store.bytes_in + store.bytes_out
