@@ -101,7 +101,8 @@ class RestoreAll(Streaming):
 
 
 def test_restoring_everything_is_fullkv_and_the_ledger_counts_what_was_restored():
-    full = continue_task(BACKBONE, prefill(BACKBONE, FullKV(), CONTEXT, None, 0, SETTINGS), None, 4, 3)
+    full_recorder = CallRecorder(BACKBONE)
+    full = continue_task(full_recorder, prefill(BACKBONE, FullKV(), CONTEXT, None, 0, SETTINGS), None, 4, 3)
     recorder = CallRecorder(BACKBONE)
     pre = prefill(recorder, RestoreAll(), CONTEXT, None, 0, SETTINGS)
     cont = continue_task(recorder, pre, None, 4, 3)
@@ -110,6 +111,7 @@ def test_restoring_everything_is_fullkv_and_the_ledger_counts_what_was_restored(
     assert [e.visible_total for e in cont.ledger.entries] == [e.visible_total for e in full.ledger.entries]
     generated_calls = recorder.calls[-10:]  # 2 generated chunks x (4 steps + t = 0 pass)
     assert generated_calls[0] == cont.ledger.entries[0].visible_total  # the ledger logs what the call read
+    assert generated_calls == full_recorder.calls  # the attention cost counts the restored keys read
     # by hand: after the context chunks 1-2 are stored; chunk 4 brings back 16 tokens, then sends out
     # chunk 3 (new to the store: 8 tokens moved; the restored ones are still there: nothing moved);
     # chunk 5 brings back 24 tokens and sends out chunk 4
@@ -214,3 +216,30 @@ def test_a_larger_retrieval_budget_prunes_less_on_the_device(name):
     prs = [bench.run(build_method({"name": name, "retrieval_frames": f})).continuation.ledger.pruning_ratio()
            for f in (0, 4, 8)]
     assert prs[0] > prs[1] > prs[2]
+
+
+def test_the_leaderboard_reports_the_store_and_transfers_of_retrieval_entries_only(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from cmbench.report import write_reports
+
+    def run(label: str, extra: dict) -> object:
+        path = tmp_path / label
+        path.mkdir()
+        rows = [{"task_id": t, "context_id": "a", "source": "synthetic", "task_type": "reappear", "seed": 0,
+                 "label": label, "status": "ok", "score": 0.5, "pr": 0.8, "peak_kv_bytes": 2e6,
+                 "continuation_seconds": 1.0, "continuation_frames": 16, "scorer_hash": "s",
+                 **{k: v * (i + 1) for k, v in extra.items()}} for i, t in enumerate(("a1", "a2"))]
+        (path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    paths = write_reports([run("worldkv", {"peak_store_bytes": 3e6, "moved_bytes_per_chunk": 1e5}),
+                           run("streaming", {})], tmp_path / "report")
+    board = pd.read_csv(paths["leaderboard.csv"]).set_index("method")
+    assert board.loc["worldkv", "peak_store_bytes"] == pytest.approx(4.5e6)  # mean of 3 and 6 MB
+    assert board.loc["worldkv", "moved_bytes_per_chunk"] == pytest.approx(1.5e5)
+    assert math.isnan(board.loc["streaming", "peak_store_bytes"])
+    md = paths["leaderboard.md"].read_text()
+    assert "| worldkv | 2.00 | 4.50 | 0.150 |" in md and "| streaming | 2.00 |" not in md
