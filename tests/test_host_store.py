@@ -243,3 +243,24 @@ def test_the_leaderboard_reports_the_store_and_transfers_of_retrieval_entries_on
     assert math.isnan(board.loc["streaming", "peak_store_bytes"])
     md = paths["leaderboard.md"].read_text()
     assert "| worldkv | 2.00 | 4.50 | 0.150 |" in md and "| streaming | 2.00 |" not in md
+
+
+def test_the_memory_plan_replays_a_retrieval_methods_device_banks_and_host_store():
+    from cmbench.backbones.memory.kv import retention, simulate_kv
+
+    method = build_method({"name": "key_retrieval", "recent_chunks": 1, "retrieval_frames": 2 * G.chunk_frames})
+    ret = retention(method, geometry=G)
+    assert ret.stored_per_chunk == 4 + 2 and ret.restore_tokens == 2 * 6  # anchor frame + ceil(0.5 * 4)
+    device: list[int] = []
+    groups = [[(len(gr.heads), gr.max_tokens) for gr in layer] for layer in method.layout(G)]
+    replay = simulate_kv(G.num_layers, groups, G.head_dim, 4, G.tokens_per_chunk, 4, 3, ret)
+
+    def allocated(cache: KVCache, sig: ChunkSignals) -> None:
+        device.append(sum(2 * b.k.numel() * 4 for b in cache.all_banks() if b.k is not None))
+
+    pre = prefill(BACKBONE, method, CONTEXT, None, 0, SETTINGS, on_chunk_end=allocated)
+    assert device == replay.after_chunk
+    cont = continue_task(BACKBONE, pre, None, 6, 3)
+    # context chunks 1 and 2 leave the window in the prefill, 3 .. 5 in the continuation: 5 x 6 tokens
+    assert cont.ledger.peak_store_bytes == replay.store_peak == 5 * 6 * TOKEN_BYTES * G.num_layers
+    assert cont.ledger.peak_stored_bytes <= replay.continuation_peak + replay.prefilled_stored

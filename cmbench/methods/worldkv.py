@@ -140,6 +140,12 @@ class WorldKV(Method):
         """Stored chunks brought back per chunk."""
         return self.retrieval_frames // geometry.chunk_frames
 
+    def stored_tokens_per_chunk(self, geometry) -> int:
+        """Tokens of a chunk the store keeps: the anchor frame and ``ceil(keep_ratio * T)`` per other frame."""
+        T, f = geometry.tokens_per_frame, geometry.chunk_frames
+        per_frame = max(1, math.ceil(self.keep_ratio * T))
+        return f * T if per_frame >= T or f == 1 else T + (f - 1) * per_frame
+
     def layout(self, geometry) -> list[list[HeadGroup]]:
         """One bank per layer sized for the sink, the recent window and the retrieved chunks."""
         size = (self.sink_chunks + self.recent_chunks + self.retrieved_chunks(geometry)) * geometry.tokens_per_chunk
