@@ -56,7 +56,8 @@ class KeptIds:
         Chunk index -> each bank's stored history ids right before that chunk's ``t = 0`` pass.
     restored : dict of int to BankIds
         Chunk index -> each bank's ids before that chunk's first model call, for the chunks where the
-        banks held ids they did not hold after the previous chunk (tokens were restored).
+        banks (same layer and head group) held ids they did not hold after the previous chunk (tokens were
+        restored).
     """
 
     def __init__(self, phases: tuple[str, ...] = ("generation",)) -> None:
@@ -76,7 +77,7 @@ class KeptIds:
 
     def before_denoise(self, cache: KVCache, chunk: ChunkInfo) -> None:
         ids = bank_ids(cache)
-        if any(not bool(torch.isin(gids, self._last.get(key, gids[:0])).all()) for key, gids in ids.items()):
+        if any(key in self._last and not bool(torch.isin(gids, self._last[key]).all()) for key, gids in ids.items()):
             self.restored[chunk.index] = ids
 
 
