@@ -15,11 +15,12 @@ MiniWorld-style context and continuation, and verifies what every method must gu
     The same seeds give the same frames and the same kept tokens.
 ``decisions only``
     Replaying the method's recorded keep pattern with no scoring at all
-    (:class:`cmbench.methods.oracle.OracleMask`) gives bit-identical frames and the same pruning ratio:
-    whatever the method computes (probes, extra model calls) leaves no trace in what is generated.
+    (:class:`cmbench.methods.oracle.OracleMask`, restores from a store included) gives bit-identical
+    frames and the same pruning ratio: whatever the method computes (probes, extra model calls) leaves
+    no trace in what is generated.
 ``PR accounted``
     The ledger's pruning ratio (paper Eq. 4) equals the one recounted from the banks each generated
-    chunk's first denoising call actually read.
+    chunk's first denoising call actually read (restored tokens included).
 ``budget``
     A ``quota_pr`` is met (realised PR at least the target, within half a point) and ``quota_tokens`` /
     ``max_history_tokens`` caps hold at every generated chunk.
@@ -91,6 +92,9 @@ class _FirstCallRecorder:
             self.seen.largest_budgeted_bank.append(max((b.n for b in cache.all_banks() if self.budgeted(b)), default=0))
         return self.inner.denoise(x_t, t, cache, frame_start, cond)
 
+    def __getattr__(self, name: str) -> Any:  # e.g. camera_poses: the wrapped backbone's
+        return getattr(self.inner, name)
+
 
 def _provenance_hook(geometry, seen: _Observed) -> Callable[[KVCache, ChunkSignals], None]:
     T, f = geometry.tokens_per_frame, geometry.chunk_frames
@@ -152,9 +156,9 @@ class _Bench:
         budgeted = getattr(method, "budgeted", lambda bank: True)
         proxy = _FirstCallRecorder(self.backbone, seen, self.context_frames, budgeted)
         pre = prefill(proxy, method, self.latents, self.plan, self.seed, self.settings, on_chunk_end=hook,
-                      on_before_clean=kept.before_clean)
+                      on_before_clean=kept.before_clean, on_before_denoise=kept.before_denoise)
         cont = continue_task(proxy, pre, self.plan, self.continuation_frames, self.seed + 1, on_chunk_end=hook,
-                             on_before_clean=kept.before_clean)
+                             on_before_clean=kept.before_clean, on_before_denoise=kept.before_denoise)
         return _Run(pre, cont, kept, seen)
 
 
@@ -223,7 +227,7 @@ def check_method(method_cfg: Mapping[str, Any] | Method, *, seed: int = 0, conte
                                else "a second run with the same seeds differs"))
 
     oracle = OracleMask(survivors=run.kept.survivors, initial_layout=method.layout(bench.backbone.geometry),
-                        before=run.kept.before)
+                        before=run.kept.before, restored=run.kept.restored)
     replay = bench.run(oracle)
     identical = torch.equal(replay.continuation.latents, latents)
     pr, replay_pr = run.continuation.ledger.pruning_ratio(), replay.continuation.ledger.pruning_ratio()

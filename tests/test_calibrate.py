@@ -284,7 +284,7 @@ def test_every_declared_knob_is_a_field_of_its_method_and_the_documented_directi
             assert knob.name in {f.name for f in fields(method_class(name))}, name
     assert knobs["decoprune"].increasing and knobs["random"] == knobs["decoprune"] == knobs["decoprune_hs"]
     assert not knobs["decoprune_reverse"].increasing and knobs["decoprune_reverse"].log
-    for name in ("tempdiff", "forcingkv", "streaming"):
+    for name in ("tempdiff", "forcingkv", "streaming", "worldkv", "key_retrieval"):
         assert knobs[name].integer and not knobs[name].increasing, name
     assert method_knob({"name": "tempdiff"}).name == "k"
 

@@ -66,7 +66,9 @@ def test_ledger_identities_hold_for_any_compaction(layout, chunks, seed):
         assert ledger.visible_total == ledger.full_total  # nothing dropped before the last chunk: FullKV
     assert ledger.peak_stored_bytes == max(stored_after_commit)
     summary = ledger.summary()
-    assert set(summary) == {"phase", "pruning_ratio", "visible_tokens", "full_tokens", "peak_stored_bytes", "chunks"}
+    assert set(summary) == {"phase", "pruning_ratio", "visible_tokens", "full_tokens", "peak_stored_bytes", "chunks",
+                            "peak_store_bytes", "moved_bytes", "moved_bytes_per_chunk"}
+    assert summary["peak_store_bytes"] == summary["moved_bytes"] == summary["moved_bytes_per_chunk"] == 0  # no store
     assert summary["phase"] == "generation"
     assert summary["pruning_ratio"] == pr or (math.isnan(pr) and math.isnan(summary["pruning_ratio"]))
     assert summary["visible_tokens"] == sum(c["visible"] for c in summary["chunks"]) == ledger.visible_total

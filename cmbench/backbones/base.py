@@ -146,7 +146,9 @@ class Backbone(Protocol):
 
         A backbone may also implement ``prefill_key(cond, context_frames)``: a hashable value equal for
         two conditions of one context exactly when a prefill of its first ``context_frames`` latent
-        frames reads the same conditioning under both (see :func:`prefill_key`).
+        frames reads the same conditioning under both (see :func:`prefill_key`), and
+        ``camera_poses(cond)``: the camera-to-world pose of every latent frame, ``[F, 4, 4]``, or
+        ``None`` when the task has none (what pose-retrieval methods read).
         """
         ...
 

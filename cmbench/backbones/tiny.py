@@ -316,6 +316,18 @@ class TinyWorldModel:
             )
         return CameraPlan(np.concatenate([np.asarray(ext["context_camera_x"]), np.asarray(ext["continuation_camera_x"])]))
 
+    def camera_poses(self, cond: CameraPlan) -> torch.Tensor:
+        """Camera-to-world pose of every latent frame, ``[F, 4, 4]`` float64.
+
+        The MiniWorld camera looks out from the centre of a wrap-around panorama, so a window offset
+        ``x`` of a ``W``-px world is a turn about the vertical axis by ``2 pi x / W`` (no translation).
+        """
+        yaw = torch.as_tensor(cond.camera_x, dtype=torch.float64) * (2 * math.pi / self.config.world_width)
+        poses = torch.eye(4, dtype=torch.float64).repeat(len(yaw), 1, 1)
+        poses[:, 0, 0], poses[:, 0, 2] = yaw.cos(), yaw.sin()
+        poses[:, 2, 0], poses[:, 2, 2] = -yaw.sin(), yaw.cos()
+        return poses
+
     def prefill_key(self, cond: CameraPlan, context_frames: int) -> tuple[int, ...]:
         """The camera offsets of the context frames: all a prefill reads of ``cond``."""
         return tuple(int(x) for x in cond.window(0, context_frames))

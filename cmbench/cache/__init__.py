@@ -5,5 +5,7 @@ from cmbench.cache.bank import Bank
 from cmbench.cache.kv_cache import ChunkInfo, KVCache
 from cmbench.cache.layout import HeadGroup, uniform_layout
 from cmbench.cache.ledger import LedgerEntry, PRLedger
+from cmbench.cache.store import HostStore, Segment
 
-__all__ = ["AttentionStats", "Bank", "ChunkInfo", "HeadGroup", "KVCache", "LedgerEntry", "PRLedger", "uniform_layout"]
+__all__ = ["AttentionStats", "Bank", "ChunkInfo", "HeadGroup", "HostStore", "KVCache", "LedgerEntry", "PRLedger", "Segment",
+           "uniform_layout"]

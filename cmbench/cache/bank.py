@@ -245,6 +245,49 @@ class Bank:
         if not slot and self.k is not None and shrunk_capacity(self.capacity, m) != self.capacity:
             self._resize(shrunk_capacity(self.capacity, m), self.k[:, :0])
 
+    def extract(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Copies of these history rows (``long [m]``, increasing): K and V ``[B, m, Hg, D]`` and every
+        provenance field ``[m]`` (the bank is unchanged)."""
+        k, v = self.gather(rows)
+        return k, v, {name: getattr(self, name)[rows].clone() for name in self.PROVENANCE}
+
+    def insert(self, k: torch.Tensor, v: torch.Tensor, prov: dict[str, torch.Tensor]) -> None:
+        """Put rows back into the history at their places in global-id order.
+
+        Parameters
+        ----------
+        k, v : Tensor, shape ``[B, m, Hg, D]``
+            Keys (already at temporal position ``prov["tpos"]``) and values, on the bank's device.
+        prov : dict of str to Tensor
+            Every field of :attr:`PROVENANCE`, each ``[m]``; ``gid`` increasing, none already stored.
+
+        No chunk slot may be written (rows after the history are not kept). Rows before the first
+        insertion point stay where they are (shared ones too); the rows after it are rewritten.
+        """
+        gid = prov["gid"]
+        m = len(gid)
+        if not m:
+            return
+        stored = self.field("gid")
+        if bool(torch.isin(gid, stored).any()):
+            raise ValueError(f"bank of layer {self.layer}: inserted tokens are already in the history")
+        first = int(torch.searchsorted(stored, gid[:1])[0])
+        if first < self.base:
+            self._own_from(first)
+        self.reserve(self.n + m, k)
+        own_k, own_v = self.storage()
+        o = self.base
+        old_k, old_v = own_k[:, first - o : self.n - o], own_v[:, first - o : self.n - o]
+        order = torch.cat([stored[first:], gid]).argsort()
+        dev = order.to(own_k.device)
+        stop = self.n + m - o
+        own_k[:, first - o : stop] = torch.cat([old_k, k.to(own_k)], dim=1).index_select(1, dev)
+        own_v[:, first - o : stop] = torch.cat([old_v, v.to(own_v)], dim=1).index_select(1, dev)
+        for name in self.PROVENANCE:
+            t = getattr(self, name)
+            t[first : self.n + m] = torch.cat([t[first : self.n], prov[name].to(t.dtype)])[order]
+        self.n += m
+
     def _own_from(self, row: int, slot: int = 0) -> None:
         """Copy the shared rows from the start of ``row``'s chunk into the own storage (same capacity),
         with the own history and ``slot`` rows after it; the rows before stay shared."""

@@ -7,7 +7,8 @@ Life of a chunk (driven by :mod:`cmbench.generation`)::
     with cache.probe(): ...      # optional extra calls that leave no trace
     backbone.denoise(x0, 0.0 ...)  # the t = 0 pass leaves the clean K/V in the slot
     cache.commit_chunk()         # the slot becomes history
-    cache.compact(select)        # a method drops history rows (physically)
+    cache.compact(select)        # a method drops history rows (physically), or moves them to the store
+    # next chunk: cache.begin_chunk(...); cache.restore(...) brings stored tokens back before its calls
 
 A compaction may also run while a chunk is open (outside a probe), e.g. right before its ``t = 0``
 pass: the chunk's slot moves along with the shortened history.
@@ -16,6 +17,12 @@ Attention reads only what is physically stored: a compacted bank is shorter, nev
 built with ``compute_attention=False`` stores and compacts exactly the same rows but skips the
 attention arithmetic (``attend`` returns zeros): PR and memory accounting at a real model's scale
 on a CPU (the numbers count positions, not values).
+
+A cache built with a :class:`HostStore` (``store=``) can move evicted rows off the device instead of
+deleting them (``compact(select, to_store=True)``) and bring chosen ones back (:meth:`KVCache.restore`):
+a restored token is put back at its place in global-id order, its key rotated to the temporal position
+a token kept all along would carry now (its source frame, or its re-indexed position after
+:meth:`KVCache.reindex`), so attention cannot tell it from a kept one.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from cmbench.cache.attention_stats import AttentionStats
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
 from cmbench.cache.rope import RopeSpec, reindex_frames, shift_positions
+from cmbench.cache.store import HostStore, Segment
 
 REINDEX_BLOCK_BYTES = 256 * 2**20  # keys re-indexed per step: bounds the transient copies of a large bank
 
@@ -64,6 +72,9 @@ class _Probe:
 BankSelector = Callable[[Bank], torch.Tensor]
 """``bank -> bool [bank.n]``: a per-token decision computed from the bank's provenance."""
 
+RestoreSelector = Callable[[Bank], torch.Tensor]
+"""``bank -> long [m]``: global ids of the bank's stored tokens to bring back (increasing)."""
+
 
 class KVCache:
     """Banks of keys and values per layer, with per-token provenance.
@@ -83,6 +94,9 @@ class KVCache:
     compute_attention : bool
         ``False``: ``attend`` writes and returns zeros without computing attention (accounting runs);
         recorded attention statistics are still computed.
+    store : HostStore, optional
+        Where compaction may move evicted rows and :meth:`restore` takes them from (``None``: no store,
+        evicted rows are deleted).
     """
 
     def __init__(
@@ -95,12 +109,14 @@ class KVCache:
         layout: Layout | None = None,
         capacity_limit: int | None = None,
         compute_attention: bool = True,
+        store: HostStore | None = None,
     ) -> None:
         self.num_layers, self.num_heads, self.head_dim = num_layers, num_heads, head_dim
         self.tokens_per_frame = tokens_per_frame
         self.rope = rope
         self.capacity_limit = capacity_limit
         self.compute_attention = compute_attention
+        self.store = store
         layout = uniform_layout(num_layers, num_heads) if layout is None else layout
         if len(layout) != num_layers:
             raise ValueError(f"layout has {len(layout)} layers, the cache {num_layers}")
@@ -116,13 +132,14 @@ class KVCache:
         self._written = [False] * num_layers
         self._probe: _Probe | None = None
         self._stats: AttentionStats | None = None
+        self._queries: dict[int, torch.Tensor] | None = None
 
     @classmethod
     def from_geometry(cls, geometry, layout: Layout | None = None, capacity_limit: int | None = None,
-                      compute_attention: bool = True) -> "KVCache":
+                      compute_attention: bool = True, store: HostStore | None = None) -> "KVCache":
         """Build from a :class:`cmbench.backbones.base.Geometry` (any object with its attributes)."""
         return cls(geometry.num_layers, geometry.num_heads, geometry.head_dim, geometry.tokens_per_frame,
-                   geometry.rope, layout, capacity_limit, compute_attention)
+                   geometry.rope, layout, capacity_limit, compute_attention, store)
 
     # ------------------------------------------------------------------ timeline
     @property
@@ -229,6 +246,8 @@ class KVCache:
                 f"got {tuple(q.shape)}"
             )
         self._written[layer] = True
+        if self._queries is not None:
+            self._queries[layer] = q.mean(dim=1)
         banks = self.banks[layer]
         whole = len(banks) == 1
         if not self.compute_attention:
@@ -348,6 +367,20 @@ class KVCache:
         finally:
             self._stats = None
 
+    @contextmanager
+    def record_queries(self) -> Iterator[dict[int, torch.Tensor]]:
+        """Record each layer's mean query over the open chunk's tokens for the ``attend`` calls inside.
+
+        Yields a dict ``layer -> Tensor [B, H, D]`` (rotated queries averaged over the chunk's ``L``
+        tokens; the latest call of each layer wins).
+        """
+        self._require_open()
+        self._queries = {}
+        try:
+            yield self._queries
+        finally:
+            self._queries = None
+
     # ------------------------------------------------------------------ decisions and compaction
     def mark(self, chunk: int, keep: torch.Tensor | None = None, priority: torch.Tensor | None = None,
              banks: Sequence[Bank] | None = None) -> None:
@@ -389,22 +422,77 @@ class KVCache:
             if priority is not None:
                 bank.priority[rows] = priority.float().cpu()[index]
 
-    def compact(self, select: BankSelector) -> int:
+    def compact(self, select: BankSelector, to_store: bool = False) -> int:
         """Physically keep, in every bank, the history rows where ``select(bank)`` is true.
 
         Selection is by the bank's own provenance at call time (source identity, never stored offsets).
-        With a chunk open (not inside a probe) its slot moves along with the history. Returns the
-        number of (token, head) entries dropped.
+        With a chunk open (not inside a probe) its slot moves along with the history. ``to_store``: the
+        other rows move to the :class:`HostStore` instead of being deleted. Returns the number of
+        (token, head) entries dropped from the banks.
         """
         if self._probe is not None:
             raise RuntimeError("cannot compact inside a probe")
+        if to_store and self.store is None:
+            raise RuntimeError("this cache has no store to move evicted rows into")
         length = 0 if self.current is None else self.current.length
         dropped = 0
-        for bank in self.all_banks():
-            keep = select(bank)
-            dropped += (bank.n - int(keep.sum())) * bank.num_heads
-            bank.keep_only(keep, slot=length if self._written[bank.layer] else 0)
+        for layer, banks in enumerate(self.banks):
+            for bank in banks:
+                keep = select(bank)
+                dropped += (bank.n - int(keep.sum())) * bank.num_heads
+                if to_store and self.store is not None and not bool(keep.all()):
+                    k, v, prov = bank.extract((~keep).nonzero().squeeze(1))
+                    self.store.put((layer, bank.group), Segment(k, v, prov))
+                bank.keep_only(keep, slot=length if self._written[bank.layer] else 0)
         return dropped
+
+    def restore(self, select: RestoreSelector) -> int:
+        """Bring stored tokens back into the device banks, each at its place in global-id order.
+
+        Parameters
+        ----------
+        select : callable ``bank -> long [m]``
+            Global ids of the bank's stored tokens to bring back (increasing; every one must be in the
+            store for that bank).
+
+        A restored key is rotated from the temporal position it was stored with to the one a token kept
+        all along carries now (its source frame, or the re-indexed position once :meth:`reindex` ran).
+        Allowed with no chunk open, or with one open before any of its ``attend`` calls, never inside a
+        probe; a bank may not go above its configured size. Returns the (token, head) entries restored.
+        """
+        if self._probe is not None:
+            raise RuntimeError("cannot restore inside a probe (a probe leaves no trace)")
+        if self.store is None:
+            raise RuntimeError("this cache has no store to restore from")
+        if self.current is not None and any(self._written):
+            raise RuntimeError(f"restore runs before chunk {self.current.index}'s first model call")
+        restored = 0
+        for layer, banks in enumerate(self.banks):
+            for bank in banks:
+                gids = select(bank)
+                cap = bank.group.max_tokens
+                if cap is not None and bank.n + len(gids) > cap:
+                    raise RuntimeError(f"layer {layer} bank {bank.role!r}: restoring {len(gids)} tokens to "
+                                       f"{bank.n} goes over its size {cap}")
+                seg = self.store.fetch((layer, bank.group), gids)
+                if seg is None:
+                    continue
+                like = bank.storage()[0]
+                k = seg.k.to(like)
+                target = self._temporal_position(seg.prov["frame"])
+                delta = target - seg.prov["tpos"]
+                if bool((delta != 0).any()):
+                    k = shift_positions(k, self.rope, delta)
+                prov = dict(seg.prov, tpos=target)
+                bank.insert(k, seg.v.to(like), prov)
+                restored += len(seg) * bank.num_heads
+        return restored
+
+    def _temporal_position(self, frame: torch.Tensor) -> torch.Tensor:
+        """Temporal RoPE position ``float64 [m]`` a kept key of these source frames carries now."""
+        if self.reindexed is None:
+            return frame.to(torch.float64)
+        return reindex_frames(frame, *self.reindexed)
 
     def frame_keys(self, layer: int, frames: Sequence[int], role: str | None = None) -> torch.Tensor | None:
         """Stored keys of whole latent frames of one layer, the heads of its banks side by side.
@@ -560,5 +648,6 @@ class KVCache:
         out.fork_device = None
         out.chunks = list(self.chunks)
         out._written = [False] * self.num_layers
+        out.store = None if self.store is None else self.store.fork()
         return out
 

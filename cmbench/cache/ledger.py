@@ -5,6 +5,11 @@ visible to that head, ``k_full[i]`` = history tokens FullKV would hold (every co
 chunk being denoised is excluded from both. ``PR = 1 - sum k / sum k_full`` over the ledger's chunks,
 layers and heads. One ledger per phase: the context (prefill) and each task's continuation are kept
 apart; the mean over tasks belongs to the report.
+
+A method that moves history off the device (a cache with a :class:`HostStore`) brings tokens back into
+the banks before a chunk's first model call; the ledger records right after that, so restored tokens
+count as visible. It also keeps the peak bytes held in the store and the bytes moved between host and
+device in the phase (both ways).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ class PRLedger:
     phase: str
     entries: list[LedgerEntry] = field(default_factory=list)
     peak_stored_bytes: int = 0
+    peak_store_bytes: int = 0
+    moved_bytes: int = 0
 
     def record(self, cache) -> LedgerEntry:
         """Log what the open chunk of ``cache`` sees (call right after ``begin_chunk``)."""
@@ -60,8 +67,17 @@ class PRLedger:
         return entry
 
     def note_memory(self, cache) -> None:
-        """Update the peak of stored K/V bytes (call after each commit, before compaction)."""
+        """Update the peaks of stored K/V bytes on the device and in the host store, and the bytes moved
+        between them so far (call after each commit, before compaction, and after compaction)."""
         self.peak_stored_bytes = max(self.peak_stored_bytes, cache.stored_bytes())
+        store = getattr(cache, "store", None)  # duck-typed caches without one
+        if store is not None:
+            self.peak_store_bytes = max(self.peak_store_bytes, store.peak_bytes)
+            self.moved_bytes = store.bytes_in + store.bytes_out
+
+    def moved_bytes_per_chunk(self) -> float:
+        """Bytes moved host <-> device per chunk of the phase (0 with no chunk)."""
+        return self.moved_bytes / len(self.entries) if self.entries else 0.0
 
     @property
     def visible_total(self) -> int:
@@ -84,6 +100,9 @@ class PRLedger:
             "visible_tokens": self.visible_total,
             "full_tokens": self.full_total,
             "peak_stored_bytes": self.peak_stored_bytes,
+            "peak_store_bytes": self.peak_store_bytes,
+            "moved_bytes": self.moved_bytes,
+            "moved_bytes_per_chunk": self.moved_bytes_per_chunk(),
             "chunks": [
                 {
                     "chunk": e.chunk,

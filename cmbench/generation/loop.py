@@ -9,7 +9,10 @@ Two calls per context and task (two tasks share one context)::
 method's re-noise probe first, where it wants one), lets the method compact after every chunk, and
 re-indexes the temporal RoPE of the cached keys at the end.
 
-Two method hooks per chunk, in timeline order: ``before_clean(cache, chunk)`` once the chunk's
+Three method hooks per chunk, in timeline order: ``before_denoise(cache, before)`` with the chunk open
+before its first model call (a retrieval method restores stored tokens here; with
+``Needs.query_probe`` the first call is first run in a probe to give it the chunk's queries; the PR
+ledger records right after it, so restored tokens count as seen); ``before_clean(cache, chunk)`` once the chunk's
 denoising calls and probes are done, right before its ``t = 0`` pass (the chunk is open: e.g.
 DeCoPrune compacts the chunk two back here, so this chunk's denoising and probe still saw it dense);
 then ``after_chunk(cache, signals)`` once the chunk is committed. ``continue_task`` forks the prefilled
@@ -22,7 +25,8 @@ starting noise from ``(seed, "noise", chunk)`` and stochastic-sampler noise from
 Hooks: both calls take ``on_chunk_end(cache, signals)``, called after the method has decided and the
 cache has been compacted for every committed chunk (as diffusers pipelines call
 ``callback_on_step_end``), and ``on_before_clean(cache, chunk)``, called right before every chunk's
-``t = 0`` pass (after the method's own ``before_clean``), so instruments (a keep-pattern recorder,
+``t = 0`` pass (after the method's own ``before_clean``), and ``on_before_denoise(cache, chunk)``, called
+after the method's ``before_denoise``, so instruments (a keep-pattern recorder,
 invariant checks) observe the loop without patching the method. The loop also times the method's decisions (``decide_seconds``).
 """
 
@@ -37,7 +41,7 @@ import torch
 
 from cmbench.cache import AttentionStats, ChunkInfo, KVCache, PRLedger
 from cmbench.errors import ConfigError
-from cmbench.methods.base import ChunkSignals, Method, Needs
+from cmbench.methods.base import BeforeChunk, ChunkSignals, Method, Needs
 from cmbench.generation.sampler import FlowMatchSampler, renoise
 from cmbench.hashing import seeded_generator
 
@@ -169,7 +173,8 @@ class _Loop:
 
     def __init__(self, backbone, method: Method, cache: KVCache, ledger: PRLedger, settings: GenerationSettings,
                  cond: Any, seed: int, context_frames: int, previous: torch.Tensor | None,
-                 on_chunk_end: ChunkHook | None, on_before_clean: CleanHook | None = None) -> None:
+                 on_chunk_end: ChunkHook | None, on_before_clean: CleanHook | None = None,
+                 on_before_denoise: CleanHook | None = None, poses: torch.Tensor | None = None) -> None:
         self.backbone, self.method, self.cache, self.ledger = backbone, method, cache, ledger
         self.settings, self.cond, self.seed = settings, cond, seed
         self.geometry = backbone.geometry
@@ -178,6 +183,8 @@ class _Loop:
         self.previous = previous
         self.on_chunk_end = on_chunk_end
         self.on_before_clean = on_before_clean
+        self.on_before_denoise = on_before_denoise
+        self.poses = poses
         self.decide_seconds = 0.0
 
     def denoise(self, x: torch.Tensor, t: float, frame_start: int) -> torch.Tensor:
@@ -189,6 +196,26 @@ class _Loop:
         if self.needs.attention_chunk == info.index:
             return self.cache.record_attention(self.method.attention_key_frames(self.geometry, info))
         return self.cache.record_attention() if wanted else nullcontext()
+
+    def open_chunk(self, chunk: int, frame_start: int, frames: int, first_call: tuple[torch.Tensor, float],
+                   phase: str) -> ChunkInfo:
+        """Begin a chunk, let the method act before its first model call (``first_call``: that call's
+        input and noise level, run in a probe when the method wants the chunk's queries), then record
+        what the chunk sees in the ledger."""
+        info = self.cache.begin_chunk(chunk, frame_start, frames)
+        queries = None
+        if self.needs.query_probe:
+            with self.cache.probe(), self.cache.record_queries() as recorded:
+                self.denoise(first_call[0], first_call[1], frame_start)
+            queries = dict(recorded)
+        start = time.perf_counter()
+        self.method.before_denoise(self.cache, BeforeChunk(geometry=self.geometry, chunk=info, phase=phase,
+                                                           poses=self.poses, queries=queries))
+        self.decide_seconds += time.perf_counter() - start
+        if self.on_before_denoise is not None:
+            self.on_before_denoise(self.cache, info)
+        self.ledger.record(self.cache)
+        return info
 
     def clean_pass(self, x0: torch.Tensor, info, record: bool) -> AttentionStats | None:
         """The method's ``before_clean`` hook, then the ``t = 0`` pass writing the chunk's clean K/V.
@@ -220,8 +247,7 @@ class _Loop:
 
     def context_chunk(self, x0: torch.Tensor, chunk: int, frame_start: int) -> None:
         """Observed chunk ``x0 [B, C, f, h, w]``: optional re-noise probe, then the clean write."""
-        info = self.cache.begin_chunk(chunk, frame_start, x0.shape[2])
-        self.ledger.record(self.cache)
+        info = self.open_chunk(chunk, frame_start, x0.shape[2], (x0, 0.0), "context")
         extra = {}
         if self.needs.probe_step is not None:
             t = self.settings.sampler.levels[self.needs.probe_step]
@@ -235,9 +261,8 @@ class _Loop:
     def generated_chunk(self, gen_index: int, chunk: int, frame_start: int, shape: tuple[int, ...],
                         like: torch.Tensor, record_attention: bool) -> tuple[torch.Tensor, AttentionStats | None]:
         """Sample one chunk of ``shape [B, C, f, h, w]``; returns its clean latents and any attention."""
-        info = self.cache.begin_chunk(chunk, frame_start, shape[2])
-        self.ledger.record(self.cache)
         noise = torch.randn(shape, generator=seeded_generator(self.seed, "noise", chunk)).to(like)
+        info = self.open_chunk(chunk, frame_start, shape[2], (noise, self.settings.sampler.levels[0]), "generation")
         extra: dict = {}
         stats: list[AttentionStats] = []
 
@@ -265,6 +290,7 @@ class _Loop:
         start = time.perf_counter()
         self.method.after_chunk(self.cache, sig)
         self.decide_seconds += time.perf_counter() - start
+        self.ledger.note_memory(self.cache)
         if self.on_chunk_end is not None:
             self.on_chunk_end(self.cache, sig)
         self.previous = sig.x0_final
@@ -297,6 +323,20 @@ def _check_latents(latents: torch.Tensor, geometry, what: str) -> None:
         raise ConfigError(f"{what} has {latents.shape[2]} latent frames, not a multiple of the chunk size {g.chunk_frames}")
 
 
+def camera_poses(backbone, method: Method, cond: Any) -> torch.Tensor | None:
+    """The camera-to-world pose of every latent frame, ``[F, 4, 4]``, when the method needs poses
+    (``None`` otherwise); a one-line :class:`ConfigError` when the backbone or the task has none."""
+    if not method.needs().poses:
+        return None
+    read = getattr(backbone, "camera_poses", None)
+    poses = None if read is None else read(cond)
+    if poses is None:
+        raise ConfigError(f"{method.name}: retrieves history by camera pose, but this task has no camera poses "
+                          f"(MiniWorld's camera plan or a real task's camera extension gives them); use a pose-free "
+                          f"method such as key_retrieval")
+    return poses
+
+
 def _kept_tokens(cache: KVCache) -> dict[int, int]:
     return cache.kept_per_chunk()
 
@@ -309,7 +349,7 @@ def _now(device: torch.device) -> float:
 
 def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, seed: int,
             settings: GenerationSettings | None = None, on_chunk_end: ChunkHook | None = None,
-            on_before_clean: CleanHook | None = None) -> PrefilledContext:
+            on_before_clean: CleanHook | None = None, on_before_denoise: CleanHook | None = None) -> PrefilledContext:
     """Write a context into a fresh cache, chunk by chunk, under ``method``.
 
     Parameters
@@ -327,6 +367,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
         Called after every context chunk's decision and compaction.
     on_before_clean : callable ``(cache, chunk)``, optional
         Called right before every context chunk's ``t = 0`` pass (after the method's ``before_clean``).
+    on_before_denoise : callable ``(cache, chunk)``, optional
+        Called before every context chunk's first model call (after the method's ``before_denoise``).
 
     Returns
     -------
@@ -339,9 +381,11 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
     make_cache = getattr(backbone, "make_cache", None) or KVCache.from_geometry  # a split backbone's: its heads
     cache = make_cache(g, method.layout(g), capacity_limit=capacity, compute_attention=settings.compute_attention)
+    cache.store = method.host_store()
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
-    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean)
+    loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean,
+                 on_before_denoise, camera_poses(backbone, method, cond))
     start = _now(context_latents.device)
     with torch.no_grad():
         for chunk in range(q0 // f):
@@ -358,7 +402,7 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
 def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: int, seed: int,
                   method: Method | None = None, record_attention_at: tuple[int, ...] = (),
                   on_chunk_end: ChunkHook | None = None, on_before_clean: CleanHook | None = None,
-                  share_prefill: bool = True) -> Continuation:
+                  share_prefill: bool = True, on_before_denoise: CleanHook | None = None) -> Continuation:
     """Generate ``n_frames`` latent frames after a prefilled context, on a fork of its cache.
 
     Parameters
@@ -385,6 +429,8 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     share_prefill : bool
         The fork reads the prefilled K/V in place (``KVCache.fork``); ``False``: a whole copy (the same
         continuation, more memory: for comparisons).
+    on_before_denoise : callable ``(cache, chunk)``, optional
+        Called before every generated chunk's first model call (after the method's ``before_denoise``).
 
     Returns
     -------
@@ -402,7 +448,8 @@ def continue_task(backbone, prefilled: PrefilledContext, cond: Any, n_frames: in
     ledger = PRLedger("generation")
     ledger.note_memory(cache)
     loop = _Loop(backbone, method, cache, ledger, prefilled.settings, cond, seed, prefilled.context_frames,
-                 prefilled.last_chunk, on_chunk_end, on_before_clean)
+                 prefilled.last_chunk, on_chunk_end, on_before_clean, on_before_denoise,
+                 camera_poses(backbone, method, cond))
     wanted = set(record_attention_at)
     like = prefilled.like
     shape = (prefilled.batch, g.latent_channels, f, g.latent_height, g.latent_width)

@@ -11,14 +11,17 @@ from cmbench.methods import (  # noqa: F401  (importing registers each method)
     dummyforcing,
     forcingkv,
     fullkv,
+    key_retrieval,
     random_tokens,
     streaming,
     tempdiff,
+    worldkv,
 )
-from cmbench.methods.base import ChunkSignals, Method, Needs, ScoredMethod
+from cmbench.methods.base import BeforeChunk, ChunkSignals, Method, Needs, ScoredMethod
 from cmbench.methods.registry import build_method, describe_methods, method_class, method_names, register
 
 __all__ = [
+    "BeforeChunk",
     "ChunkSignals",
     "Method",
     "Needs",

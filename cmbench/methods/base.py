@@ -7,6 +7,11 @@ the method's :meth:`Method.select` and, where a size limit applies, evicts the l
 A method may also act in :meth:`Method.before_clean`, while a chunk is open, right before its
 ``t = 0`` pass (DeCoPrune's delayed compaction).
 
+Retrieval methods keep evicted history off the device: :meth:`Method.host_store` gives the cache a
+:class:`HostStore`, compaction moves rows there (``cache.compact(select, to_store=True)``), and
+:meth:`Method.before_denoise`, called with a chunk open before its first model call, brings chosen
+stored tokens back (``cache.restore``); the compaction after the chunk can send them out again.
+
 Shared mechanics (every method):
 
 - the *sink*: chunks ``0 .. sink_chunks - 1`` are never pruned;
@@ -30,7 +35,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, KVCache, uniform_layout
+from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, HostStore, KVCache, uniform_layout
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
 from cmbench.methods.knobs import Knob, check_knobs
@@ -56,12 +61,20 @@ class Needs:
         at the ``t = 0`` pass of a context chunk, at the first denoising call of a generated chunk;
         over the keys of :meth:`Method.attention_key_frames`. It reaches the method in
         ``ChunkSignals.attention``.
+    query_probe : bool
+        Before every chunk's first model call, run that call once more in a probe (no trace) and hand
+        each layer's mean query to :meth:`Method.before_denoise` (one extra call per chunk).
+    poses : bool
+        The method needs the camera pose of every latent frame (``BeforeChunk.poses``); a run on data
+        without poses is refused.
     """
 
     probe_step: int | None = None
     no_context_probe: bool = False
     post_prune_probe: bool = False
     attention_chunk: int | None = None
+    query_probe: bool = False
+    poses: bool = False
 
 
 @dataclass(kw_only=True)
@@ -104,6 +117,30 @@ class ChunkSignals:
     x0_no_context: torch.Tensor | None = None
     previous_final: torch.Tensor | None = None
     attention: AttentionStats | None = None
+
+
+@dataclass(kw_only=True)
+class BeforeChunk:
+    """What a method sees before a chunk's first model call (built with keyword arguments only).
+
+    Attributes
+    ----------
+    geometry : Geometry
+    chunk : ChunkInfo
+        The open chunk.
+    phase : {"context", "generation"}
+    poses : Tensor or None, shape ``[F, 4, 4]``, float64
+        Camera-to-world pose of every latent frame of the timeline (when ``Needs.poses``).
+    queries : dict of int to Tensor or None
+        ``layer -> [B, H, D]``: the chunk's mean rotated query at its first model call, measured in a
+        probe (when ``Needs.query_probe``).
+    """
+
+    geometry: Any
+    chunk: ChunkInfo
+    phase: str
+    poses: torch.Tensor | None = None
+    queries: dict[int, torch.Tensor] | None = None
 
 
 @dataclass
@@ -175,6 +212,14 @@ class Method:
     def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
         """Called with ``chunk`` open, after its denoising calls and probes, right before its ``t = 0``
         pass writes the clean K/V (default: nothing)."""
+
+    def host_store(self) -> HostStore | None:
+        """The store evicted history may move to (default: none; evicted rows are deleted)."""
+        return None
+
+    def before_denoise(self, cache: KVCache, sig: BeforeChunk) -> None:
+        """Called with ``sig.chunk`` open before its first model call (and before the ledger records
+        what it sees): e.g. ``cache.restore`` of stored tokens (default: nothing)."""
 
     def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:
         """The method's own keep rule over ``bank``'s history, ``bool [n]`` (default: keep flags)."""

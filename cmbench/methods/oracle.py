@@ -9,6 +9,10 @@ Both runs then see exactly the same history, so
 - their outputs must be identical: anything else the recorded method did to the sequence (a probe
   that left a trace, extra writes) shows up as a difference (the method contract check).
 
+A recorded retrieval method (one that restores stored tokens before a chunk's first model call) is
+replayed with a store: the oracle moves every row it drops into it and restores, before each chunk,
+the recorded ids the banks do not hold.
+
 Neither is a registered method: the oracle needs a recording to exist.
 """
 
@@ -19,8 +23,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from cmbench.cache import ChunkInfo, HeadGroup, KVCache
-from cmbench.methods.base import ChunkSignals, Method
+from cmbench.cache import ChunkInfo, HeadGroup, HostStore, KVCache
+from cmbench.methods.base import BeforeChunk, ChunkSignals, Method
 
 BankIds = dict[tuple[int, HeadGroup], torch.Tensor]
 """``(layer, head group) -> global token ids long [n]`` of one bank after a chunk."""
@@ -35,7 +39,9 @@ def bank_ids(cache: KVCache) -> BankIds:
 class KeptIds:
     """``on_chunk_end`` hook: what every bank keeps after each chunk of the chosen phases; its
     :meth:`before_clean` (an ``on_before_clean`` hook) records what they hold right before each chunk's
-    ``t = 0`` pass (a method may compact there, e.g. DeCoPrune's delayed window).
+    ``t = 0`` pass (a method may compact there, e.g. DeCoPrune's delayed window); :meth:`before_denoise`
+    (an ``on_before_denoise`` hook) what they hold before each chunk's first model call, where a
+    retrieval method has restored stored tokens.
 
     Parameters
     ----------
@@ -48,19 +54,31 @@ class KeptIds:
         Chunk index -> each bank's stored global ids after that chunk's compaction.
     before : dict of int to BankIds
         Chunk index -> each bank's stored history ids right before that chunk's ``t = 0`` pass.
+    restored : dict of int to BankIds
+        Chunk index -> each bank's ids before that chunk's first model call, for the chunks where the
+        banks (same layer and head group) held ids they did not hold after the previous chunk (tokens were
+        restored).
     """
 
     def __init__(self, phases: tuple[str, ...] = ("generation",)) -> None:
         self.phases = phases
         self.survivors: dict[int, BankIds] = {}
         self.before: dict[int, BankIds] = {}
+        self.restored: dict[int, BankIds] = {}
+        self._last: BankIds = {}
 
     def __call__(self, cache: KVCache, sig: ChunkSignals) -> None:
+        self._last = bank_ids(cache)
         if sig.phase in self.phases:
-            self.survivors[sig.chunk.index] = bank_ids(cache)
+            self.survivors[sig.chunk.index] = self._last
 
     def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
         self.before[chunk.index] = bank_ids(cache)
+
+    def before_denoise(self, cache: KVCache, chunk: ChunkInfo) -> None:
+        ids = bank_ids(cache)
+        if any(key in self._last and not bool(torch.isin(gids, self._last[key]).all()) for key, gids in ids.items()):
+            self.restored[chunk.index] = ids
 
 
 @dataclass
@@ -78,6 +96,9 @@ class OracleMask(Method):
     before : mapping of int to BankIds
         Chunk index -> ids right before that chunk's ``t = 0`` pass (:attr:`KeptIds.before`); replayed
         there. Chunks not in the mapping are left as they are.
+    restored : mapping of int to BankIds
+        Chunk index -> ids before that chunk's first model call (:attr:`KeptIds.restored`): the ids
+        missing from a bank there are restored from the store (with any, every dropped row is stored).
     """
 
     name = "oracle_mask"
@@ -86,6 +107,22 @@ class OracleMask(Method):
     survivors: Mapping[int, BankIds] = field(default_factory=dict)
     initial_layout: Sequence[Sequence[HeadGroup]] | None = None
     before: Mapping[int, BankIds] = field(default_factory=dict)
+    restored: Mapping[int, BankIds] = field(default_factory=dict)
+
+    def host_store(self) -> HostStore | None:
+        return HostStore() if self.restored else None
+
+    def before_denoise(self, cache: KVCache, sig: BeforeChunk) -> None:
+        recorded = self.restored.get(sig.chunk.index)
+        if recorded is None:
+            return
+        where = {id(bank): (layer, bank.group) for layer, banks in enumerate(cache.banks) for bank in banks}
+
+        def missing(bank) -> torch.Tensor:
+            ids = recorded[where[id(bank)]]
+            return ids[~torch.isin(ids, bank.field("gid"))]
+
+        cache.restore(missing)
 
     def layout(self, geometry) -> list[list[HeadGroup]]:
         if self.initial_layout is None:
@@ -96,7 +133,8 @@ class OracleMask(Method):
         recorded = self.before.get(chunk.index)
         if recorded is not None:
             where = {id(bank): (layer, bank.group) for layer, banks in enumerate(cache.banks) for bank in banks}
-            cache.compact(lambda bank: torch.isin(bank.field("gid"), recorded[where[id(bank)]]))
+            cache.compact(lambda bank: torch.isin(bank.field("gid"), recorded[where[id(bank)]]),
+                          to_store=cache.store is not None)
 
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
         recorded = self.survivors.get(sig.chunk.index)
@@ -107,4 +145,5 @@ class OracleMask(Method):
             if groups != [bank.group for bank in cache.banks[layer]]:
                 cache.regroup(layer, groups)
         where = {id(bank): (layer, bank.group) for layer, banks in enumerate(cache.banks) for bank in banks}
-        cache.compact(lambda bank: torch.isin(bank.field("gid"), recorded[where[id(bank)]]))
+        cache.compact(lambda bank: torch.isin(bank.field("gid"), recorded[where[id(bank)]]),
+                          to_store=cache.store is not None)

@@ -178,6 +178,8 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
             row["cost_speedup_vs_fullkv"] = _ratio(ref["attention_flops"], mine["attention_flops"])
             row["fps_measured_together"] = measured_together(run, reference)
         row["peak_kv_bytes"] = _mean(ok["peak_kv_bytes"])
+        for name in STORE_COLUMNS:  # retrieval methods: host store and transfers (NaN for the others)
+            row[name] = _mean(ok[name]) if name in ok else math.nan
         row["attention_keys_per_token"] = _mean(ok["attention_keys_per_token"])
         row["seeds"] = max(1, len(run.seeds))
         row["score_seed_std"] = seed_spread(ok["score"], ok["run_seed"].fillna(-1)) if len(ok) else math.nan
@@ -185,7 +187,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         rows.append(row)
     cols = ["method", "metric", "score", "score_ci95", "pr", "context_pr", "speedup_vs_fullkv", "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks"]
+            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *STORE_COLUMNS]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
     if quality:
@@ -310,6 +312,23 @@ def board_metric(board: pd.DataFrame) -> str:
     return " / ".join(sorted(set(board["metric"].astype(str)))) or UNNAMED_METRIC
 
 
+STORE_COLUMNS = ("peak_store_bytes", "moved_bytes_per_chunk")
+
+
+def store_lines(board: pd.DataFrame) -> list[str]:
+    """The host-store table of the entries that have one (retrieval methods), else nothing."""
+    have = board[board["peak_store_bytes"].notna()] if "peak_store_bytes" in board.columns else board.iloc[:0]
+    if not len(have):
+        return []
+    lines = ["", "Host store (methods that move history off the device and bring it back; Peak KV above is the "
+             "device's, restored tokens included)", "", "| Method | Peak KV (MB) | Peak store (MB) | Moved per chunk (MB) |",
+             "|---|---|---|---|"]
+    for r in have.itertuples():
+        lines.append(f"| {markdown_text(r.method)} | {_cell(r.peak_kv_bytes / 1e6, '{:.2f}')} | "
+                     f"{_cell(r.peak_store_bytes / 1e6, '{:.2f}')} | {_cell(r.moved_bytes_per_chunk / 1e6, '{:.3f}')} |")
+    return lines
+
+
 def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) -> str:
     """The leaderboard as a GitHub markdown table (score with CI, PR, speed-ups, FPS, memory, seeds,
     counts; ``—`` where nothing was measured), notes on what the speed columns are and on records from
@@ -339,6 +358,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
                                                            "another machine)" if apart else "")
               + "; `scripts/bench_speed.py` measures speed in one controlled run. Seeds: runs per method, with the "
               "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context."]
+    lines += store_lines(board)
     quality = [c for c in QUALITY_FIELDS if c in board.columns]
     if quality:
         lines += ["", "Quality (VBench's metrics on the same continuations; `*_light`: VBench's formula on CPU "

@@ -261,6 +261,7 @@ class ModelEvaluator:
         prefilled, cont, recorder = self.generate(task, prepared, seed)
         geometry = self.backbone.geometry
         generated_tokens = int(cont.latents.shape[2]) * geometry.tokens_per_frame
+        retrieval = cont.cache.store is not None  # a host store: its peak and transfers are recorded
         cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding
         frames = np.asarray(decode_continuation(self.backbone, cont.latents, prepared.context_latents))
         video = self.save(task, frames)
@@ -279,6 +280,8 @@ class ModelEvaluator:
             "kept_tokens": int(sum(cont.kept_tokens.values())),
             "kept_context_tokens": int(sum(v for c, v in cont.kept_tokens.items() if c < context_chunks)),
             "peak_kv_bytes": int(ledger["peak_stored_bytes"]),
+            **({"peak_store_bytes": int(ledger["peak_store_bytes"]), "moved_bytes_per_chunk": ledger["moved_bytes_per_chunk"]}
+               if retrieval else {}),
             "prefill_seconds": prefilled.seconds,
             "continuation_seconds": cont.seconds,
             "continuation_frames": int(frames.shape[0]),

@@ -48,7 +48,7 @@ from cmbench.errors import CMBenchError
 from cmbench.scoring.aggregation import reference_aggregates
 from cmbench.scoring.quality_names import BOUNDED_QUALITY, QUALITY_FIELDS
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
 RECORDS_GLOB = "records*.jsonl"
@@ -174,6 +174,11 @@ class TaskRecord:
         ``method.target_pr`` runs: the mean PR the calibrated knob value (in ``method_config``) gave on
         the calibration tasks.
     kept_tokens, kept_context_tokens, peak_kv_bytes : int
+        ``peak_kv_bytes``: the most K/V bytes held on the device (restored tokens included).
+    peak_store_bytes : int
+        Retrieval methods: the most K/V bytes in the host store during the continuation.
+    moved_bytes_per_chunk : float
+        Retrieval methods: K/V bytes moved between host and device (both ways) per generated chunk.
     prefill_seconds, continuation_seconds, continuation_fps : float
     continuation_frames : int
     schema_version : int
@@ -243,6 +248,8 @@ class TaskRecord:
     kept_tokens: int | None = None
     kept_context_tokens: int | None = None
     peak_kv_bytes: int | None = None
+    peak_store_bytes: int | None = None
+    moved_bytes_per_chunk: float | None = None
     prefill_seconds: float | None = None
     continuation_seconds: float | None = None
     continuation_frames: int | None = None
@@ -264,7 +271,7 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, row: Mapping[str, Any]) -> "TaskRecord":
-        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 to 3: fields added
+        """A record from a JSON object, upgrading older versions (0: renamed fields; 1 to 4: fields added
         since are empty).
 
         Raises
@@ -291,7 +298,8 @@ class TaskRecord:
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
 REQUIRED = ("task_id", "status")
 _FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr")
-_NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "prefill_seconds", "continuation_seconds",
+_NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "peak_store_bytes", "moved_bytes_per_chunk",
+                 "prefill_seconds", "continuation_seconds",
                  "continuation_frames", "continuation_fps", "n_frames", "attention_flops", "attention_keys_per_token",
                  "run_seed")
 

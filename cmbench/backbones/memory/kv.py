@@ -15,7 +15,10 @@ method keeps. The bytes it reports are the bytes the real banks allocate, in the
   chunk (the rows from that chunk on are then copied into the fork's own storage); attention over a
   shared bank gathers that layer's shared and own rows per call; a parked prefilled cache is copied
   back whole for each task (``parked_*`` fields);
-- with ``offload_kv`` every bank lives in host memory and one layer's history is staged at a time.
+- with ``offload_kv`` every bank lives in host memory and one layer's history is staged at a time;
+- a retrieval method (one with a host store) moves each chunk leaving its recent window into the store
+  (its stored share of the chunk), and before every chunk restores up to its retrieval budget from the
+  store into the device banks, which the compaction after the chunk sends out again.
 
 What a method keeps (:class:`Retention`) is exact for FullKV, sink + recent windows (Streaming and any
 bank of a configured size), quota mode (``quota_pr`` / ``quota_tokens``) and bounded memory on a
@@ -54,6 +57,11 @@ class Retention:
         Bounded memory: at most this many, and the prefill cache never allocates more than it + a chunk.
     exact : bool
         Whether the replay is exact for this method (``False``: ``keep_fraction`` is an assumption).
+    stored_per_chunk : int or None
+        Retrieval methods: tokens of a chunk the host store keeps when the chunk leaves the recent window
+        (``None``: no store).
+    restore_tokens : int
+        Retrieval methods: the most stored tokens brought back into a bank before a chunk.
     note : str
         How the retention was chosen (printed with the plan).
     """
@@ -67,6 +75,8 @@ class Retention:
     max_history_tokens: int | None = None
     exact: bool = True
     note: str = ""
+    stored_per_chunk: int | None = None
+    restore_tokens: int = 0
 
 
 # the paper's realised pruning ratios on LingBot World v2 (main table and ablations), the default
@@ -75,7 +85,7 @@ PAPER_PR = {"decoprune": 0.8543, "decoprune_hs": 0.8619, "tempdiff": 0.8636, "fo
             "random": 0.8531, "decoprune_reverse": 0.1879, "dummyforcing": 0.9803, "streaming": 0.9437}
 
 
-def retention(method, assume_pr: float | None = None) -> Retention:
+def retention(method, assume_pr: float | None = None, geometry=None) -> Retention:
     """What ``method`` keeps, read from the generic :class:`~cmbench.methods.base.Method` knobs.
 
     Parameters
@@ -86,11 +96,22 @@ def retention(method, assume_pr: float | None = None) -> Retention:
     assume_pr : float, optional
         Pruning ratio assumed for a data-dependent keep rule (default: the paper's realised PR for the
         method, :data:`PAPER_PR`; 0 when unknown, i.e. planned as FullKV).
+    geometry : Geometry, optional
+        The backbone's; needed to plan a retrieval method (``host_store``, ``stored_tokens_per_chunk``,
+        ``retrieved_chunks``).
     """
     window = getattr(method, "window", None)  # chunks kept dense (DeCoPrune's delayed window: 2 w)
     recent = int(window()) if callable(window) else int(method.recent_chunks)
     common = dict(sink_chunks=int(method.sink_chunks), recent_chunks=recent, max_history_tokens=method.max_history_tokens)
     name = str(getattr(method, "name", type(method).__name__))
+    host_store = getattr(method, "host_store", None)
+    if geometry is not None and callable(host_store) and host_store() is not None:
+        stored = int(method.stored_tokens_per_chunk(geometry))
+        restore = int(method.retrieved_chunks(geometry)) * stored
+        return Retention(window_only=True, stored_per_chunk=stored, restore_tokens=restore,
+                         note=f"retrieval: sink + recent window on the device, {restore} stored tokens per bank "
+                              f"restored before each chunk; {stored} of each evicted chunk's "
+                              f"{geometry.tokens_per_chunk} tokens in the host store", **common)
     if getattr(method, "quota_mode", False):
         target = getattr(method, "quota_pr", None)
         note = (f"quota mode: PR {100 * target:.2f}%" if target is not None
@@ -136,6 +157,8 @@ class KVTimeline:
     host_peak : int
         With ``offload_kv``: the most K/V bytes in host memory (the prefill, or the trimmed prefilled
         cache plus one fork).
+    store_peak : int
+        Retrieval methods: the most K/V bytes in the host store (the prefilled store plus one task's).
     """
 
     after_chunk: list[int] = field(default_factory=list)
@@ -149,6 +172,7 @@ class KVTimeline:
     parked_continuation_peak: int = 0
     staging_peak: int = 0
     host_peak: int = 0
+    store_peak: int = 0
 
 
 @dataclass
@@ -203,10 +227,11 @@ class _Cache:
     def note(self, extra: int = 0) -> None:
         self.peak = max(self.peak, self.allocated() + extra)
 
-    def write_slot(self, rows: int) -> None:
-        """Every layer's ``attend``: a bank grows (old and new both alive while copying)."""
+    def write_slot(self, rows: int, extra: dict[int, int] | None = None) -> None:
+        """Every layer's ``attend``: a bank grows (old and new both alive while copying); ``extra``:
+        rows per bank besides ``rows`` (a restore's)."""
         for bank in self.banks:
-            need = bank.n + rows
+            need = bank.n + rows + (0 if extra is None else extra.get(id(bank), 0))
             if bank.cap and need <= bank.cap:
                 continue
             old = bank.bytes()
@@ -292,9 +317,16 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
     cache = _Cache(banks, cap_limit)
     out = KVTimeline()
     rows: dict[int, dict[int, int]] = {id(b): {} for b in banks}  # bank -> chunk -> rows still stored
+    stored: dict[int, int] = {id(b): 0 for b in banks}  # bank -> rows in the host store (retrieval)
 
     def step(chunk: int, committed: int, target: _Cache) -> None:
-        """One chunk: its calls write the slot, it is committed, the method compacts."""
+        """One chunk: stored rows restored, its calls write the slot, it is committed, the method compacts
+        (moving the chunk leaving the window into the store)."""
+        restored = {id(b): min(ret.restore_tokens, stored[id(b)]) for b in target.banks}
+        if any(restored.values()):
+            target.write_slot(0, restored)  # Bank.insert reserves the restored rows first
+            for bank in target.banks:
+                bank.n += restored[id(bank)]
         out.staging_peak = max(out.staging_peak, max(
             sum((b.n + L) * b.row for b in target.banks if b.layer == layer) for layer in range(num_layers)))
         target.write_slot(L)
@@ -313,10 +345,13 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
             keep[id(bank)] = _bank_rows_after(bank, ret, committed, chunk, chunk_len, heads_total)
             budget = ret.budget_pr is not None or ret.token_budget is not None
             _settle_rows(chunk_len, keep[id(bank)], ret, chunk, leaving if budget else None)
+            if ret.stored_per_chunk is not None and leaving >= ret.sink_chunks and leaving in before:
+                stored[id(bank)] += min(ret.stored_per_chunk, before[leaving])
             changed = [c for c in sorted(before) if chunk_len[c] < before[c]]
             if changed and bank.base:
                 target.own_from(bank, sum(n for c, n in before.items() if c < changed[0]))
         target.compact(keep)
+        out.store_peak = max(out.store_peak, sum(stored[id(b)] * b.row for b in target.banks))
 
     committed = 0
     for chunk in range(context_chunks):
@@ -344,6 +379,7 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
             fork_banks.append(_Bank(bank.layer, bank.heads, bank.row, bank.max_tokens, bank.n, rows_wanted,
                                     bank.n if share else 0))
             rows[id(fork_banks[-1])] = dict(rows[id(bank)])
+            stored[id(fork_banks[-1])] = stored[id(bank)]
         fork = _Cache(fork_banks, cap_limit)
         fork.note()
         allocated = fork.allocated()

@@ -221,6 +221,8 @@ def build_plan(shape: RunShape, offloads: tuple[str, ...] = ()) -> MemoryPlan:
                             "scorer work": workspace.SCORER_WORKSPACE_BYTES if s.scorer else 0}
     if text_cpu:
         plan.host["text encoder"] = s.text
+    if kv.store_peak:
+        plan.host["host store"] = kv.store_peak
     if offload:
         plan.host["KV cache"] = kv.host_peak
     elif park:

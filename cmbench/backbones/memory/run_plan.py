@@ -164,7 +164,7 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     from cmbench.parallel.sequence import check_heads
 
     g = geometry
-    ret: Retention = retention(method, assume_pr)
+    ret: Retention = retention(method, assume_pr, g)
     check_heads(g.num_heads, g.tokens_per_frame, sequence)
     per_rank = g.num_heads // sequence
     timelines = []

@@ -241,6 +241,11 @@ class WanBackbone:
         return WanCondition(task.task_id, tuple(task.context_clip_prompts), task.continue_prompt,
                             tl.latent_frames, camera, first, self.context_prompts)
 
+    def camera_poses(self, cond: WanCondition) -> torch.Tensor | None:
+        """Camera-to-world pose of every latent frame, ``[F, 4, 4]`` float64, from the task's camera plan
+        (``None`` without one, or for the static camera: no poses)."""
+        return None if cond.camera is None else cond.camera.absolute()
+
     def prefill_key(self, cond: WanCondition, context_frames: int) -> tuple:
         """What a prefill of the first ``context_frames`` latent frames reads of ``cond``: each frame's
         prompt and the camera's poses and intrinsics over those frames. The first-frame latents come

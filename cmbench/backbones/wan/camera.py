@@ -154,6 +154,16 @@ class CameraPlan:
         """Latent frames covered (None: any)."""
         return None if self.relative is None else len(self.relative)
 
+    def absolute(self) -> torch.Tensor | None:
+        """Camera-to-world pose of every latent frame, ``[N, 4, 4]`` float64 (the first frame's is the
+        identity: the relative motions chained); ``None`` for the static camera (no poses)."""
+        if self.relative is None:
+            return None
+        out = self.relative.clone()
+        for j in range(1, len(out)):
+            out[j] = out[j - 1] @ self.relative[j]
+        return out
+
     def window(self, frame_start: int, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Relative poses ``[frames, 4, 4]`` and intrinsics ``[frames, 4]`` of latent frames ``frame_start..``."""
         if self.relative is None:
