@@ -459,7 +459,8 @@ def parallel_spec(cfg: Mapping[str, Any]) -> ParallelSpec:
     block = cfg.get("parallel") or {}
     if not isinstance(block, Mapping):
         raise ConfigError(f"parallel={block!r}: expected a block with sequence and check_masks")
-    return ParallelSpec(sequence=whole(block.get("sequence", 1), "parallel.sequence", 1) or 1,
+    return ParallelSpec(sequence=whole(block.get("sequence", 1), "parallel.sequence", 1,
+                                       what="a whole number of ranks per model >= 1") or 1,
                         check_masks=flag(block.get("check_masks", False), "parallel.check_masks"))
 
 

@@ -27,3 +27,23 @@ def test_the_plan_is_of_the_resolved_run(capsys):
     assert main([*LINGBOT, "generation.continuation_frames=8", "parallel.sequence=2"]) == 0
     out = capsys.readouterr().out
     assert "244 context + 8 continuation latent frames" in out and "one rank of 2 per GPU" in out
+
+
+def test_a_real_backbone_planned_on_miniworld_says_which_context_and_how_to_plan_the_papers(tmp_path, capsys):
+    """Without ``data=``, a real backbone's plan is of MiniWorld's 12 s contexts: the first line names the
+    data it planned and the one-minute alternative, so "fits" is not read as the paper's setup."""
+    from omegaconf import OmegaConf
+
+    from cmbench.miniworld import build_suite
+    from cmbench.shipped import shipped_dir
+
+    data = OmegaConf.load(shipped_dir("configs") / "data" / "miniworld.yaml")
+    data.root = str(tmp_path / "mw")
+    data.sources = {"synthetic": {"videos": 1, "reappear": 1, "revisit": 0}, "real": {"videos": 1, "reappear": 1, "revisit": 0}}
+    build_suite(data)
+    assert main(["plan", "backbone=lingbot_world_v2_14b", "method=decoprune", f"data.root={data.root}",
+                 "data.sources.synthetic.videos=1", "data.sources.synthetic.revisit=0", "data.sources.real.videos=1",
+                 "data.sources.real.revisit=0", "data.check_counts=false"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "(the longest context of data=miniworld (" in first and ", 12.0 s)" in first
+    assert "MiniWorld's length, not the paper's: data=cmbench plans its 60 s contexts" in first

@@ -109,11 +109,11 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
     if outputs.threads:
         torch.set_num_threads(outputs.threads)
     run_dir = outputs.run_dir
+    launch = launch_of(spec.parallel)  # torchrun's ranks when the model is split over parallel.sequence of them
     build_adapter(spec.data.config).ensure()
     tasks = load_manifest(str(spec.data.root), spec.data.manifest)
     selected = select_tasks(tasks, task_ids=chosen.task_ids, limit=chosen.limit, seed=chosen.sample_seed)
     videos = VideoOutput(run_dir, spec.data.fps, outputs.lossless_max_pixels) if outputs.save_videos else None
-    launch = launch_of(spec.parallel)  # torchrun's ranks when the model is split over parallel.sequence of them
     if launch is not None:
         pin_device(launch, spec.backbone)
     evaluator = ModelEvaluator.from_spec(spec, videos)

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from cmbench.data.task import Task
-from cmbench.errors import CMBenchError
+from cmbench.errors import CMBenchError, ConfigError
 from cmbench.parallel import SequenceGroup
 from cmbench.runs.evaluator import ModelEvaluator
 from cmbench.spec import ParallelSpec
@@ -49,10 +49,19 @@ class Launch:
 
 def launch_of(parallel: ParallelSpec) -> Launch | None:
     """torchrun's ranks when the model is split (``None``: one process per model). The run spec has already
-    checked that torchrun started the run and that ``P`` divides ``WORLD_SIZE``."""
+    checked that ``P`` divides ``WORLD_SIZE``.
+
+    Raises
+    ------
+    ConfigError
+        ``P > 1`` in a process torchrun did not start.
+    """
     if parallel.sequence == 1:
         return None
     env = os.environ
+    if "WORLD_SIZE" not in env:
+        raise ConfigError(f"parallel.sequence={parallel.sequence} splits a model over torchrun's ranks: launch with "
+                          f"torchrun --nproc_per_node={parallel.sequence} -m cmbench run ...")
     return Launch(rank=int(env["RANK"]), world=int(env["WORLD_SIZE"]), local_rank=int(env.get("LOCAL_RANK", "0")),
                   sequence=parallel.sequence)
 

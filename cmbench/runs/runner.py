@@ -115,13 +115,11 @@ def shard_from_env(count: int, index: int, sequence: int = 1) -> tuple[int, int]
     Raises
     ------
     ConfigError
-        ``sequence`` ranks per model without torchrun, a ``WORLD_SIZE`` it does not divide, or a
-        configured shard as well as several groups.
+        A ``WORLD_SIZE`` ``sequence`` does not divide, or a configured shard as well as several groups
+        (a split run without torchrun is refused where it launches: :func:`cmbench.runs.ranks.launch_of`;
+        ``plan`` sizes one rank of a split run from a plain process).
     """
     if "WORLD_SIZE" not in os.environ:
-        if sequence > 1:
-            raise ConfigError(f"parallel.sequence={sequence} splits a model over torchrun's ranks: launch with "
-                              f"torchrun --nproc_per_node={sequence} -m cmbench run ...")
         return count, index
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
     if world % sequence:

@@ -69,7 +69,11 @@ def context_latent_frames(cfg: Any, backbone: Any) -> tuple[int, str]:
         if longest is not None:
             frames, source_fps, where = longest
             latent = prepared_length(frames, source_fps, fps, chunk, stride)[1]
-            return latent, f"the longest context of the dataset ({where}, {frames / source_fps:.1f} s)"
+            data = cfg.get("data")
+            source = f"the longest context of data={data.get('name')} ({where}, {frames / source_fps:.1f} s)"
+            if data.get("adapter") == "miniworld":  # a real backbone planned on the CPU stand-in's short contexts
+                source += f"; MiniWorld's length, not the paper's: data=cmbench plans its {DEFAULT_CONTEXT_SECONDS:g} s contexts"
+            return latent, source
         seconds, why = DEFAULT_CONTEXT_SECONDS, "the dataset's videos are not here"
     else:
         why = "backbone.memory.context_seconds"
