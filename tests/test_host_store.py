@@ -264,3 +264,23 @@ def test_the_memory_plan_replays_a_retrieval_methods_device_banks_and_host_store
     # context chunks 1 and 2 leave the window in the prefill, 3 .. 5 in the continuation: 5 x 6 tokens
     assert cont.ledger.peak_store_bytes == replay.store_peak == 5 * 6 * TOKEN_BYTES * G.num_layers
     assert cont.ledger.peak_stored_bytes <= replay.continuation_peak + replay.prefilled_stored
+
+
+def test_camera_poses_of_a_miniworld_plan_and_of_a_real_tasks_relative_plan():
+    import numpy as np
+
+    from cmbench.backbones.tiny import CameraPlan as MiniWorldPlan, TinyWorldModel
+    from cmbench.backbones.wan.camera import CameraPlan, relative_framewise
+
+    model = TinyWorldModel.random(0)
+    W = model.config.world_width
+    poses = model.camera_poses(MiniWorldPlan(np.array([0, W // 4, W // 2])))
+    torch.testing.assert_close(pose_distance(poses[0], poses), torch.tensor([0.0, 0.25, 0.5], dtype=torch.float64))
+    gen = torch.Generator().manual_seed(0)
+    c2w = torch.eye(4, dtype=torch.float64).repeat(3, 1, 1)
+    c2w[:, :3, :3] = torch.linalg.qr(torch.randn(3, 3, 3, generator=gen, dtype=torch.float64))[0]
+    c2w[:, :3, 3] = torch.randn(3, 3, generator=gen, dtype=torch.float64)
+    chained = CameraPlan(relative_framewise(c2w, normalize=False), torch.tensor([1.0, 1, 0, 0])).absolute()
+    assert chained is not None
+    torch.testing.assert_close(chained, torch.linalg.inv(c2w[0]) @ c2w)  # the first frame's pose cancels out
+    assert CameraPlan.static([1.0, 1, 0, 0]).absolute() is None
