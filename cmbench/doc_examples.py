@@ -32,6 +32,9 @@ VOLATILE = [
     (re.compile(r"__[0-9a-f]{10}\b"), "__<hash>"),
 ]
 VOLATILE_COLUMNS = ("FPS speed-up", "FPS")  # measured speed in markdown tables
+# a run's progress line between its first ("N to run") and its last ("; done"): printed every
+# ``progress_seconds``, so how many there are depends on the machine's speed
+INTERIM_PROGRESS = re.compile(r"^\S+: \d+/\d+ tasks \(\d+ cached, \d+ failed\), mean score \S+, .* left$")
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,8 @@ def _split(stdout: str, commands: list[Command]) -> list[Result]:
 
 
 def stable(output: str) -> list[str]:
-    """``output``'s lines with what varies between runs masked (timings, measured FPS, config hashes).
+    """``output``'s lines with what varies between runs masked (timings, measured FPS, config hashes), and
+    a run's interim progress lines (:data:`INTERIM_PROGRESS`) left out.
 
     In markdown tables, the cells under :data:`VOLATILE_COLUMNS` headers become ``<measured>``.
     """
@@ -168,6 +172,8 @@ def stable(output: str) -> list[str]:
     header: list[str] = []
     for line in output.rstrip("\n").splitlines():
         line = line.rstrip()
+        if INTERIM_PROGRESS.match(line):
+            continue
         for pattern, replacement in VOLATILE:
             line = pattern.sub(replacement, line)
         if line.startswith("|"):
