@@ -16,13 +16,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from cmbench.runs.records import read_all_records
-from test_run_command import REPO, SMALL_SUITE, TIMING, in_process, only_run_dir, stable
+from test_run_command import REPO, SMALL_SUITE, TIMING, first_record, in_process, only_run_dir, stable
 from test_tiny_backbone import random_model
 
 pytestmark = pytest.mark.slow  # torchrun and the command line in subprocesses
@@ -130,14 +129,7 @@ def test_torchrun_split_run_gives_the_one_process_records(setup, one_process, tm
 def test_torchrun_run_killed_mid_way_resumes_to_the_same_records(setup, one_process, tmp_path):
     tmp, weights = setup
     proc = command(tmp, weights, tmp_path / "killed", *DECOPRUNE, *SPLIT, ranks=2, background=True)
-    deadline = time.monotonic() + 300
-    records_file = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((tmp_path / "killed").glob("miniworld/*/records.jsonl"))
-        if found and found[0].read_text().count("\n") >= 1:
-            records_file = found[0]
-            break
-        time.sleep(0.05)
+    records_file = first_record(tmp_path / "killed", proc)
     for pid in [proc.pid, *children(proc.pid)]:  # torchrun and both ranks (which it starts in their own sessions)
         os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=60)

@@ -92,19 +92,24 @@ def test_run_writes_a_complete_run_directory_and_resumes(setup):
     assert len(read_all_records(run_dir)) == 4
 
 
+def first_record(out_dir: Path, proc: subprocess.Popen, seconds: float = 300) -> Path | None:
+    """The records file of the run ``proc`` writes under ``out_dir`` once it holds a record (None if the
+    process ended or ``seconds`` passed first)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(out_dir.glob("miniworld/*/records.jsonl"))
+        if found and found[0].read_text().count("\n") >= 1:
+            return found[0]
+        time.sleep(0.05)
+    return None
+
+
 def test_sigkill_then_rerun_equals_an_uninterrupted_run(setup, tmp_path):
     tmp, weights = setup
     clean = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'clean'}")
     assert clean.returncode == 0, clean.stderr
     proc = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'killed'}", background=True)
-    deadline = time.monotonic() + 300
-    records_file = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list((tmp_path / "killed").glob("miniworld/*/records.jsonl"))
-        if found and found[0].read_text().count("\n") >= 1:
-            records_file = found[0]
-            break
-        time.sleep(0.05)
+    records_file = first_record(tmp_path / "killed", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     assert records_file is not None, "the run finished no task before the deadline"
