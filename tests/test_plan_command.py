@@ -47,3 +47,12 @@ def test_a_real_backbone_planned_on_miniworld_says_which_context_and_how_to_plan
     first = capsys.readouterr().out.splitlines()[0]
     assert "(the longest context of data=miniworld (" in first and ", 12.0 s)" in first
     assert "MiniWorld's length, not the paper's: data=cmbench plans its 60 s contexts" in first
+
+
+def test_a_host_store_too_large_for_the_host_names_the_device_plan_without_offloads(capsys):
+    """WorldKV's host store on a one-minute context needs more host memory than this host has, while the
+    device would hold the run with no offload at all: the fix says so in words, not with an empty list."""
+    assert main(["plan", "backbone=lingbot_world_v2_14b", "method=worldkv", "backbone.memory.context_seconds=60",
+                 "backbone.memory.host_gib=64", "backbone.memory.device_gib=139"]) == 1
+    printed = capsys.readouterr()
+    assert "Fix: it fits the device with no offload given 184.5 GiB of host memory" in printed.out + printed.err

@@ -276,7 +276,7 @@ def refusal(plan: MemoryPlan) -> str:
     on_device = [p for p in (build_plan(s, o) for o in OFFLOAD_SETS) if p.peak + plan.reserve <= (plan.device_bytes or 0)]
     if on_device:  # the device would do; the host is short
         best = min(on_device, key=lambda p: p.host_need)
-        fix = (f"it fits the device with {'; '.join(OFFLOAD_NAMES[o] for o in best.offloads)} given "
+        fix = (f"it fits the device with {'; '.join(OFFLOAD_NAMES[o] for o in best.offloads) or 'no offload'} given "
                f"{best.host_need / GIB:.1f} GiB of host memory: run where the host has it (or set "
                f"backbone.memory.host_gib if this one does)")
     else:
