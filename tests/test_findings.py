@@ -98,6 +98,8 @@ def test_every_finding_has_a_row_and_absent_outputs_say_not_run(tmp_path):
     assert [f.number for f in findings] == [1, 2, 3, 4, 5, 6, 7]
     assert [f.status for f in findings] == [NOT_RUN, NOT_RUN, NOT_RUN, HOLDS, NOT_RUN, NOT_RUN, NOT_RUN]
     assert findings[3].command == "python -m cmbench run -m experiment=paper_rope limit=2"
+    gate = findings[5].command.split("; ")  # the overrides go with each run, not after the leaderboard
+    assert [c.endswith("limit=2") for c in gate] == [True, True, False] and "{o}" not in findings[5].command
     text = markdown(findings, title="T", preamble="p")
     assert text.count("\n| ") == 1 + 7 and "**not run**" in text and "| 4 | RoPE re-index ablation |" in text
     assert UNTESTABLE not in text

@@ -290,11 +290,13 @@ FINDINGS = (
     (selection_finding, "selection", "python -m cmbench run -m experiment=paper_selection"),
     (rope_finding, "rope", "python -m cmbench run -m experiment=paper_rope"),
     (short_context_finding, "short", "python -m cmbench run -m experiment=paper_short_context"),
-    (gate_finding, "gate", "python -m cmbench run experiment=paper_backbone_gate method=fullkv; ... method=streaming "
-                           "method.recent_chunks=0 label=sink_only; python -m cmbench leaderboard"),
+    (gate_finding, "gate", "python -m cmbench run experiment=paper_backbone_gate method=fullkv{o}; python -m cmbench run "
+                           "experiment=paper_backbone_gate method=streaming method.recent_chunks=0 label=sink_only{o}; "
+                           "python -m cmbench leaderboard"),
     (quality_finding, "quality", "python -m cmbench curves experiment=paper_quality_memory"),
 )
-"""Each finding's reader, its folder under ``<out>`` and its command."""
+"""Each finding's reader, its folder under ``<out>`` and its command (the overrides it ran with go where
+``{o}`` stands, else at the end)."""
 
 
 def collect(out: Path, setup: str = "", extra_for: dict[int, str] | None = None) -> list[Finding]:
@@ -304,11 +306,12 @@ def collect(out: Path, setup: str = "", extra_for: dict[int, str] | None = None)
     for number, (read, folder, command) in enumerate(FINDINGS, start=1):
         overrides = " ".join(o for o in (setup, (extra_for or {}).get(number, "")) if o.strip())
         tail = f" {overrides}" if overrides else ""
+        command = command.replace("{o}", tail) if "{o}" in command else command + tail
         try:
-            rows.append(read(out / folder, command + tail))
+            rows.append(read(out / folder, command))
         except ReportError as err:  # e.g. a run still being written: the row says so, the table is still written
             rows.append(Finding(number, read.__name__.removesuffix("_finding").replace("_", " "), "—", "—",
-                                command + tail, NOT_RUN, f"its outputs could not be read: {err}"))
+                                command, NOT_RUN, f"its outputs could not be read: {err}"))
     return rows
 
 
