@@ -205,3 +205,26 @@ def test_a_split_run_plans_one_rank_before_loading(monkeypatch):
     with pytest.raises(ConfigError, match="parallel.sequence=3 does not divide the model's 40 attention heads"):
         plan(3)
     assert len(loaded) == 2
+
+
+@pytest.mark.parametrize("rank, writes", [(0, True), (1, False), (2, True), (3, False)])
+def test_only_a_groups_writer_ends_a_sweep_with_the_leaderboard(monkeypatch, rank, writes):
+    """Under torchrun a ``-m`` sweep's board is written by the ranks that wrote runs (each group's rank 0),
+    never by a follower, which wrote nothing."""
+    from omegaconf import OmegaConf
+
+    import cmbench.cli.leaderboard as board
+    from cmbench.cli import run
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", str(rank))
+    calls = []
+    monkeypatch.setattr(run, "resolve_target_pr", lambda cfg, verbose=False: calls.append("resolve") or 1 / 0)
+    monkeypatch.setattr(board, "write_leaderboard", lambda *a, **k: calls.append("board"))
+    config = OmegaConf.create({"parallel": {"sequence": 2}})
+    if writes:
+        with pytest.raises(ZeroDivisionError):  # went on to resolve the sweep's runs for the board
+            run.after_sweep([config])
+        assert calls == ["resolve"]
+    else:
+        assert run.after_sweep([config]) == 0 and calls == []

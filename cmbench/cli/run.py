@@ -16,9 +16,10 @@ import sys
 from omegaconf import DictConfig
 
 from cmbench.calibration.target_pr import resolve_target_pr
+from cmbench.config_paths import to_dict
 from cmbench.runs.experiment import ExperimentResult, run_experiment
 from cmbench.runs.identity import changed_parts, describe_changes
-from cmbench.spec import resolve_run
+from cmbench.spec import parallel_spec, resolve_run
 
 
 def _ids(task_ids: list[str], most: int = 10) -> str:
@@ -65,7 +66,11 @@ def after_sweep(configs: list[DictConfig]) -> int:
     sweep ran (a run directory may hold more from earlier runs); the seeds of one setup, ``-m
     seed=2,3,4``, are one row."""
     from cmbench.cli.leaderboard import selected_task_ids, write_leaderboard
+    from cmbench.runs.ranks import launch_of
 
+    launch = launch_of(parallel_spec({"parallel": to_dict(configs[-1].get("parallel") or {})}))
+    if launch is not None and not launch.writer:  # a follower of a split model wrote no run: no board either
+        return 0
     # calibrations are cached by the jobs, so resolving each target again measures nothing
     specs = [resolve_run(t.cfg, t.record_fields()) for t in (resolve_target_pr(c, verbose=False) for c in configs)]
     return write_leaderboard(configs[-1], runs=list(dict.fromkeys(s.run_dir for s in specs)),

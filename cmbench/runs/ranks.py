@@ -46,6 +46,11 @@ class Launch:
     def group_index(self) -> int:
         return self.rank // self.sequence
 
+    @property
+    def writer(self) -> bool:
+        """Whether this rank writes its group's results (the group's rank 0)."""
+        return self.rank % self.sequence == 0
+
 
 def launch_of(parallel: ParallelSpec) -> Launch | None:
     """torchrun's ranks when the model is split (``None``: one process per model). The run spec has already
