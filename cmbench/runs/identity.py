@@ -67,7 +67,8 @@ HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "calibrati
                 "registry.py", "shipped.py",
                 "report",
                 "runs/__init__.py", "runs/atomic.py", "runs/experiment.py", "runs/identity.py", "runs/labels.py",
-                "runs/paths.py", "runs/progress.py", "runs/records.py", "runs/runner.py", "runs/score_videos.py",
+                "runs/paths.py", "runs/progress.py", "runs/ranks.py", "runs/records.py", "runs/runner.py",
+                "runs/score_videos.py",
                 "runs/summary.py")
 """The rest of the package: it selects, runs, stores and reports, and never changes a number.
 (``calibration`` writes method configs and head maps; those are hashed as config and backbone files.)"""
