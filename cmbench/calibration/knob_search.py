@@ -57,6 +57,16 @@ class SearchResult:
         return self.pr - self.target_pr
 
 
+def search_position(knob: Knob, value: float) -> float:
+    """``value``'s position on the knob's search scale (log for thresholds and counts that span decades)."""
+    return math.log(max(value, knob.low if knob.low > 0 else 1.0)) if knob.log else value
+
+
+def search_value(knob: Knob, position: float) -> float:
+    """The knob value at a position of its search scale (:func:`search_position`, inverted)."""
+    return math.exp(position) if knob.log else position
+
+
 def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float], tolerance: float = 0.002,
                 max_evaluations: int = 14, known: Mapping[float, float] | None = None,
                 start: float | None = None, guess: Callable[[], float | None] | None = None) -> SearchResult:
@@ -110,12 +120,11 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
             seen[value] = float(measure(value))
             log.append((value, seen[value]))
 
-    # position on the search scale, and back (log scale: thresholds and counts that span decades)
     def x(value: float) -> float:
-        return math.log(max(value, knob.low if knob.low > 0 else 1.0)) if knob.log else value
+        return search_position(knob, value)
 
     def value_at(position: float) -> float:
-        return math.exp(position) if knob.log else position
+        return search_value(knob, position)
 
     def logit(pr: float) -> float:
         pr = min(max(pr, 1e-4), 1 - 1e-4)

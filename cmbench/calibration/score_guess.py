@@ -16,12 +16,12 @@ what later chunks can predict), so the guess aims a probe; the measurement decid
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from cmbench.calibration.knob_search import search_position, search_value
 from cmbench.methods.base import Method
 from cmbench.methods.knobs import Knob
 
@@ -87,12 +87,11 @@ class ScoreGuess:
         return self._solve(scores, wanted)
 
     def _solve(self, scores: torch.Tensor, wanted: float) -> float | None:
-        """The knob value whose pruned share of ``scores`` is ``wanted`` (bisection on the search scale:
-        log for a log knob); None when the range's ends do not bracket it."""
+        """The knob value whose pruned share of ``scores`` is ``wanted`` (bisection on the knob search's scale,
+        :func:`~cmbench.calibration.knob_search.search_position`); None when the range's ends do not bracket it."""
         knob = self.knob
-        scale = (lambda v: math.log(v)) if knob.log and knob.low > 0 else (lambda v: v)
-        unscale = math.exp if knob.log and knob.low > 0 else (lambda v: v)
-        lo, hi = scale(knob.low), scale(knob.high)
+        lo, hi = search_position(knob, knob.low), search_position(knob, knob.high)
+        unscale = lambda position: search_value(knob, position)  # noqa: E731
         at_lo, at_hi = self.pruned_share(unscale(lo), scores), self.pruned_share(unscale(hi), scores)
         if not min(at_lo, at_hi) <= wanted <= max(at_lo, at_hi):
             return None
