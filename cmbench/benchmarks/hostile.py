@@ -76,9 +76,10 @@ class Result:
 def traceback_in(outcome: Outcome) -> str | None:
     """The exception line of a Python traceback in the command's output, if there is one."""
     for stream in (outcome.stderr, outcome.stdout):
-        if "Traceback (most recent call last)" in stream:
-            lines = [line for line in stream.splitlines() if line.strip()]
-            return lines[-1].strip() if lines else "Traceback"
+        head, found, rest = stream.partition("Traceback (most recent call last)")
+        if found:
+            raised = [line for line in rest.splitlines()[1:] if line.strip() and not line[0].isspace()]
+            return raised[0].strip() if raised else "Traceback"
     return None
 
 
@@ -218,7 +219,10 @@ class Workspace:
 
 
 def wait_measured(proc: subprocess.Popen, timeout: float) -> tuple[int, int]:
-    """Wait for ``proc`` (killing it after ``timeout`` seconds): its exit status and peak resident bytes."""
+    """Wait for ``proc`` (killing it after ``timeout`` seconds): its exit status and peak resident bytes.
+
+    The peak is an upper bound: Linux counts the caller's resident size at the fork in the child's peak.
+    """
     deadline = time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
