@@ -157,7 +157,7 @@ def config_path_backbone_target_os_system(ws: Workspace, folder: Path) -> None:
     done = ws.cmbench("run", "backbone=evil", "limit=1", f"out_dir={folder / 'runs'}", *ws.suite_overrides,
                       env=ws.env(CMBENCH_CONFIG_PATH=str(configs)))
     absent(marker, "os.system ran")
-    refused(done, "os.system")
+    refused(done, "'os.system' is not a Backbone")
 
 
 def config_path_method_target_os_system(ws: Workspace, folder: Path) -> None:
@@ -166,7 +166,7 @@ def config_path_method_target_os_system(ws: Workspace, folder: Path) -> None:
     done = ws.cmbench("run", "method=evil", "limit=1", f"out_dir={folder / 'runs'}", *ws.suite_overrides,
                       env=ws.env(CMBENCH_CONFIG_PATH=str(configs)))
     absent(marker, "os.system ran")
-    refused(done, "os.system")
+    refused(done, "'os.system' is not a subclass")
 
 
 # ---------------------------------------------------------------- files outside the output folder
@@ -193,7 +193,7 @@ def score_over_a_finished_run_folder(ws: Workspace, folder: Path) -> None:
     run = copy_run(ws, folder)
     before = snapshot(run)
     done = score(ws, run / "videos", run)
-    refused(done, f"out={run}")
+    refused(done, f"out={run}", "holds the records of a run")
     unchanged(run, before, "the run folder score was pointed at")
 
 
@@ -275,28 +275,28 @@ def killed(proc: subprocess.Popen) -> None:
         raise ProbeFailed(f"the command ended (status {proc.returncode}) before it was killed: nothing was tested")
 
 
-def board_with_curves(ws: Workspace, folder: Path, curves: bytes, name: str) -> None:
-    path = folder / name
+def board_with_curves(ws: Workspace, folder: Path, curves: bytes, reason: str) -> None:
+    path = folder / "curves.csv"
     path.write_bytes(curves)
     done = leaderboard(ws, [base_run(ws)], folder / "board", f"leaderboard.curves={path}")
-    refused(done, str(path))
+    refused(done, str(path), reason)
 
 
 def empty_curves_file(ws: Workspace, folder: Path) -> None:
-    board_with_curves(ws, folder, b"", "curves.csv")
+    board_with_curves(ws, folder, b"", "empty")
 
 
 def torn_curves_file(ws: Workspace, folder: Path) -> None:
     whole = (REPO / "results" / "miniworld" / "curves.csv").read_bytes()
     cut = whole.index(b"\n", len(whole) // 2) - 20  # inside a row: the rest never reached the disk
-    board_with_curves(ws, folder, whole[:cut], "curves.csv")
+    board_with_curves(ws, folder, whole[:cut], "torn")
 
 
 def report_with_a_torn_curves_file(ws: Workspace, folder: Path) -> None:
     whole = (REPO / "results" / "miniworld" / "curves.csv").read_bytes()
     torn = folder / "curves.csv"
     torn.write_bytes(whole[: whole.index(b"\n", len(whole) // 2) - 20])
-    refused(report(ws, [base_run(ws)], folder / "report", f"leaderboard.curves={torn}"), str(torn))
+    refused(report(ws, [base_run(ws)], folder / "report", f"leaderboard.curves={torn}"), str(torn), "torn")
 
 
 def killed_report_keeps_the_previous_page(ws: Workspace, folder: Path) -> None:
@@ -376,12 +376,13 @@ def sweep_board_covers_the_sweeps_tasks(ws: Workspace, folder: Path) -> None:
 
 
 def bad_knob(key: str, value: str, method: str = "streaming", names: tuple[str, ...] = ()):
-    """A probe: ``run key=value`` is refused in one line naming the key (or ``names``) and leaves no run."""
+    """A probe: ``run key=value`` is refused in one line naming it (or ``names``) and what is expected, and
+    leaves no run."""
 
     def attack(ws: Workspace, folder: Path) -> None:
         out = folder / "runs"
         done = ws.cmbench("run", f"method={method}", f"{key}={value}", "limit=1", f"out_dir={out}", *ws.suite_overrides)
-        refused(done, *(names or (key,)))
+        refused(done, *(names or (f"{key}={value}",)), "expected")
         if out.exists() and any(out.rglob("records*.jsonl")):
             raise ProbeFailed(f"{key}={value} left a run behind")
 
@@ -620,7 +621,7 @@ PROBES = [
     Probe("knob-nan-reindex-virtual-length", bad_knob("generation.reindex_virtual_length", "nan")),
     Probe("knob-negative-reindex-recent", bad_knob("generation.reindex_recent", "-1")),
     Probe("knob-zero-reindex-virtual-length", bad_knob("generation.reindex_virtual_length", "0")),
-    Probe("knob-inf-scorer-threshold", bad_knob("scorer.detection_threshold", "inf")),
+    Probe("knob-inf-scorer-threshold", bad_knob("scorer.detector.score_threshold", "inf")),
     Probe("knob-zero-data-fps", bad_knob("data.fps", "0")),
     Probe("knob-text-keep-counts", bad_knob("method.keep_counts", "abc", method="random",
                                                   names=("keep_counts='abc'",))),
