@@ -4,6 +4,7 @@
     python scripts/hostile_probes.py --only validate   # the probes whose name contains "validate"
     python scripts/hostile_probes.py --list            # the probes' names
     python scripts/hostile_probes.py --keep            # keep the temporary folder to look at
+    python scripts/hostile_probes.py --jobs 2 --markdown results/hostile_probes.md   # the committed record
 
 Builds its inputs in a fresh temporary folder (a small MiniWorld suite and one real run on it, copied
 for every probe that needs a run folder), runs each probe's ``python -m cmbench ...`` as a subprocess
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from cmbench.benchmarks.hostile import run_probes, select, summary_line
+from cmbench.benchmarks.hostile import REPO, markdown, run_probes, select, summary_line
 from cmbench.benchmarks.hostile_probes import PROBES, new_workspace
 
 
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     parser.add_argument("--list", action="store_true", help="print the probes' names and exit")
     parser.add_argument("--jobs", type=int, default=1, help="probes run at once (each is a subprocess)")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the results page here")
     args = parser.parse_args(argv)
     probes = select(PROBES, args.only)
     if args.list:
@@ -49,7 +52,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"{summary_line(results)} in {time.monotonic() - start:.0f} s")
+    seconds = time.monotonic() - start
+    print(f"{summary_line(results)} in {seconds:.0f} s")
+    if args.markdown is not None:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True).stdout.strip()
+        command = "python scripts/hostile_probes.py " + " ".join(a for a in sys.argv[1:])
+        args.markdown.write_text(markdown(results, command.strip(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                          commit.stdout.strip() + (" with uncommitted changes" if dirty else ""), seconds))
     return 1 if any(r.failure is not None for r in results) else 0
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cmbench.benchmarks.hostile import (Outcome, Probe, ProbeFailed, Workspace, absent, refused, run_probes, select,
-                                        snapshot, succeeded, summary_line, unchanged)
+from cmbench.benchmarks.hostile import (Outcome, Probe, ProbeFailed, Workspace, absent, markdown, refused, run_probes,
+                                        select, snapshot, succeeded, summary_line, unchanged)
 from cmbench.benchmarks.hostile_probes import PROBES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +88,9 @@ def test_a_violated_expectation_is_reported_failed_and_a_broken_probe_never_pass
     assert seen == results and summary_line(results) == "3 probes: 1 held, 2 failed"
     assert [r.line for r in run_probes(probes, ws, jobs=2)] == [r.line for r in results]
     assert [p.name for p in select(probes, ["pay", "hol"])] == ["holds", "payload-runs"]
+    page = markdown(results, "python scripts/hostile_probes.py", "2026-12-01 23:00 UTC", "abc1234", 12.0)
+    assert "- commit: abc1234\n" in page and "**3 probes: 1 held, 2 failed in 12 s**" in page
+    assert "\npayload-runs: FAILED: report imported the run folder's adapter: PAYLOAD_RAN exists (0 s)\n" in page
 
 
 def test_a_read_only_folder_refuses_writes_for_the_command_only(tmp_path):

@@ -311,3 +311,13 @@ def summary_line(results: Sequence[Result]) -> str:
 def one_line(text: str) -> str:
     """``text`` on one line (a failure reason may quote output)."""
     return re.sub(r"\s*\n\s*", " | ", text.strip())
+
+
+def markdown(results: Sequence[Result], command: str, date: str, commit: str, seconds: float) -> str:
+    """The results page of a pass: its command, date, commit, counts and one line per probe."""
+    lines = "\n".join(f"{r.line} ({r.seconds:.0f} s)" for r in results)
+    return (f"# The hostile pass: last full run\n\n```\n{command}\n```\n\n- date: {date}\n- commit: {commit}\n"
+            f"- result: **{summary_line(results)} in {seconds:.0f} s**\n\n"
+            f"What each probe attacks and checks: [docs/testing.md](../docs/testing.md#the-hostile-pass). Times are "
+            f"wall-clock seconds per probe (the first ones include building the shared suite and run).\n\n"
+            f"```\n{lines}\n```\n")
