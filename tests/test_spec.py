@@ -78,7 +78,8 @@ def test_a_bad_knob_of_any_group_is_one_line_before_anything_loads(tmp_path, cap
 
 def test_a_malformed_method_knob_is_one_line(tmp_path, capsys, nothing_loads):
     err = refused(tmp_path, capsys, "method=random", "method.keep_counts=abc")
-    assert err.startswith("cmbench: error: method 'random': ")
+    assert err == ("cmbench: error: method 'random': keep_counts='abc': expected a mapping of chunk index to "
+                   "tokens kept, e.g. {4: 10}")
 
 
 def test_a_backbone_target_is_checked_before_it_is_called(tmp_path):

@@ -46,7 +46,11 @@ class RandomTokens(DeCoPrune):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.keep_counts is not None:
-            self.keep_counts = {int(k): int(v) for k, v in dict(self.keep_counts).items()}
+            try:
+                self.keep_counts = {int(k): int(v) for k, v in dict(self.keep_counts).items()}
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"keep_counts={self.keep_counts!r}: expected a mapping of chunk index to tokens "
+                                 f"kept, e.g. {{4: 10}}") from err
 
     def needs(self) -> Needs:
         """DeCoPrune's probe, unless the counts are given or quota mode draws them (no scores then)."""
