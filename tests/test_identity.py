@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import sys
 import textwrap
+from dataclasses import dataclass, field
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,6 +15,7 @@ from omegaconf import OmegaConf
 from cmbench.api import compose_config
 from cmbench.config_paths import CONFIG_DIR, PACKAGE_ROOT
 from cmbench.errors import ConfigError
+from cmbench.methods import Method
 from cmbench.methods.decoprune import DeCoPrune
 from cmbench.runs import identity
 from cmbench.spec import resolve_run, run_dir_for
@@ -190,3 +192,38 @@ def test_a_label_lists_the_changed_knobs_in_the_class_field_order_not_alphabetic
     assert fields.index("probe_step") < fields.index("score") < fields.index("post_prune")
     cfg = compose_config("decoprune", ["method.post_prune=true", "method.score=chunk_normalised", "method.probe_step=1"])
     assert run_label(cfg) == "decoprune@probe_step=1,score=chunk_normalised,post_prune=true"
+
+
+
+@dataclass
+class Layered(Method):
+    """An external method (built by ``_target_``, not registered) with a derived field before knobs whose
+    defaults are a tuple, a list from a factory and a mapping."""
+
+    name = "layered"
+    tokens: int = field(init=False, default=0)
+    shape: tuple[int, ...] = (2, 3)
+    layers: list[int] = field(default_factory=lambda: [0, 1])
+    table: dict[str, int] = field(default_factory=lambda: {"b": 1, "a": 2})
+
+
+def test_an_external_methods_label_compares_knobs_with_its_own_class_defaults():
+    """The defaults come from the ``_target_`` class (its name is registered nowhere), past a derived field and
+    from default factories; a yaml list equals a tuple default; ``_target_`` itself is no knob."""
+    cfg = {"_target_": "test_identity.Layered", "name": "layered"}
+    assert auto_label({**cfg, "shape": [2, 3], "layers": [0, 1], "table": {"a": 2, "b": 1}}) == "layered"
+    assert auto_label({**cfg, "recent_chunks": 1, "layers": [0, 2], "shape": [2, 4]}) == \
+        "layered@shape=[2,4],layers=[0,2]"
+    assert auto_label({**cfg, "table": {"b": 1, "a": 3}}) == 'layered@table={"a":3,"b":1}'
+
+
+def test_a_label_spells_mapping_knobs_the_same_whatever_their_order_or_source():
+    """Keys sorted, no spaces: the same counts read from a composed config or given as a dict in another
+    order make the same label."""
+    composed = run_label(compose_config("random", ["method.keep_counts={8:1,4:10}"]))
+    assert composed == auto_label({"name": "random", "keep_counts": {"4": 10, "8": 1}}) == \
+        'random@keep_counts={"4":10,"8":1}'
+
+
+def test_a_knob_the_method_does_not_have_is_labelled_last_and_left_to_the_method_to_refuse():
+    assert auto_label({"name": "decoprune", "gama": 0.2, "gamma": 0.3}) == "decoprune@gamma=0.3,gama=0.2"

@@ -123,6 +123,18 @@ def test_the_middle_of_a_bracket_by_hand():
     assert log_count.middle(1, 2) == 1.0
 
 
+
+def test_an_integer_knob_with_fractional_bounds_bisects_between_the_whole_values_inside():
+    """Fractional bounds closer than 2 can still hold whole values: the middle is one of them, and the search's
+    first probe lies inside the knob's range (not ``low`` rounded down out of it)."""
+    narrow = Knob("k", 0.4, 1.6, increasing=False, integer=True)
+    assert narrow.middle(0.4, 1.6) == 1.0  # the only whole value inside
+    assert Knob("k", 0.5, 2.5, integer=True).middle(0.5, 2.5) == 1.0  # 1 and 2 inside, the mean 1.5 floored
+    assert Knob("k", 0.5, 2.5, integer=True).middle(1.2, 1.8) == 1.2  # no whole value inside: a
+    seen = []
+    assert search_knob(narrow, 0.5, lambda k: seen.append(k) or 0.5).value == 1.0
+    assert seen == [1.0]
+
 def test_knob_ranges_and_targets_are_checked_with_the_reason():
     with pytest.raises(ConfigError, match=r"^knob k: low \(3\) must be below high \(3\)$"):
         Knob("k", 3, 3)

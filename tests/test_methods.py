@@ -19,7 +19,7 @@ from cmbench.cache import ChunkInfo, KVCache
 from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import build_method
-from cmbench.methods.base import ChunkSignals
+from cmbench.methods.base import ChunkSignals, Needs
 from cmbench.methods.forcingkv import patch_bounds
 from cmbench.methods.head_map import HeadMap
 from cmbench.methods.tempdiff import block_index
@@ -501,6 +501,46 @@ def test_random_draws_depend_on_the_run_seed_as_well_as_the_seed_knob():
     assert first == again != other
     assert len(first) == len(other)  # the count is DeCoPrune's either way
 
+
+
+def test_random_draws_each_chunk_afresh_and_the_draw_is_pinned():
+    """The draw is seeded by the chunk too (else every chunk with the same count keeps the same in-chunk
+    positions), and is the same in every version: published random-control numbers depend on it."""
+    cache = run(build_method({"name": "random", "keep_counts": dict.fromkeys(range(1, 6), 4)}))[1].cache
+    positions = {c: tuple(g - 8 * c for g in survivors(cache) if 8 * c <= g < 8 * c + 8) for c in (1, 2, 3)}
+    assert all(len(p) == 4 for p in positions.values()) and len(set(positions.values())) == 3
+    assert positions == PINNED_RANDOM_POSITIONS
+
+
+PINNED_RANDOM_POSITIONS = {1: (3, 4, 6, 7), 2: (1, 4, 5, 7), 3: (0, 1, 3, 7)}  # seed knob 0, run(seed=0)
+
+
+def test_random_budget_mode_keeps_random_tokens_too():
+    """With a quota the budget keeps the highest random priorities: another seed keeps other tokens,
+    as many."""
+    first = survivors(run(build_method({"name": "random", "quota_pr": 0.3}), seed=0)[1].cache)
+    other = survivors(run(build_method({"name": "random", "quota_pr": 0.3}), seed=3)[1].cache)
+    assert len(first) == len(other) and first != other
+
+
+def test_random_runs_no_probe_when_the_counts_do_not_come_from_scores():
+    decoprune_needs = build_method({"name": "decoprune"}).needs()
+    assert decoprune_needs != Needs() and build_method({"name": "random"}).needs() == decoprune_needs
+    assert build_method({"name": "random", "keep_counts": {1: 1}}).needs() == Needs()
+    assert build_method({"name": "random", "quota_pr": 0.5}).needs() == Needs()
+
+
+def test_random_counts_follow_decoprunes_options_and_keep_counts_are_range_checked():
+    """DeCoPrune's mask options (``context_only``) set random's counts too; a chunk may be kept whole or
+    dropped, not more."""
+    assert run(build_method({"name": "random", "context_only": True}))[1].kept_tokens == \
+        run(build_method({"name": "decoprune", "context_only": True}))[1].kept_tokens == \
+        {0: 8, 1: 6, 2: 5, 3: 8, 4: 8, 5: 8}
+    whole = run(build_method({"name": "random", "keep_counts": {1: 8, 2: 0, 3: 8, 4: 1, 5: 1}}))[1]
+    assert [whole.kept_tokens[c] for c in (1, 2, 3)] == [8, 0, 8]
+    for count in (9, -1):
+        with pytest.raises(ConfigError, match=rf"^random: keep_counts\[1\] = {count} is outside 0\.\.8$"):
+            run(build_method({"name": "random", "keep_counts": {1: count, 2: 1, 3: 1, 4: 1, 5: 1}}))
 
 def test_decoprune_context_only_keeps_the_continuation_dense():
     _, cont = run(build_method({"name": "decoprune", "context_only": True}))

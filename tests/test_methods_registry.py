@@ -3,7 +3,7 @@ class is the only source of a method's defaults and documentation."""
 
 import dataclasses
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_class, method_names
 from cmbench.methods.catalog import MARKERS, markdown_table
-from cmbench.methods.knobs import knob_minimums
+from cmbench.methods.knobs import check_knobs, knob_minimums
 from cmbench.methods.registry import canonical_method_config, full_method_config
 from fakes import AttentionBackbone, fake_geometry
 
@@ -176,3 +176,48 @@ def test_booleans_are_not_numbers_for_any_knob():
     assert checked >= 20
     assert build_method({"name": "decoprune", "post_prune": True}).post_prune is True
     assert build_method({"name": "decoprune", "gamma": 1}).gamma == 1  # an integer is a number
+
+
+@dataclass
+class ShapedPlugin(Method):
+    """An external method with knobs check_knobs leaves to it (a two-type union, an optional list) and a field it
+    derives from its knobs after they are checked."""
+
+    name = "shaped_plugin"
+    shape: int | str = "auto"
+    layers: list[int] | None = None
+    tokens: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.tokens = 16 * (self.recent_chunks + self.sink_chunks)
+
+
+def test_knobs_of_other_types_and_derived_fields_are_left_to_the_method():
+    """Only scalar knobs (``int``, ``float``, ``bool``, ``str``, each optionally ``| None``) are type-checked; a
+    union of two types, a list, and a field the method derives (``init=False``, set after the check) are not."""
+    built = ShapedPlugin(shape="auto", layers=[0, 2])
+    assert (built.shape, built.layers, built.tokens) == ("auto", [0, 2], 32)
+    assert ShapedPlugin(shape=3).shape == 3
+    with pytest.raises(ConfigError, match=r"^method shaped_plugin: recent_chunks must be a whole number >= 0, got -1$"):
+        ShapedPlugin(recent_chunks=-1)
+
+
+def test_knob_errors_name_the_class_when_it_has_no_name():
+    """check_knobs takes any dataclass: one without a ``name`` (or with an empty one, like an unregistered Method
+    subclass) is named by its class."""
+
+    @dataclass
+    class Settings:
+        steps: int = 1
+
+    with pytest.raises(ConfigError, match=r"^method test_knob_errors_name_the_class_when_it_has_no_name\.<locals>"
+                                          r"\.Settings: steps must be a whole number, got 2\.5$"):
+        check_knobs(Settings(steps=2.5))
+
+    @dataclass
+    class Unnamed(Method):
+        stride: int = 2
+
+    with pytest.raises(ConfigError, match=r"\.Unnamed: stride must be a whole number, got 'x'$"):
+        Unnamed(stride="x")

@@ -53,10 +53,12 @@ class Knob:
 
     def middle(self, a: float, b: float) -> float:
         """The value between ``a < b`` to evaluate next (integer knobs: a whole value strictly inside,
-        or ``a`` when none is left)."""
+        or ``a`` when none is left; the bounds need not be whole)."""
         mid = math.sqrt(a * b) if self.log else (a + b) / 2
         if self.integer:
-            return float(min(max(math.floor(mid), a + 1), b - 1)) if b - a >= 2 else float(a)
+            first, last = math.floor(a) + 1, math.ceil(b) - 1  # the whole values strictly inside (a, b)
+            # mid < b, so floor(mid) <= last: only the lower end can bind
+            return float(max(math.floor(mid), first)) if first <= last else float(a)
         return mid
 
 
