@@ -196,7 +196,7 @@ def test_readers_return_the_lossless_context_and_ground_truth(full_suite):
     task = next(t for t in tasks if t.task_id == "real_003_revisit_01")
     ext = task.extra["miniworld"]
     frames, cams = load_context(task)
-    scene = scene_from_seed(ext["scene_seed"], "real", ext["panorama_width"])
+    scene = scene_from_seed(ext["scene_seed"], "real", ext["panorama_width"], ext["dynamic"])
     assert np.array_equal(cams, ext["context_camera_x"]) and np.array_equal(frames, render_video(scene, cams))
     truth = load_ground_truth(task)
     assert int(truth["first_frame"]) == 192 and truth["frames"].shape == (16, 32, 32, 3)
