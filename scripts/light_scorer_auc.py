@@ -8,6 +8,7 @@ alone on ground-truth masks. ``--blur`` adds AUCs on Gaussian-blurred test frame
 softer frames a generator produces. Exit status 1 when the overall AUC is below ``--min-auc``.
 
     python scripts/light_scorer_auc.py                      # the light scorer, 25 scenes per source
+    python scripts/light_scorer_auc.py --world static       # on the static world's scenes
     python scripts/light_scorer_auc.py --blur 0.7 1.0 --json auc.json
 """
 
@@ -57,13 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=str(CONFIG_DIR / "scorer" / "light.yaml"), help="scorer config yaml")
     parser.add_argument("--scenes", type=int, default=25, help="scenes per source (8 objects, 16 pairs each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--world", choices=("dynamic", "static"), default="dynamic",
+                        help="MiniWorld scenes: the default dynamic world or the static one")
     parser.add_argument("--blur", type=float, nargs="*", default=[], help="Gaussian sigmas (px) for extra blurred runs")
     parser.add_argument("--min-auc", type=float, default=0.95, help="exit 1 when the overall AUC is below this")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
 
     scorer = build_scorer(OmegaConf.load(args.config), cache_dir="")  # no feature cache: every pair is fresh
-    pairs = build_pairs(args.scenes, seed=args.seed)
+    pairs = build_pairs(args.scenes, seed=args.seed, dynamic=args.world == "dynamic")
     start = time.perf_counter()
     runs = {"clean": evaluate(scorer, pairs)}
     seconds_per_pair = (time.perf_counter() - start) / len(pairs)
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         blurred = [dataclasses.replace(p, frame=cv2.GaussianBlur(p.frame, (0, 0), sigma)) for p in pairs]
         runs[f"blur_{sigma:g}"] = evaluate(scorer, blurred)
 
-    print(f"scorer {scorer.name} ({scorer.config_hash}), {args.scenes} scenes per source, seed {args.seed}")
+    print(f"scorer {scorer.name} ({scorer.config_hash}), {args.scenes} {args.world} scenes per source, seed {args.seed}")
     columns = ("frames", "source", "pairs", "AUC", "AUC(GT masks)", "det same", "det twin", "score same", "score twin")
     print("{:<10} {:<10} {:>5} {:>7} {:>14} {:>9} {:>9} {:>11} {:>11}".format(*columns))
     for run, table in runs.items():
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         results = {
             "config": args.config, "scorer": scorer.name, "scorer_config_hash": scorer.config_hash,
-            "scenes_per_source": args.scenes, "seed": args.seed, "seconds_per_pair_clean": seconds_per_pair,
+            "scenes_per_source": args.scenes, "world": args.world, "seed": args.seed, "seconds_per_pair_clean": seconds_per_pair,
             "runs": runs,
         }
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

@@ -39,7 +39,7 @@ both() {  # two lanes in parallel; fail if either fails
 
 $PY -m cmbench prepare data=miniworld  # once, before the lanes (lanes building it at once would be safe too: one waits)
 
-head_map=cmbench/backbones/weights/tiny_miniworld_head_map.json
+head_map=cmbench/backbones/weights/tiny_miniworld_dynamic_head_map.json
 if [ ! -f "$head_map" ]; then  # calibrated on a held-out world (world_seed 1), never on the test contexts
   $PY -m cmbench prepare data=miniworld data.root=data/miniworld_calibration data.world_seed=1 data.check_counts=false
   $PY scripts/build_head_map.py --out "$head_map" --contexts 15 data.root=data/miniworld_calibration data.world_seed=1

@@ -20,7 +20,7 @@ What makes the model use its memory (docs/tiny_model.md):
 Outputs: the weights (safetensors + config JSON), ``<log-dir>/loss.csv`` (every step),
 ``<log-dir>/eval.csv`` (memory validation), ``<log-dir>/checkpoint.pt`` (resumable).
 
-The defaults are the recipe of the committed weights (1300 steps of a 2400-step cosine schedule,
+The defaults are the recipe of the committed static-world weights (1300 steps of a 2400-step cosine schedule,
 batch 3, seed 0; 56.9 minutes of wall time and 51.2 CPU minutes with one thread on the shared 2-core
 build machine); stop earlier with ``--max-minutes`` (wall) or ``--max-cpu-minutes`` (process CPU
 time). Example::
@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cmbench.backbones.tiny import DEFAULT_WEIGHTS, TinyConfig, TinyWorldModel, default_config  # noqa: E402
+from cmbench.backbones.tiny import STATIC_WEIGHTS, TinyConfig, TinyWorldModel, default_config  # noqa: E402
 from cmbench.backbones.tiny_training import (  # noqa: E402
     DataRecipe,
     learning_rate,
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=300)
     ap.add_argument("--eval-cases", type=int, default=8)
     ap.add_argument("--checkpoint-every", type=int, default=50)
-    ap.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS, help="weights .safetensors (config .json beside)")
+    ap.add_argument("--out", type=Path, default=STATIC_WEIGHTS, help="weights .safetensors (config .json beside)")
     ap.add_argument("--log-dir", type=Path, default=Path("runs/tiny_train"))
     ap.add_argument("--resume", action="store_true", help="continue from <log-dir>/checkpoint.pt")
     ap.add_argument("--init-weights", type=Path, default=None,

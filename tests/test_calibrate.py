@@ -128,6 +128,31 @@ def test_an_integer_knob_lands_on_the_nearest_achievable_pr_and_says_so(setup, m
     assert not math.isnan(log["calibration_pr"])
 
 
+@pytest.mark.slow
+def test_two_calibrations_of_one_target_at_once_measure_it_once(setup):
+    """A second calibration of the same method and target while the first runs (another rank of a split
+    model, another sweep lane) waits for it and reuses its result instead of measuring the probes again."""
+    import os
+    import subprocess
+
+    tmp, weights = setup
+    env = {**os.environ, "CMBENCH_CONFIG_PATH": str(tmp / "configs"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "cmbench", "calibrate", f"data.root={tmp / 'suite'}", *SMALL_SUITE,
+               f"backbone.path={weights}", f"out_dir={tmp / 'concurrent'}", "progress=false", "calibration.tasks=2",
+               "method=keep_fraction", "target_pr=0.7"]
+    lanes = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [lane.communicate(timeout=900) for lane in lanes]
+    assert [lane.returncode for lane in lanes] == [0, 0], outputs
+    reused = [out for out, _ in outputs if "reused (same calibration)" in out]
+    waited = [err for _, err in outputs if "calibrate: waiting for process" in err]
+    assert len(reused) == 1 and len(waited) == 1, outputs
+    assert "which is calibrating keep_fraction to PR 0.7" in waited[0]
+    log = json.loads(calibration_paths(tmp / "concurrent", "keep_fraction", 0.7)[1].read_text())
+    assert log["probes"] and abs(log["calibration_pr"] - 0.7) <= 0.005
+
+
 @pytest.mark.parametrize("method, message", [
     ("fullkv", "method 'fullkv' declares no knob that sets its pruning ratio"),
     ("dummyforcing", "method 'dummyforcing' declares no knob that sets its pruning ratio"),

@@ -137,10 +137,10 @@ def test_files_are_fingerprinted_whole_or_sampled_with_their_same_stem_siblings(
 
 def test_the_tiny_backbone_names_its_committed_weights_and_they_are_fingerprinted():
     cfg = compose_config("decoprune")
-    assert cfg.backbone.path == str(PACKAGE_ROOT / "backbones" / "weights" / "tiny_miniworld.safetensors")
+    assert cfg.backbone.path == str(PACKAGE_ROOT / "backbones" / "weights" / "tiny_miniworld_dynamic.safetensors")
     files = identity.backbone_files(OmegaConf.to_container(cfg.backbone, resolve=True))
     assert set(files) == {"path", "head_map"}
-    assert identity.portable(str(cfg.backbone.path)) == "${package_root:}/backbones/weights/tiny_miniworld.safetensors"
+    assert identity.portable(str(cfg.backbone.path)) == "${package_root:}/backbones/weights/tiny_miniworld_dynamic.safetensors"
 
 
 def test_labels_name_the_knobs_that_differ_from_the_class_defaults():

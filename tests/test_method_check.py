@@ -12,7 +12,7 @@ from cmbench.cache import KVCache
 from cmbench.method_check import check_method, format_results
 from cmbench.methods import ChunkSignals, Method, ScoredMethod, method_class, method_names
 
-HEAD_MAP = DEFAULT_WEIGHTS.with_name("tiny_miniworld_head_map.json")
+HEAD_MAP = DEFAULT_WEIGHTS.with_name("tiny_miniworld_dynamic_head_map.json")
 
 
 def config_for(name: str, **knobs) -> dict:

@@ -109,14 +109,14 @@ def test_full_suite_validates_with_exact_counts(full_suite):
 def test_every_row_matches_the_renderer(full_suite):
     """References, lossless frames, camera plans and ground truth all agree with a fresh render."""
     root, rows = full_suite
-    assert not any(row["miniworld"]["dynamic"] for row in rows)
+    assert all(row["miniworld"]["dynamic"] for row in rows)  # the default world is the dynamic one
     _check_rows_against_the_renderer(root, rows)
 
 
 def test_a_dynamic_suite_keeps_every_target_guarantee_and_changes_with_time(tmp_path):
     """Same schema, targets and plans as the static suite of the same seeds; only the pixels move."""
-    static = build_suite(_small(tmp_path / "static"))
-    dynamic = build_suite(_small(tmp_path / "dynamic", dynamic=True))
+    static = build_suite(_small(tmp_path / "static", dynamic=False))
+    dynamic = build_suite(_small(tmp_path / "dynamic"))
     rows = [json.loads(line) for line in (dynamic / "metadata.jsonl").read_text().splitlines()]
     static_rows = [json.loads(line) for line in (static / "metadata.jsonl").read_text().splitlines()]
     assert all(row["miniworld"]["dynamic"] for row in rows)
@@ -196,7 +196,7 @@ def test_readers_return_the_lossless_context_and_ground_truth(full_suite):
     task = next(t for t in tasks if t.task_id == "real_003_revisit_01")
     ext = task.extra["miniworld"]
     frames, cams = load_context(task)
-    scene = scene_from_seed(ext["scene_seed"], "real", ext["panorama_width"])
+    scene = scene_from_seed(ext["scene_seed"], "real", ext["panorama_width"], ext["dynamic"])
     assert np.array_equal(cams, ext["context_camera_x"]) and np.array_equal(frames, render_video(scene, cams))
     truth = load_ground_truth(task)
     assert int(truth["first_frame"]) == 192 and truth["frames"].shape == (16, 32, 32, 3)
@@ -248,7 +248,7 @@ def test_build_is_cached_and_rebuilt_when_a_knob_changes(tmp_path):
     build_suite(_small(root, min_target_frames=5))
     second = json.loads((root / "build.json").read_text())["build_hash"]
     assert second != first
-    build_suite(_small(root, min_target_frames=5, dynamic=True))
+    build_suite(_small(root, min_target_frames=5, dynamic=False))
     assert json.loads((root / "build.json").read_text())["build_hash"] not in (first, second)
     assert manifest.stat().st_mtime_ns != stamp
     assert not (tmp_path / ".mw.building").exists()

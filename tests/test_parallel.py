@@ -23,7 +23,7 @@ from cmbench.parallel.cache import local_layout
 from cmbench.benchmarks.split_runs import run_methods, spawn_split
 from cmbench.shipped import PACKAGE_ROOT
 
-HEAD_MAP = str(PACKAGE_ROOT / "backbones" / "weights" / "tiny_miniworld_head_map.json")
+HEAD_MAP = str(PACKAGE_ROOT / "backbones" / "weights" / "tiny_miniworld_dynamic_head_map.json")
 METHODS = [{"name": "fullkv"}, {"name": "decoprune"}, {"name": "decoprune_hs", "head_map": HEAD_MAP},
            {"name": "forcingkv", "head_map": HEAD_MAP}, {"name": "dummyforcing"},
            {"name": "tempdiff"}]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from cmbench.backbones.tiny import DEFAULT_WEIGHTS, CameraPlan, TinyWorldModel
+from cmbench.backbones.tiny import DEFAULT_WEIGHTS, STATIC_WEIGHTS, CameraPlan, TinyWorldModel
 from cmbench.generation import continue_task, prefill
 from cmbench.methods.registry import build_method
 from cmbench.miniworld import object_masks, render_video, scene_from_seed, visible_fraction
@@ -23,7 +23,7 @@ EPISODE_SEEDS = (101, 202)
 
 
 # each committed set of weights on the world it was trained for
-WEIGHTS = {"static": (DEFAULT_WEIGHTS, False), "dynamic": (DEFAULT_WEIGHTS.with_name("tiny_miniworld_dynamic.safetensors"), True)}
+WEIGHTS = {"static": (STATIC_WEIGHTS, False), "dynamic": (DEFAULT_WEIGHTS, True)}
 
 
 @pytest.fixture(scope="module", params=sorted(WEIGHTS))

@@ -145,9 +145,8 @@ def test_malformed_pages_are_named_with_their_line():
 
 def test_the_tiny_models_shapes_on_the_page_are_its_own():
     from cmbench.backbones.tiny import TinyWorldModel
-    from cmbench.config_paths import PACKAGE_ROOT
 
-    g = TinyWorldModel.from_pretrained(PACKAGE_ROOT / "backbones/weights/tiny_miniworld.safetensors").geometry
+    g = TinyWorldModel.from_pretrained().geometry
     line = (f"The tiny model: {g.num_layers} layers x {g.num_heads} heads, `D` = {g.head_dim}, `C` = "
             f"{g.latent_channels}, {g.latent_height} x {g.latent_width} latents, `T` = {g.tokens_per_frame}, "
             f"`L` = {g.tokens_per_chunk}.")

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from cmbench.cache.kv_cache import KVCache
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-DEFAULT_WEIGHTS = WEIGHTS_DIR / "tiny_miniworld.safetensors"
+DEFAULT_WEIGHTS = WEIGHTS_DIR / "tiny_miniworld_dynamic.safetensors"  # trained on the dynamic world (the default)
+STATIC_WEIGHTS = WEIGHTS_DIR / "tiny_miniworld.safetensors"  # trained on the static world (``backbone=tiny_static``)
 FRAME_SIZE = 32
 TOKEN_PX = 4  # pixels per token side (space-to-depth 2 x DiT patch 2)
 CAMERA_CHANNELS = 3
@@ -251,7 +252,8 @@ class TinyWorldModel:
         Parameters
         ----------
         path : str or Path, optional
-            The ``.safetensors`` file; the committed ``tiny_miniworld.safetensors`` by default.
+            The ``.safetensors`` file; the committed dynamic-world ``tiny_miniworld_dynamic.safetensors``
+            by default.
         device : str
         """
         weights = Path(path) if path is not None else DEFAULT_WEIGHTS

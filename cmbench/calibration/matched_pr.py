@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from cmbench.calibration.score_guess import ScoreGuess, records_scores
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
+from cmbench.lock import RunLock
 from cmbench.methods.base import Method
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
@@ -203,6 +205,20 @@ def calibration_probe_key(setting: dict[str, Any]) -> str:
     return config_hash(portable(setting))
 
 
+def _cached(log_path: Path, yaml_path: Path, key: str) -> "Calibration | None":
+    """The calibration logged at ``log_path`` when its key is ``key`` and its yaml is there, else None."""
+    if not (log_path.is_file() and yaml_path.is_file()):
+        return None
+    try:
+        earlier = Calibration(**json.loads(log_path.read_text()))
+    except (TypeError, ValueError):
+        return None
+    if earlier.key != key:
+        return None
+    earlier.cached = True
+    return earlier
+
+
 def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
                      max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None,
                      on_task: Callable[[int, int], None] | None = None) -> Calibration:
@@ -255,48 +271,48 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
                                        "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
                                        "seed": int(cfg.seed), "code": code.hash})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
-    if log_path.is_file() and yaml_path.is_file():
-        try:
-            earlier = Calibration(**json.loads(log_path.read_text()))
-        except (TypeError, ValueError):
-            earlier = None
-        if earlier is not None and earlier.key == key:
-            earlier.cached = True
+    # one process calibrates a (method, target) at a time: another one (a rank of a split model, a
+    # second sweep lane) waits for it, then reuses its result instead of measuring the same probes again
+    with RunLock(log_path, on_wait=lambda pid: print(
+            f"calibrate: waiting for process {pid}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
+            file=sys.stderr, flush=True)):
+        earlier = _cached(log_path, yaml_path, key)
+        if earlier is not None:
             return earlier
 
-    meter = PRMeter(cal_cfg, tasks, on_task)
+        meter = PRMeter(cal_cfg, tasks, on_task)
 
-    def build(value: float) -> Method:
-        return build_method({**method_cfg, knob.name: knob_value(knob, value)})
+        def build(value: float) -> Method:
+            return build_method({**method_cfg, knob.name: knob_value(knob, value)})
 
-    configured = build_method(method_cfg)
-    aim = ScoreGuess(build, knob, target_pr) if records_scores(configured) else None
+        configured = build_method(method_cfg)
+        aim = ScoreGuess(build, knob, target_pr) if records_scores(configured) else None
 
-    def probe(value: float) -> float:
-        method = build(value)
-        recorded = aim.recording(method, value) if aim is not None else None
-        pr = meter(method)
-        if recorded is not None:
-            recorded(pr)
-        if on_probe is not None:
-            on_probe(value, pr)
-        return pr
+        def probe(value: float) -> float:
+            method = build(value)
+            recorded = aim.recording(method, value) if aim is not None else None
+            pr = meter(method)
+            if recorded is not None:
+                recorded(pr)
+            if on_probe is not None:
+                on_probe(value, pr)
+            return pr
 
-    known = shared_probes(log_path.parent, name, probe_key)
-    start = float(getattr(configured, knob.name))  # the configured value: the first probe
-    found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
-                        start=start, guess=aim)
-    value = knob_value(knob, found.value)
-    unresolved = OmegaConf.to_container(cfg.method, resolve=False)
-    assert isinstance(unresolved, dict)
-    _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
-                      + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: value})))
-    result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr)}", knob=knob.name, value=value,
-                         calibration_pr=found.pr, target_pr=target_pr, tolerance=tolerance,
-                         within_tolerance=abs(found.error) <= tolerance,
-                         note=_note(knob, found.value, found.pr, target_pr, tolerance, [*known.items(), *found.log]),
-                         probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
-                         yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
-                         reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())])
-    _write(log_path, result.to_json())
-    return result
+        known = shared_probes(log_path.parent, name, probe_key)
+        start = float(getattr(configured, knob.name))  # the configured value: the first probe
+        found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
+                            start=start, guess=aim)
+        value = knob_value(knob, found.value)
+        unresolved = OmegaConf.to_container(cfg.method, resolve=False)
+        assert isinstance(unresolved, dict)
+        _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
+                          + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: value})))
+        result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr)}", knob=knob.name, value=value,
+                             calibration_pr=found.pr, target_pr=target_pr, tolerance=tolerance,
+                             within_tolerance=abs(found.error) <= tolerance,
+                             note=_note(knob, found.value, found.pr, target_pr, tolerance, [*known.items(), *found.log]),
+                             probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
+                             yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
+                             reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())])
+        _write(log_path, result.to_json())
+        return result

@@ -68,7 +68,8 @@ def _full_view_offsets(scene: Scene, object_id: int) -> list[int]:
 
 
 def build_pairs(
-    n_scenes: int, seed: int = 0, sources: Sequence[str] = ("synthetic", "real"), width: int = 256
+    n_scenes: int, seed: int = 0, sources: Sequence[str] = ("synthetic", "real"), width: int = 256,
+    dynamic: bool = True,
 ) -> list[Pair]:
     """One positive and one negative pair per object that has a twin.
 
@@ -81,6 +82,9 @@ def build_pairs(
     sources : sequence of str
     width : int
         Panorama width (256: 8 places, every object has exactly one twin).
+    dynamic : bool
+        Dynamic scenes (the default world: movers, schedule, lighting), so the reference and the test
+        frame, taken at random frame indices, differ in light and movers too; False: the static world.
 
     Returns
     -------
@@ -90,7 +94,7 @@ def build_pairs(
     pairs = []
     for source in sources:
         for _ in range(n_scenes):
-            scene = scene_from_seed(int(rng.integers(2**31)), source, width)
+            scene = scene_from_seed(int(rng.integers(2**31)), source, width, dynamic)
             for obj in scene.objects:
                 twins = scene.twins(obj.object_id)
                 if not twins:
