@@ -155,6 +155,11 @@ def test_an_integer_knob_measures_whole_values_only_even_from_fractional_bounds(
     result = search_knob(Knob("k", 0.4, 99.6, increasing=False, integer=True), 0.85, kept_pr)
     assert all(float(v).is_integer() for v in seen)
     assert result.value == 15.0
+    # a target at the range's ends: the probes stay inside it (99.6 is not rounded up to 100, 0.4 not down to 0)
+    for target, end in ((0.01, 99.0), (0.99, 1.0)):
+        seen.clear()
+        assert search_knob(Knob("k", 0.4, 99.6, increasing=False, integer=True), target, kept_pr).value == end
+        assert seen and all(1.0 <= v <= 99.0 for v in seen), seen
 
 
 def test_ties_go_to_the_smaller_value_and_the_search_stops_within_tolerance():

@@ -111,8 +111,9 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     sign = 1.0 if knob.increasing else -1.0
 
     def clip(value: float) -> float:
-        value = min(max(value, knob.low), knob.high)
-        return float(round(value)) if knob.integer else float(value)
+        if knob.integer:  # the whole values inside the range, also when its bounds are fractional
+            return float(min(max(round(value), math.ceil(knob.low)), math.floor(knob.high)))
+        return float(min(max(value, knob.low), knob.high))
 
     def evaluate(value: float) -> None:
         value = clip(value)
