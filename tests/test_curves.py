@@ -41,6 +41,9 @@ def test_the_area_is_the_trapezoid_rule_over_the_range_every_method_covers():
     # no common range: every area is blank
     apart = pd.DataFrame({"method": ["a", "a", "b", "b"], "test_pr": [0.7, 0.75, 0.8, 0.9], "score": [1, 1, 1, 1]})
     assert area_table(apart)["auc"].isna().all()
+    assert area_table(apart)[["pr_low", "pr_high"]].isna().all().all()  # not an inverted range (0.8, 0.75)
+    single = pd.DataFrame({"method": ["a", "b"], "test_pr": [0.87, 0.83], "score": [0.9, 0.1]})  # one point each
+    assert area_table(single)[["pr_low", "pr_high", "auc", "mean_score"]].isna().all().all()
 
 
 def test_the_leaderboard_gains_score_at_85_pr_from_curves_beside_it(tmp_path):

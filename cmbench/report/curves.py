@@ -91,7 +91,8 @@ def curve_area(pr, score, lo: float, hi: float) -> float:
 
 def area_table(curves: pd.DataFrame) -> pd.DataFrame:
     """One row per method: the common realised range ``[pr_low, pr_high]`` of all methods, the area under
-    its curve there, the mean score over it, and its number of points (NaN area without a common range)."""
+    its curve there, the mean score over it, and its number of points (NaN range and area when the
+    methods share no range, e.g. one point each)."""
     ok = curves.dropna(subset=["test_pr", "score"])
     methods = list(dict.fromkeys(curves["method"]))
     groups = {m: ok[ok["method"] == m] for m in methods}
@@ -99,6 +100,8 @@ def area_table(curves: pd.DataFrame) -> pd.DataFrame:
     highs = [g["test_pr"].max() for g in groups.values() if len(g)]
     lo = max(lows) if len(lows) == len(methods) else math.nan
     hi = min(highs) if len(highs) == len(methods) else math.nan
+    if not lo < hi:  # the curves share no range (or a method has none): no range, no area
+        lo = hi = math.nan
     rows = []
     for m, g in groups.items():
         auc = curve_area(g["test_pr"], g["score"], lo, hi) if lo < hi else math.nan
