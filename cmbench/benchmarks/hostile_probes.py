@@ -21,6 +21,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cmbench.benchmarks.hostile import (REPO, Outcome, Probe, ProbeFailed, Workspace, absent, contains, lacks, no_traceback,
@@ -151,22 +152,19 @@ def report_runs_no_standard_module_a_run_folder_names(ws: Workspace, folder: Pat
     no_traceback(done)
 
 
-def config_path_backbone_target_os_system(ws: Workspace, folder: Path) -> None:
-    marker = folder / "SYSTEM_RAN"
-    configs = config_folder(folder, {"backbone/evil.yaml": f"name: evil\n_target_: os.system\ncommand: touch {marker}\n"})
-    done = ws.cmbench("run", "backbone=evil", "limit=1", f"out_dir={folder / 'runs'}", *ws.suite_overrides,
-                      env=ws.env(CMBENCH_CONFIG_PATH=str(configs)))
-    absent(marker, "os.system ran")
-    refused(done, "'os.system' is not a Backbone")
+def config_group_target_os_system(group: str, message: str) -> Callable[[Workspace, Path], None]:
+    """A probe: a ``<group>/evil.yaml`` on ``CMBENCH_CONFIG_PATH`` whose ``_target_`` is ``os.system`` is
+    refused with ``message`` before it is called."""
 
+    def probe(ws: Workspace, folder: Path) -> None:
+        marker = folder / "SYSTEM_RAN"
+        configs = config_folder(folder, {f"{group}/evil.yaml": f"name: evil\n_target_: os.system\ncommand: touch {marker}\n"})
+        done = ws.cmbench("run", f"{group}=evil", "limit=1", f"out_dir={folder / 'runs'}", *ws.suite_overrides,
+                          env=ws.env(CMBENCH_CONFIG_PATH=str(configs)))
+        absent(marker, "os.system ran")
+        refused(done, message)
 
-def config_path_method_target_os_system(ws: Workspace, folder: Path) -> None:
-    marker = folder / "SYSTEM_RAN"
-    configs = config_folder(folder, {"method/evil.yaml": f"name: evil\n_target_: os.system\ncommand: touch {marker}\n"})
-    done = ws.cmbench("run", "method=evil", "limit=1", f"out_dir={folder / 'runs'}", *ws.suite_overrides,
-                      env=ws.env(CMBENCH_CONFIG_PATH=str(configs)))
-    absent(marker, "os.system ran")
-    refused(done, "'os.system' is not a subclass")
+    return probe
 
 
 # ---------------------------------------------------------------- files outside the output folder
@@ -601,8 +599,8 @@ PROBES = [
     Probe("leaderboard-imports-no-adapter-a-run-folder-names", leaderboard_imports_no_adapter_a_run_folder_names),
     Probe("resumed-run-imports-no-adapter-its-folder-names", resumed_run_imports_no_adapter_its_folder_names),
     Probe("report-runs-no-standard-module-a-run-folder-names", report_runs_no_standard_module_a_run_folder_names),
-    Probe("config-backbone-target-os-system", config_path_backbone_target_os_system),
-    Probe("config-method-target-os-system", config_path_method_target_os_system),
+    Probe("config-backbone-target-os-system", config_group_target_os_system("backbone", "'os.system' is not a Backbone")),
+    Probe("config-method-target-os-system", config_group_target_os_system("method", "'os.system' is not a subclass")),
     Probe("score-writes-through-no-link-in-its-output-folder", score_writes_through_no_link_in_its_output_folder),
     Probe("run-writes-through-no-link-in-its-folder", run_writes_through_no_link_in_its_folder),
     Probe("score-over-a-finished-run-folder", score_over_a_finished_run_folder),
