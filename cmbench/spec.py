@@ -435,6 +435,10 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
         subset = load_subset(str(subset_name))
         if subset.dataset != data_name:
             raise ConfigError(f"subset={subset_name} lists {subset.dataset} tasks ({subset.path}), not {data_name}'s")
+        other_world = subset.mismatch(cfg.get("data") or {})
+        if other_world:
+            raise ConfigError(f"subset={subset_name} ({subset.path}) lists the tasks of another world: {other_world}; "
+                              "select tasks on this data with limit=N or task_ids=[...]")
         ids = list(subset.task_ids)
     shard_cfg = cfg.get("shard") or {}
     sequence = parallel_spec(cfg).sequence

@@ -63,7 +63,7 @@ def test_built_in_subsets_are_found_by_dataset():
 
 
 def _cfg(**extra):
-    base = {"data": {"name": "miniworld"}, "seed": 2, "limit": None, "sample_seed": 2, "task_ids": None,
+    base = {"data": {"name": "miniworld", "world_seed": 0, "dynamic": True}, "seed": 2, "limit": None, "sample_seed": 2, "task_ids": None,
             "subset": None, "threads": 1, "shard": {"count": 1, "index": 0}, "progress_every": 10}
     return OmegaConf.create({**base, **extra})
 
@@ -77,12 +77,40 @@ def test_subset_selects_exactly_its_tasks_and_refuses_a_clash(tmp_path):
         selection(_cfg(subset="miniworld_quick16"), "cmbench")
 
 
+def test_a_subset_names_the_data_settings_it_was_drawn_from(tmp_path):
+    subset = load_subset(write(tmp_path, "# dataset: miniworld\n# data.world_seed: 0\n# data.dynamic: true\nsyn_001\n"))
+    assert subset.conditions == (("world_seed", "0"), ("dynamic", "true"))
+    assert subset.mismatch({"name": "miniworld", "world_seed": 0, "dynamic": True}) is None
+    assert subset.mismatch({"name": "miniworld", "world_seed": 3, "dynamic": True}) == (
+        "data.world_seed=3 (its tasks come from data.world_seed=0)")
+    assert subset.mismatch({"name": "miniworld", "world_seed": 0, "dynamic": False}) == (
+        "data.dynamic=false (its tasks come from data.dynamic=true)")
+    with pytest.raises(ConfigError, match=r":3: data.world_seed: named twice"):
+        load_subset(write(tmp_path, "# dataset: miniworld\n# data.world_seed: 0\n# data.world_seed: 1\nsyn_001\n"))
+
+
+def test_the_built_in_miniworld_subsets_are_the_default_worlds():
+    for subset in subsets_of("miniworld"):
+        data = OmegaConf.to_container(OmegaConf.load(REPO / "configs/data/miniworld.yaml"))
+        assert subset.mismatch(data) is None, subset.name
+        assert subset.mismatch({**data, "world_seed": 3}) is not None, subset.name
+
+
+def test_a_subset_of_another_world_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"subset=miniworld_quick16 .*miniworld_quick16.txt\) lists the tasks of "
+                                          r"another world: data.world_seed=3 \(its tasks come from data.world_seed=0\)"):
+        selection(_cfg(subset="miniworld_quick16", data={"name": "miniworld", "world_seed": 3, "dynamic": True}),
+                  "miniworld")
+
+
 def test_validate_reports_a_subset_id_missing_from_the_manifest(tmp_path, monkeypatch, capsys):
     from cmbench.cli import validate
 
     folder = tmp_path / "subsets"
     folder.mkdir()
-    (folder / "broken.txt").write_text("# dataset: miniworld\nsyn_001_reappear_01\nnot_a_task\n")
+    (folder / "broken.txt").write_text("# dataset: miniworld\n# data.world_seed: 0\nsyn_001_reappear_01\nnot_a_task\n")
+    # drawn from another world of the same dataset: not this suite's subset, so not checked against it
+    (folder / "other_world.txt").write_text("# dataset: miniworld\n# data.world_seed: 3\nsyn_001_reappear_01\nonly_in_3\n")
     monkeypatch.setattr(subsets, "SUBSET_DIR", folder)
     root = tmp_path / "mw"
     from cmbench.miniworld import build_suite
@@ -93,8 +121,8 @@ def test_validate_reports_a_subset_id_missing_from_the_manifest(tmp_path, monkey
     data.root = str(root)
     assert validate.execute(OmegaConf.create({"data": data})) == 1
     err = capsys.readouterr().err
-    assert f"{folder / 'broken.txt'}:3: task_id: not_a_task is not in the miniworld manifest" in err
-    assert "syn_001_reappear_01" not in err
+    assert f"{folder / 'broken.txt'}:4: task_id: not_a_task is not in the miniworld manifest" in err
+    assert "syn_001_reappear_01" not in err and "only_in_3" not in err and "other_world" not in err
 
 
 def test_configs_and_data_manifests_are_top_level_and_the_only_copy():
