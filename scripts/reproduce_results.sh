@@ -8,8 +8,8 @@
 #   CURVE_METHODS="[streaming]" CURVE_TARGETS="[0.8,0.9]" EXTRA="limit=4 calibration.tasks=2" \
 #     bash scripts/reproduce_results.sh              # a quicker look at the curves step
 #
-# SEEDS: the global seeds of the reference runs (default 2,3,4, the paper's three; one leaderboard row per
-# method over all (task, seed) pairs). CURVE_EXTRA: overrides for the curves step only (e.g. "limit=16
+# SEEDS: the global seeds of the reference runs, run one whole seed after the other (default 2,3,4, the
+# paper's three; one leaderboard row per method over all (task, seed) pairs). CURVE_EXTRA: overrides for the curves step only (e.g. "limit=16
 # calibration.tasks=2" for curves on a task subset, kept in their own CURVE_OUT folder so the reference
 # leaderboard keeps one task set). The committed results/ name the settings they were made with
 # (README, "Reference leaderboard").
@@ -30,7 +30,7 @@ SEEDS=${SEEDS:-2,3,4}
 CURVE_EXTRA=${CURVE_EXTRA:-}
 CURVE_OUT=${CURVE_OUT:-$OUT}
 export OMP_NUM_THREADS=${THREADS:-1}
-run() { $PY -m cmbench run -m out_dir="$OUT" progress=false "seed=$SEEDS" $EXTRA "$@"; }
+run() { $PY -m cmbench run -m out_dir="$OUT" progress=false $EXTRA "$@"; }
 both() {  # two lanes in parallel; fail if either fails
   ( eval "$1" ) & a=$!
   ( eval "$2" ) & b=$!
@@ -45,8 +45,10 @@ if [ ! -f "$head_map" ]; then  # calibrated on a held-out world (world_seed 1), 
   $PY scripts/build_head_map.py --out "$head_map" --contexts 15 data.root=data/miniworld_calibration data.world_seed=1
 fi
 
-both "run method=fullkv; run method=dummyforcing; run method=forcingkv; run method=streaming method.recent_chunks=0 label=sink_only; run method=random" \
-     "run method=decoprune; run method=streaming; run method=tempdiff; run method=decoprune_hs; run method=decoprune_reverse"
+for seed in ${SEEDS//,/ }; do  # seed by seed: an interrupted script has whole seeds to show (finished tasks are kept)
+  both "run seed=$seed method=random; run seed=$seed method=fullkv; run seed=$seed method=streaming method.recent_chunks=0 label=sink_only; run seed=$seed method=dummyforcing; run seed=$seed method=forcingkv" \
+       "run seed=$seed method=decoprune; run seed=$seed method=streaming; run seed=$seed method=tempdiff; run seed=$seed method=decoprune_reverse; run seed=$seed method=decoprune_hs"
+done
 
 pr=$($PY - "$OUT" "$SEEDS" <<'EOF'
 import json, sys, pathlib
@@ -58,7 +60,7 @@ print(f"{sum(r['pr'] for r in runs) / len(runs):.4f}")
 EOF
 )
 echo "DeCoPrune's realised PR (mean over seeds $SEEDS): $pr (the matched Reverse run is calibrated to it)"
-run method=decoprune_reverse method.quota_pr=$pr label=decoprune_reverse_matched
+run "seed=$SEEDS" method=decoprune_reverse method.quota_pr=$pr label=decoprune_reverse_matched
 
 # score vs PR: every method with a knob, its own knob calibrated to each target PR on the calibration world
 # (world_seed 1, data/miniworld_calibration), then run on the suite; curves.csv, auc.csv and curves.png go beside
