@@ -9,10 +9,10 @@
 #     bash scripts/reproduce_results.sh              # a quicker look at the curves step
 #
 # SEEDS: the global seeds of the reference runs, run one whole seed after the other (default 2,3,4, the
-# paper's three; one leaderboard row per method over all (task, seed) pairs). CURVE_EXTRA: overrides for the curves step only (e.g. "limit=16
-# calibration.tasks=2" for curves on a task subset, kept in their own CURVE_OUT folder so the reference
-# leaderboard keeps one task set). The committed results/ name the settings they were made with
-# (README, "Reference leaderboard").
+# paper's three; one leaderboard row per method over all (task, seed) pairs). CURVE_EXTRA: overrides for
+# the curves step only (e.g. "limit=16 calibration.tasks=2" for curves on a task subset, kept in their own
+# CURVE_OUT folder so the reference leaderboard keeps one task set). The committed results/ name the
+# settings they were made with (README, "Reference leaderboard").
 #
 # Runs go in two parallel lanes of one torch thread each (THREADS=1 by default): on a 2-core machine
 # that finishes sooner than one 2-thread process, since tiny attention calls scale badly over threads.
