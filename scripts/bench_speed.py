@@ -4,7 +4,8 @@
 Each method's continuation is timed in interleaved rounds beside FullKV's, and reported as a speed-up
 against FullKV measured in the same run, next to a measured cost-model bound, the realised pruning
 ratio, attention FLOPs, peak stored K/V and RSS; DeCoPrune's keep pattern is replayed as an oracle
-mask to isolate what online scoring costs. The measurement lives in :mod:`cmbench.benchmarks.speed`
+mask to isolate what online scoring costs; the retrieval methods (worldkv, key_retrieval) add the bytes
+they move host <-> device per generated chunk and a modelled transfer time (PCIe 4.0 x16, 25 GB/s). The measurement lives in :mod:`cmbench.benchmarks.speed`
 (its docstring explains each step); docs/speed.md explains the cost model and the targets.
 
 Outputs: a table on stdout, ``results/bench_speed.csv`` (one row per length and method, with the
@@ -43,6 +44,7 @@ from cmbench.benchmarks.speed import (
     plot,
     read_csv,
     reset_peak_rss,
+    transfer_lines,
     write_csv,
 )
 
@@ -88,6 +90,8 @@ def report(rows: list[dict], plot_path: Path) -> None:
     for threads in sorted({r["threads"] for r in rows}):
         for text in check_targets(rows, threads):
             print(text)
+    for text in transfer_lines(rows):
+        print(text)
     first = rows[0]
     print(f"\nmachine: {first['cpu']}, torch {first['torch']}, weights: {first['weights']}, git {first['git']}\n")
     print(markdown_table(rows))

@@ -1,10 +1,11 @@
 """Ulysses sequence parallelism on the CPU (gloo): a split run equals the one-process run.
 
 2 and 4 processes run the committed tiny MiniWorld model (a Wan-shaped DiT with 4 heads) under FullKV,
-DeCoPrune, DeCoPrune-HS, ForcingKV, DummyForcing and TempDiff, with the cross-rank mask checksum on:
-continuation latents within fp32 tolerance, and both PR ledgers (per-chunk visible and full tokens,
-peak stored bytes), kept tokens per chunk and the token ids every (layer, head) holds identical; each
-rank stores 1/P of the K/V.
+DeCoPrune, DeCoPrune-HS, ForcingKV, DummyForcing and TempDiff (2 processes: WorldKV and key retrieval
+too), with the cross-rank mask checksum on: continuation latents within fp32 tolerance, and both PR
+ledgers (per-chunk visible and full tokens, peak stored bytes, host-store peak and bytes moved), kept
+tokens per chunk and the token ids every (layer, head) holds, at the end and while each chunk is
+denoised (restored tokens included), identical; each rank stores 1/P of the K/V.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cmbench.backbones.memory.kv import retention, simulate_kv
 from cmbench.backbones.tiny import TinyWorldModel
 from cmbench.errors import ConfigError
 from cmbench.methods.registry import build_method
+from cmbench.methods.worldkv import anchor_novelty_keep
 from cmbench.parallel import SequenceGroup, split_backbone
 from cmbench.parallel.cache import local_layout
 from cmbench.benchmarks.split_runs import run_methods, spawn_split
@@ -39,7 +41,7 @@ def assert_same_records(one: dict, split: dict) -> None:
     for name, a in one.items():
         b = split[name]
         torch.testing.assert_close(b["latents"], a["latents"], rtol=1e-5, atol=1e-5, msg=name)
-        for key in ("context", "generation", "kept", "heads"):
+        for key in ("context", "generation", "kept", "heads", "seen"):
             assert b[key] == a[key], (name, key)
 
 
@@ -86,6 +88,43 @@ def test_head_groups_split_unevenly_decide_as_one_process(tmp_path):
     shape = {"context_chunks": 6, "continuation_chunks": 1, "compute_attention": False}
     one = run_methods(methods, **shape)
     for rank in spawn_split(2, methods, **shape):
+        assert_same_records(one, rank)
+
+
+def test_anchor_compression_on_some_heads_chooses_as_all_heads_once_given_the_other_heads_sums():
+    keys = torch.randn(1, 4, 16, 4, 8, generator=torch.Generator().manual_seed(0))  # [B, f, T, H, D]
+    whole = anchor_novelty_keep(keys, 0.5)
+    halves = [keys[..., :2, :], keys[..., 2:, :]]  # the heads of 2 ranks
+    assert not any(torch.equal(anchor_novelty_keep(h, 0.5), whole) for h in halves)  # alone, they differ
+    sums: list[torch.Tensor] = []
+    for h in halves:
+        anchor_novelty_keep(h, 0.5, lambda t: sums.append(t) or t)
+    for i, h in enumerate(halves):  # what the group's all-reduce hands each rank
+        assert torch.equal(anchor_novelty_keep(h, 0.5, lambda t, i=i: t + sums[1 - i]), whole)
+
+
+RETRIEVAL = [{"name": "worldkv", "retrieval_frames": 8}, {"name": "key_retrieval", "retrieval_frames": 8}]
+
+
+@pytest.mark.timeout(900)
+def test_retrieval_methods_keep_and_restore_over_every_head_as_one_process():
+    """WorldKV's store-time compression (cosine to the anchor frame's mean key over heads and channels)
+    and key retrieval's score (mean over heads of the query-key logit) are sums over every head of the
+    model: each rank keeps and restores the one-process tokens, and the record (the host store's peak
+    and the bytes moved included) is the one-process record."""
+    shape = {"context_chunks": 6, "continuation_chunks": 2}
+    one = run_methods(RETRIEVAL, **shape)
+    g = TinyWorldModel.from_pretrained().geometry
+    for name, rec in one.items():
+        restored = {c: sorted({gid // g.tokens_per_chunk for gid in held[(0, 0)]} - {0, c - 2, c - 1})
+                    for c, held in rec["seen"].items() if c >= 4}
+        # 2 of the 3 and 4 candidates of the generated chunks come back: the choice is a decision
+        assert [len(restored[c]) for c in (4, 5, 6, 7)] == [1, 2, 2, 2], (name, restored)
+        lengths = {sum(gid // g.tokens_per_chunk == c for gid in held[(0, 0)]) for held in rec["seen"].values()
+                   for c in range(1, 6)} - {0}
+        assert min(lengths) < g.tokens_per_chunk  # restored chunks were compressed
+        assert rec["generation"]["peak_store_bytes"] > 0 and rec["generation"]["moved_bytes"] > 0
+    for rank in spawn_split(2, RETRIEVAL, **shape):
         assert_same_records(one, rank)
 
 

@@ -15,6 +15,12 @@ For each context length (latent frames; 192 is the MiniWorld default, 768 is 4x 
    RSS is reset before each continuation (``/proc/self/clear_refs``) and read after it;
 5. DeCoPrune's keep pattern is replayed as a fixed oracle mask (:class:`cmbench.methods.oracle.OracleMask`)
    in the same rounds and in back-to-back pairs: the difference is what online scoring costs.
+6. the retrieval methods (``worldkv``, ``key_retrieval``) keep evicted history in a host store and
+   bring chunks back before each chunk: their accounting run also counts the bytes moved host <-> device
+   per generated chunk, and a transfer cost model turns them into seconds at a stated bandwidth
+   (:data:`PCIE_BYTES_PER_S`). On the CPU the store and the banks share memory, so a "transfer" is an
+   in-memory copy, inside the measured continuation time; the modelled seconds are what the same
+   bytes would cost over a GPU's host link, not measured here.
 
 Speed-up = median FullKV continuation seconds / median method seconds, both from this run. The ideal
 speed-up is the cost model's prediction from the method's measured visibility; "of bound" = measured /
@@ -56,6 +62,18 @@ DECOPRUNE = "decoprune@0.85"
 ORACLE = "decoprune@0.85:oracle"
 STREAMING = "streaming"
 
+RETRIEVAL_FRAMES = 28
+"""The retrieval methods' device budget in the speed rows: 7 stored chunks (of 4 latent frames) brought
+back per chunk beside the sink and the 2-chunk recent window, a device PR of about 0.85 at 192 context
+frames (the restored chunks are compressed to 2.5 of their 4 frames: ``1 - (3 + 7 * 0.625) / 49.5``);
+fixed in frames, so a longer context prunes more."""
+
+PCIE_BYTES_PER_S = 25e9
+"""Host <-> device bandwidth of the transfer cost model: PCIe 4.0 x16 (16 GT/s per lane, 16 lanes,
+128b/130b encoding: 31.5 GB/s per direction raw), of which pinned-memory copies typically reach about
+25 GB/s. Both directions' bytes are charged to one link, with no overlap with compute (an upper bound
+on what the transfers add)."""
+
 
 @dataclass(frozen=True)
 class MethodSpec:
@@ -81,6 +99,8 @@ METHODS = {
         MethodSpec("tempdiff", "tempdiff"),
         MethodSpec("forcingkv", "forcingkv"),
         MethodSpec("dummyforcing", "dummyforcing"),
+        MethodSpec("worldkv", "worldkv", {"retrieval_frames": RETRIEVAL_FRAMES}),
+        MethodSpec("key_retrieval", "key_retrieval", {"retrieval_frames": RETRIEVAL_FRAMES}),
     )
 }
 
@@ -200,6 +220,11 @@ class CostProbe:
         return CostModel(tuple((n, statistics.median(ts)) for n, ts in sorted(self.times.items())))
 
 
+def transfer_seconds(moved_bytes: float) -> float:
+    """Modelled seconds to move ``moved_bytes`` between host and device at :data:`PCIE_BYTES_PER_S`."""
+    return moved_bytes / PCIE_BYTES_PER_S
+
+
 # ----------------------------------------------------------------------------------- one length
 @dataclass
 class Runs:
@@ -222,6 +247,10 @@ class Entry:
     target_pr: float | None = None
     peak_kv_bytes: int = 0
     allocated_kv_bytes: int = 0
+    generated_chunks: int = 0
+    has_store: bool = False
+    peak_store_bytes: int = 0
+    moved_bytes_per_chunk: float = 0.0
     survivors: dict[int, BankIds] | None = None
     before: dict[int, BankIds] | None = None
     runs: dict[int, Runs] = field(default_factory=dict)
@@ -241,6 +270,10 @@ def account(backbone, entry: Entry, plan: CameraPlan, n_frames: int, seed: int, 
     entry.target_pr = getattr(entry.prefilled.method, "quota_pr", None)
     entry.peak_kv_bytes = cont.ledger.peak_stored_bytes
     entry.allocated_kv_bytes = cont.cache.allocated_bytes()
+    entry.generated_chunks = len(cont.ledger.entries)
+    entry.has_store = cont.cache.store is not None
+    entry.peak_store_bytes = cont.ledger.peak_store_bytes
+    entry.moved_bytes_per_chunk = cont.ledger.moved_bytes_per_chunk()
 
 
 def timed_round(backbone, entries: dict[str, Entry], probe: CostProbe, threads: int, plan: CameraPlan,
@@ -371,11 +404,16 @@ def summarise(frames: int, threads: int, entries: dict[str, Entry], cost: CostMo
             "fraction_of_bound": round((ref_med / med) / (ref_pred / pred), 3),
             "predicted_s": round(pred, 4),
             "model_calls": len(e.calls),
+            "generated_chunks": e.generated_chunks,
             "mean_visible_keys_per_head": round(sum(e.calls) / max(1, len(e.calls)) / heads, 1),
             "attention_gflop": round(attention_flops(e.calls, geometry, e.prefilled.batch) / 1e9, 3),
             "peak_kv_mb": round(e.peak_kv_bytes / 2**20, 3),
             "peak_kv_vs_fullkv": round(e.peak_kv_bytes / ref.peak_kv_bytes, 4),
             "allocated_kv_mb": round(e.allocated_kv_bytes / 2**20, 3),
+            "peak_store_mb": round(e.peak_store_bytes / 2**20, 3) if e.has_store else "",
+            "moved_mb_per_chunk": round(e.moved_bytes_per_chunk / 2**20, 4) if e.has_store else "",
+            "transfer_ms_per_chunk_model": (round(1e3 * transfer_seconds(e.moved_bytes_per_chunk), 4)
+                                            if e.has_store else ""),
             "peak_rss_mb": round(statistics.median(runs.peak_rss), 1),
             "rss_delta_mb": round(statistics.median(runs.rss_delta), 1),
             "decide_s_median": round(statistics.median(runs.decide_seconds), 5),
@@ -530,6 +568,24 @@ def check_targets(rows: list[dict], threads: int) -> list[str]:
         s = at[STREAMING]
         line(s["fraction_of_bound"] >= 0.8,
              f"{STREAMING}: {s['fraction_of_bound']:.2f} of its cost-model bound ({s['ideal_speedup']:.2f}x) >= 0.8")
+    return lines
+
+
+def transfer_lines(rows: list[dict]) -> list[str]:
+    """One line per row of a method with a host store: the bytes it moved host <-> device per generated
+    chunk (counted), their modelled transfer time, and the measured continuation time per chunk."""
+    lines = []
+    for r in rows:
+        if r["moved_mb_per_chunk"] == "":
+            continue
+        per_chunk = r["continuation_s_median"] / r["generated_chunks"]
+        ms = r["transfer_ms_per_chunk_model"]
+        lines.append(
+            f"{r['method']} at {r['context_frames']} frames, {r['threads']} thread(s): moved "
+            f"{r['moved_mb_per_chunk']:.3f} MB host <-> device per generated chunk (counted; store peak "
+            f"{r['peak_store_mb']:.1f} MB); modelled transfer {ms:.3f} ms per chunk at "
+            f"{PCIE_BYTES_PER_S / 1e9:.0f} GB/s (PCIe 4.0 x16, effective) = {ms / 1e3 / per_chunk:.2%} of its "
+            f"measured {per_chunk:.3f} s per chunk on this CPU, where the copy is in memory and inside that time")
     return lines
 
 

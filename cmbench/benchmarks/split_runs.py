@@ -3,7 +3,8 @@ and the benchmark use it).
 
 :func:`run_methods` prefills a context and generates one continuation per method and returns, per method,
 what a record depends on: the continuation latents, both PR ledgers' summaries, the kept tokens per
-chunk and the history every (layer, global head) holds (its token ids: the keep masks), plus this
+chunk, the history every (layer, global head) holds at the end and while each chunk is denoised (its
+token ids: the keep masks, and the tokens a retrieval method restored), plus this
 rank's own peak of stored K/V bytes and its allocated K/V bytes after every chunk (prefill, then the
 task's fork). :func:`spawn_split` runs it on ``P`` processes (gloo on CPU).
 """
@@ -63,12 +64,19 @@ def run_methods(methods: list[dict], context_chunks: int = 4, continuation_chunk
             peaks["allocated"].append(sum(2 * b.k.numel() * b.k.element_size() for b in cache.all_banks()
                                           if b.k is not None))
 
+        seen: dict[int, dict[tuple[int, int], list[int]]] = {}
+
+        def see(cache, info, seen=seen):
+            seen[info.index] = head_histories(cache)
+
         settings = GenerationSettings(compute_attention=compute_attention)
-        pre = prefill(backbone, method, context, plan, seed, settings=settings, on_chunk_end=note)
-        cont = continue_task(backbone, pre, plan, continuation_chunks * g.chunk_frames, seed + 1, on_chunk_end=note)
+        pre = prefill(backbone, method, context, plan, seed, settings=settings, on_chunk_end=note,
+                      on_before_denoise=see)
+        cont = continue_task(backbone, pre, plan, continuation_chunks * g.chunk_frames, seed + 1, on_chunk_end=note,
+                             on_before_denoise=see)
         name = cfg.get("label", cfg["name"])
         out[name] = {"latents": cont.latents, "context": pre.ledger.summary(), "generation": cont.ledger.summary(),
-                     "kept": cont.kept_tokens, "heads": head_histories(cont.cache), "local_peak": peaks["local"],
+                     "kept": cont.kept_tokens, "heads": head_histories(cont.cache), "seen": seen, "local_peak": peaks["local"],
                      "allocated": peaks["allocated"]}
     return out
 

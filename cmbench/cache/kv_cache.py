@@ -582,6 +582,13 @@ class KVCache:
         """Bytes of stored history K and V across banks."""
         return sum(b.stored_bytes() for b in self.all_banks())
 
+    def store_bytes(self) -> tuple[int, int]:
+        """The host store's peak bytes of K and V and the bytes it moved host <-> device (both ways) so
+        far; ``(0, 0)`` without a store."""
+        if self.store is None:
+            return 0, 0
+        return self.store.peak_bytes, self.store.bytes_in + self.store.bytes_out
+
     def allocated_bytes(self) -> int:
         """Bytes this cache allocated for K, V and provenance across banks (rows a fork reads in place
         from the prefilled cache are not counted: :meth:`shared_bytes`)."""

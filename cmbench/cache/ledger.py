@@ -70,10 +70,10 @@ class PRLedger:
         """Update the peaks of stored K/V bytes on the device and in the host store, and the bytes moved
         between them so far (call after each commit, before compaction, and after compaction)."""
         self.peak_stored_bytes = max(self.peak_stored_bytes, cache.stored_bytes())
-        store = getattr(cache, "store", None)  # duck-typed caches without one
-        if store is not None:
-            self.peak_store_bytes = max(self.peak_store_bytes, store.peak_bytes)
-            self.moved_bytes = store.bytes_in + store.bytes_out
+        if getattr(cache, "store", None) is not None:  # duck-typed caches without one
+            peak, moved = cache.store_bytes()
+            self.peak_store_bytes = max(self.peak_store_bytes, peak)
+            self.moved_bytes = moved
 
     def moved_bytes_per_chunk(self) -> float:
         """Bytes moved host <-> device per chunk of the phase (0 with no chunk)."""

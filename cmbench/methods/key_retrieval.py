@@ -19,6 +19,7 @@ from cmbench.methods.base import BeforeChunk, Needs
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
 from cmbench.methods.worldkv import WorldKV
+from cmbench.parallel.cache import head_sums, model_totals
 
 
 @register
@@ -47,7 +48,10 @@ class KeyRetrieval(WorldKV):
         assert cache.store is not None
         q = queries[bank.layer][:, bank.heads.to(queries[bank.layer].device)].float()  # [B, Hg, D]
         held = cache.store.chunks((bank.layer, bank.group))
-        scores = torch.stack([(held[c].k.float().mean(dim=1).to(q.device) * q).sum(dim=-1).mean().cpu()
-                              for c in candidates])
+        # per candidate: <q_h, k_h> summed over the batch and the bank's heads (this rank's, under a split)
+        dots = torch.stack([(held[c].k.float().mean(dim=1).to(q.device) * q).sum(dim=-1).sum().cpu()
+                            for c in candidates])
+        (heads,) = model_totals(cache, bank.num_heads)
+        scores = head_sums(cache, dots) / (q.shape[0] * heads)
         order = torch.sort(scores, descending=True, stable=True).indices[: self.retrieved_chunks(sig.geometry)]
         return sorted(candidates[i] for i in order.tolist())

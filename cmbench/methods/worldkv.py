@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from functools import partial
+from typing import Callable, ClassVar
 
 import torch
 
@@ -30,9 +31,11 @@ from cmbench.errors import ConfigError
 from cmbench.methods.base import BeforeChunk, ChunkSignals, Method, Needs
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
+from cmbench.parallel.cache import head_sums
 
 
-def anchor_novelty_keep(keys: torch.Tensor, keep_ratio: float) -> torch.Tensor:
+def anchor_novelty_keep(keys: torch.Tensor, keep_ratio: float,
+                        over_heads: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
     """WorldKV's store-time compression of one chunk: which tokens stay.
 
     Parameters
@@ -41,6 +44,10 @@ def anchor_novelty_keep(keys: torch.Tensor, keep_ratio: float) -> torch.Tensor:
         The chunk's keys by frame (``f`` frames of ``T`` tokens).
     keep_ratio : float
         Share of a frame's tokens kept per non-anchor frame (``ceil(keep_ratio * T)``, at least 1).
+    over_heads : callable or None
+        Turns sums over the ``H`` heads of ``keys`` (a ``[B, 2 (f - 1) T + 1]`` tensor) into sums over
+        every head of the model: :func:`~cmbench.parallel.cache.head_sums` of a rank's cache under a
+        split, where ``keys`` holds the rank's heads only; ``None``: ``keys`` holds every head.
 
     Returns
     -------
@@ -57,9 +64,13 @@ def anchor_novelty_keep(keys: torch.Tensor, keep_ratio: float) -> torch.Tensor:
         return keep
     centroid = keys[:, 0].float().mean(dim=1)  # [B, H, D]
     rest = keys[:, 1:].float().flatten(1, 2)  # [B, (f-1) T, H, D]
-    dot = (rest * centroid[:, None]).sum(dim=(-2, -1))
-    norms = rest.pow(2).sum(dim=(-2, -1)).sqrt() * centroid.pow(2).sum(dim=(-2, -1)).sqrt()[:, None]
-    sim = (dot / (norms + 1e-8)).sum(dim=0).cpu()  # [(f-1) T]
+    n = rest.shape[1]
+    sums = torch.cat([(rest * centroid[:, None]).sum(dim=(-2, -1)), rest.pow(2).sum(dim=(-2, -1)),
+                      centroid.pow(2).sum(dim=(-2, -1))[:, None]], dim=1)  # [B, 2 (f-1) T + 1]
+    if over_heads is not None:
+        sums = over_heads(sums)
+    dot, rest_sq, centroid_sq = sums[:, :n], sums[:, n : 2 * n], sums[:, 2 * n :]
+    sim = (dot / (rest_sq.sqrt() * centroid_sq.sqrt() + 1e-8)).sum(dim=0).cpu()  # [(f-1) T]
     order = torch.sort(sim, stable=True).indices[: (f - 1) * per_frame]
     keep[T + order] = True
     return keep
@@ -196,7 +207,7 @@ class WorldKV(Method):
                 keys = bank.gather(rows)[0]
                 keys = keys.reshape(keys.shape[0], info.num_frames, g.tokens_per_frame, *keys.shape[2:])
                 keep = torch.ones(bank.n, dtype=torch.bool)
-                keep[rows] = anchor_novelty_keep(keys, self.keep_ratio)
+                keep[rows] = anchor_novelty_keep(keys, self.keep_ratio, partial(head_sums, cache))
                 masks[id(bank)] = keep
             cache.compact(lambda bank: masks.get(id(bank), torch.ones(bank.n, dtype=torch.bool)))
         cache.compact(lambda bank: self.protected(bank, newest), to_store=True)

@@ -8,9 +8,11 @@ own heads. What depends on every head is reduced over the group first:
   keeps the part of every group that falls in its heads (:func:`local_layout`, :meth:`regroup`);
 - :meth:`frame_keys` gathers every rank's heads, :meth:`record_attention` gathers every rank's per-head
   attention mass before the method reads it;
-- :func:`model_totals` sums a method's per-head counts over the group (quota mode's allowance);
-- :meth:`visible_counts` (the PR ledger) is the global ``[layers, heads]`` table and
-  :meth:`stored_bytes` the sum over ranks, so a record equals the one-process run's;
+- :func:`model_totals` sums a method's per-head counts over the group (quota mode's allowance), and
+  :func:`head_sums` a method's per-head partial sums (the retrieval methods' cosine to an anchor
+  frame and mean query-key logit);
+- :meth:`visible_counts` (the PR ledger) is the global ``[layers, heads]`` table, :meth:`stored_bytes`
+  and the host store's :meth:`store_bytes` the sums over ranks, so a record equals the one-process run's;
   :meth:`local_stored_bytes` is this rank's own.
 """
 
@@ -50,6 +52,16 @@ def model_totals(cache: KVCache, *counts: int) -> tuple[int, ...]:
     if isinstance(cache, ShardedKVCache):
         return tuple(cache.group.sum_each(list(counts)))
     return counts
+
+
+def head_sums(cache: KVCache, partial: torch.Tensor) -> torch.Tensor:
+    """Sums over ``cache``'s heads (``partial``, any shape) as sums over every head of the model: summed
+    elementwise over the ranks of a :class:`ShardedKVCache`, unchanged on one process (for a decision
+    that reduces over heads, e.g. a cosine over heads and channels or a mean logit over heads; the
+    caller divides the totals as one process does)."""
+    if isinstance(cache, ShardedKVCache):
+        return cache.group.sum_tensor(partial)
+    return partial
 
 
 class ShardedKVCache(KVCache):
@@ -163,3 +175,9 @@ class ShardedKVCache(KVCache):
     def stored_bytes(self) -> int:
         """Bytes of stored history K and V summed over the group (what one process would store)."""
         return self.group.sum(super().stored_bytes())
+
+    def store_bytes(self) -> tuple[int, int]:
+        """:meth:`KVCache.store_bytes` summed over the group (every rank's store holds the same tokens of its
+        ``heads / P`` heads, an equal share at every moment, so the sum of the peaks is the one-process peak)."""
+        peak, moved = self.group.sum_each(list(super().store_bytes()))
+        return peak, moved

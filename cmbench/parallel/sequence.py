@@ -105,6 +105,13 @@ class SequenceGroup:
         dist.all_reduce(t, group=self.group)
         return [int(v) for v in t.tolist()]
 
+    def sum_tensor(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (the same shape on every rank) summed elementwise over the group, as a new tensor on
+        ``x``'s device."""
+        out = x.clone()
+        dist.all_reduce(out, group=self.group)
+        return out
+
     def broadcast(self, obj: Any = None) -> Any:
         """Rank 0's ``obj`` (any picklable value) on every rank of the group."""
         box = [obj]
