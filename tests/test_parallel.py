@@ -104,6 +104,8 @@ def test_anchor_compression_on_some_heads_chooses_as_all_heads_once_given_the_ot
 
 
 RETRIEVAL = [{"name": "worldkv", "retrieval_frames": 8}, {"name": "key_retrieval", "retrieval_frames": 8}]
+STORE_BOUND = 1_600_000  # about half of what worldkv's store holds at its peak on this run (3,276,800 bytes)
+BOUNDED = {"name": "worldkv", "retrieval_frames": 8, "store_max_bytes": STORE_BOUND, "label": "worldkv_bounded"}
 
 
 @pytest.mark.timeout(900)
@@ -111,11 +113,15 @@ def test_retrieval_methods_keep_and_restore_over_every_head_as_one_process():
     """WorldKV's store-time compression (cosine to the anchor frame's mean key over heads and channels)
     and key retrieval's score (mean over heads of the query-key logit) are sums over every head of the
     model: each rank keeps and restores the one-process tokens, and the record (the host store's peak
-    and the bytes moved included) is the one-process record."""
+    and the bytes moved included) is the one-process record. A bounded store is bounded as a whole:
+    each rank's holds ``1 / P`` of the bytes, so the bound applies to ``P`` times them."""
     shape = {"context_chunks": 6, "continuation_chunks": 2}
-    one = run_methods(RETRIEVAL, **shape)
+    one = run_methods([*RETRIEVAL, BOUNDED], **shape)
+    peaks = {name: rec["generation"]["peak_store_bytes"] for name, rec in one.items()}
+    assert peaks["worldkv_bounded"] <= STORE_BOUND < peaks["worldkv"]  # the bound drops chunks
     g = TinyWorldModel.from_pretrained().geometry
-    for name, rec in one.items():
+    for name in (m["name"] for m in RETRIEVAL):
+        rec = one[name]
         restored = {c: sorted({gid // g.tokens_per_chunk for gid in held[(0, 0)]} - {0, c - 2, c - 1})
                     for c, held in rec["seen"].items() if c >= 4}
         # 2 of the 3 and 4 candidates of the generated chunks come back: the choice is a decision
@@ -124,7 +130,7 @@ def test_retrieval_methods_keep_and_restore_over_every_head_as_one_process():
                    for c in range(1, 6)} - {0}
         assert min(lengths) < g.tokens_per_chunk  # restored chunks were compressed
         assert rec["generation"]["peak_store_bytes"] > 0 and rec["generation"]["moved_bytes"] > 0
-    for rank in spawn_split(2, RETRIEVAL, **shape):
+    for rank in spawn_split(2, [*RETRIEVAL, BOUNDED], **shape):
         assert_same_records(one, rank)
 
 

@@ -582,6 +582,10 @@ class KVCache:
         """Bytes of stored history K and V across banks."""
         return sum(b.stored_bytes() for b in self.all_banks())
 
+    def store_shares(self) -> int:
+        """Equal parts the model's history is split into, this cache holding one (1: every head here)."""
+        return 1
+
     def store_bytes(self) -> tuple[int, int]:
         """The host store's peak bytes of K and V and the bytes it moved host <-> device (both ways) so
         far; ``(0, 0)`` without a store."""

@@ -16,7 +16,9 @@ changed by a task.
 Accounting: ``stored_bytes`` (K and V in the store now), ``peak_bytes``, and the bytes moved each way
 (``bytes_out``: device -> host, ``bytes_in``: host -> device). A store bounded by ``max_bytes`` drops its
 oldest chunks (every bank's segment of the lowest chunk index) when a move would exceed it; the dropped
-tokens are gone (``dropped_tokens`` counts them, per head).
+tokens are gone (``dropped_tokens`` counts them, per head). Under a split (:mod:`cmbench.parallel`) a
+rank's store is one of ``shares`` equal parts of the model's (the same tokens, of its heads), and the
+bound applies to the model's store: ``shares * stored_bytes``.
 """
 
 from __future__ import annotations
@@ -86,7 +88,13 @@ class HostStore:
     device : str or torch.device
         Where stored K and V live (host memory, ``"cpu"``, by default).
     max_bytes : int or None
-        Most bytes of stored K and V; ``None`` for unbounded.
+        Most bytes of stored K and V of the model; ``None`` for unbounded.
+
+    Attributes
+    ----------
+    shares : int
+        Equal parts the model's store is split into, this store being one (the ranks of a split; 1 on
+        one process): ``max_bytes`` bounds ``shares * stored_bytes``.
     """
 
     def __init__(self, device: str | torch.device = "cpu", max_bytes: int | None = None) -> None:
@@ -94,6 +102,7 @@ class HostStore:
             raise ValueError(f"store max_bytes must be >= 0, got {max_bytes}")
         self.device = torch.device(device)
         self.max_bytes = max_bytes
+        self.shares = 1
         self.segments: dict[StoreKey, dict[int, Segment]] = {}
         self.stored_bytes = 0
         self.peak_bytes = 0
@@ -105,6 +114,7 @@ class HostStore:
         """A store holding the same segments (shared: never modified in place), with its counters at zero
         and its peak at what it holds."""
         out = HostStore(self.device, self.max_bytes)
+        out.shares = self.shares
         out.segments = {key: dict(chunks) for key, chunks in self.segments.items()}
         out.stored_bytes = out.peak_bytes = self.stored_bytes
         return out
@@ -175,10 +185,10 @@ class HostStore:
         return out
 
     def _bound(self) -> None:
-        """Drop the oldest chunks until the store fits ``max_bytes``."""
+        """Drop the oldest chunks until the model's store (``shares`` of this one) fits ``max_bytes``."""
         if self.max_bytes is None:
             return
-        while self.stored_bytes > self.max_bytes:
+        while self.stored_bytes * self.shares > self.max_bytes:
             oldest = min(c for chunks in self.segments.values() for c in chunks)
             for key, chunks in self.segments.items():
                 seg = chunks.pop(oldest, None)

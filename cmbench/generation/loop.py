@@ -382,6 +382,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     make_cache = getattr(backbone, "make_cache", None) or KVCache.from_geometry  # a split backbone's: its heads
     cache = make_cache(g, method.layout(g), capacity_limit=capacity, compute_attention=settings.compute_attention)
     cache.store = method.host_store()
+    if cache.store is not None:
+        cache.store.shares = cache.store_shares()  # a split's bound is the model's
     ledger = PRLedger("context")
     q0, f = context_latents.shape[2], g.chunk_frames
     loop = _Loop(backbone, method, cache, ledger, settings, cond, seed, q0, None, on_chunk_end, on_before_clean,

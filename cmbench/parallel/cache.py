@@ -168,6 +168,10 @@ class ShardedKVCache(KVCache):
         every = self.group.all_gather(counts[None], 0)
         return {info.index: int(every[owner, i]) for i, info in enumerate(self.chunks)}
 
+    def store_shares(self) -> int:
+        """The group's size: every rank holds the same tokens of ``heads / P`` heads."""
+        return self.group.size
+
     def local_stored_bytes(self) -> int:
         """Bytes of stored history K and V on this rank."""
         return super().stored_bytes()
