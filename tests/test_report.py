@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from cmbench.report import ReportError, clustered_mean_ci, read_records, write_reports
+from cmbench.report.statistics import clustered_mean_se, clustered_t_test, seed_spread
 from cmbench.runs.records import RecordsError
 
 T975_DF1 = 12.706204736174704  # Student t quantile, 0.975, one degree of freedom
@@ -64,6 +65,37 @@ def test_clustered_ci_by_hand():
     assert mean == pytest.approx(0.65)
     assert ci == pytest.approx(T975_DF1 * 0.05)
     assert math.isnan(clustered_mean_ci([1.0, 2.0], ["a", "a"])[1])
+
+
+T95_DF2 = 2.919985580353724  # Student t quantile, 0.95, two degrees of freedom (a 90% interval)
+
+
+def test_cluster_robust_statistics_by_hand_on_unequal_contexts():
+    values, contexts = [1.0, 2.0, 3.0, 6.0], ["a", "a", "b", "c"]
+    # mean 3; residual sums per context -3, 0, +3; se^2 = 3/2 * 18 / 16 = 1.6875
+    mean, se, g = clustered_mean_se(values, contexts)
+    assert (mean, g) == (3.0, 3) and se == pytest.approx(math.sqrt(1.6875))
+    assert clustered_mean_ci(values, contexts, level=0.9) == pytest.approx((3.0, T95_DF2 * math.sqrt(1.6875)))
+    # t = 3 / se = 2.3094 on 2 degrees of freedom, two-sided; the sign of the difference does not matter
+    assert clustered_t_test(values, contexts) == pytest.approx(0.1471971345775583)
+    assert clustered_t_test([-v for v in values], contexts) == pytest.approx(0.1471971345775583)
+
+
+def test_cluster_robust_statistics_without_spread_or_contexts():
+    empty = clustered_mean_se([], [])
+    assert math.isnan(empty[0]) and math.isnan(empty[1]) and empty[2] == 0
+    one = clustered_mean_se([1.0, 3.0], ["a", "a"])
+    assert one[0] == 2.0 and math.isnan(one[1]) and one[2] == 1
+    assert clustered_mean_ci([1.0, 3.0], ["a", "a"])[0] == 2.0
+    assert math.isnan(clustered_t_test([1.0, 3.0], ["a", "a"]))
+    assert clustered_t_test([0.0, 0.0, 0.0], ["a", "b", "c"]) == 1.0  # no difference at all
+    assert clustered_t_test([0.25, 0.25, 0.25], ["a", "b", "c"]) == 0.0  # one certain difference (exact in binary)
+
+
+def test_seed_spread_is_the_sample_deviation_of_per_seed_means():
+    assert seed_spread([0.5, 0.7, 0.6, 0.8], [0, 0, 1, 1]) == pytest.approx(math.sqrt(0.005))  # means 0.6 and 0.7
+    assert seed_spread([0.5, 0.7, 0.6, 0.9], [0, 0, 1, 2]) == pytest.approx(math.sqrt(0.03))  # 0.6, 0.6, 0.9
+    assert math.isnan(seed_spread([0.5, 0.7], [3, 3]))
 
 
 def test_leaderboard_numbers(runs):

@@ -1,9 +1,13 @@
-"""RoPE re-indexing: the mapping's values and the phase correction of cached keys."""
+"""RoPE: the axes' frequencies, angles and rotation by hand, and re-indexing (the mapping's values and the
+phase correction of cached keys)."""
 
+import math
+
+import pytest
 import torch
 
 from cmbench.cache import KVCache
-from cmbench.cache.rope import apply_rotary, reindex_frames
+from cmbench.cache.rope import RopeAxis, RopeSpec, apply_rotary, reindex_frames, shift_positions
 from fakes import fake_geometry, token_positions
 
 
@@ -54,3 +58,71 @@ def test_reindex_equals_rotating_unrotated_keys_at_new_positions():
     nt = G.rope.t.dim
     cos0, sin0 = G.rope.cos_sin(torch.cat([r[1] for r in raw], 0)[keep])
     torch.testing.assert_close(before[..., nt:], apply_rotary(k0[:, keep], cos0, sin0)[..., nt:])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((3,), "rope axis dim must be even and >= 0, got 3"),
+        ((-2,), "rope axis dim must be even and >= 0, got -2"),
+        ((4, "linear"), "rope axis kind must be 'log' or 'periodic', got 'linear'"),
+        ((4, "periodic"), "a periodic rope axis needs a positive period"),
+        ((4, "periodic", 10000.0, 0.0), "a periodic rope axis needs a positive period"),
+        ((4, "periodic", 10000.0, -8.0), "a periodic rope axis needs a positive period"),
+    ],
+)
+def test_impossible_rope_axes_are_refused(args, message):
+    with pytest.raises(ValueError) as err:
+        RopeAxis(*args)
+    assert str(err.value) == message
+
+
+def test_frequencies_by_hand():
+    assert RopeAxis(0).frequencies().shape == (0,)
+    torch.testing.assert_close(RopeAxis(4, "log", 100.0).frequencies(), torch.tensor([1.0, 0.1], dtype=torch.float64))
+    torch.testing.assert_close(RopeAxis(6).frequencies(), torch.tensor([1.0, 10000 ** (-1 / 3), 10000 ** (-2 / 3)],
+                                                                          dtype=torch.float64))
+    # integer harmonics of one period: a position and the same position plus the period rotate alike
+    period = RopeAxis(4, "periodic", period=8.0).frequencies()
+    torch.testing.assert_close(period, torch.tensor([math.pi / 4, math.pi / 2], dtype=torch.float64))
+    assert RopeAxis(2, "periodic", period=0.5).frequencies().item() == pytest.approx(4 * math.pi)
+
+
+def test_wan_split_and_the_axes_of_each_pair():
+    spec = RopeSpec.wan(16, theta=100.0)
+    assert (spec.t.dim, spec.h.dim, spec.w.dim, spec.head_dim) == (8, 4, 4, 16)
+    assert {axis.theta for axis in (spec.t, spec.h, spec.w)} == {100.0} and spec.t.kind == "log"
+    assert RopeSpec.wan(12).t.theta == 10000.0 and spec.temporal_pairs == slice(0, 4)
+    # one frequency per axis (dim 2, freq 1 each) then the t axis with two: angles are position * freq, per axis
+    hand = RopeSpec(RopeAxis(4, "log", 100.0), RopeAxis(2, "periodic", period=2 * math.pi), RopeAxis(2))
+    angles = hand.angles(torch.tensor([[3, 5, 7], [1, 0, 2]]))
+    torch.testing.assert_close(angles, torch.tensor([[3.0, 0.3, 5.0, 7.0], [1.0, 0.1, 0.0, 2.0]], dtype=torch.float64))
+    cos, sin = hand.cos_sin(torch.tensor([[3, 5, 7]]), dtype=torch.float64)
+    assert cos.dtype == sin.dtype == torch.float64
+    assert [part.dtype for part in hand.cos_sin(torch.tensor([[3, 5, 7]]))] == [torch.float32, torch.float32]
+    torch.testing.assert_close(sin, angles[:1].sin())
+
+
+def test_apply_rotary_turns_each_pair_by_its_angle():
+    x = torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.float64).reshape(1, 1, 1, 4)
+    quarter = torch.tensor([[math.pi / 2, math.pi / 2]])
+    out = apply_rotary(x, quarter.cos(), quarter.sin())
+    torch.testing.assert_close(out, torch.tensor([0.0, 1.0, -1.0, 0.0], dtype=torch.float64).reshape(1, 1, 1, 4))
+    assert out.dtype == torch.float64
+    assert apply_rotary(x.to(torch.bfloat16), quarter.cos(), quarter.sin()).dtype == torch.bfloat16
+    # views a complex view cannot take (odd strides: 135, 45, 9; an odd offset: 3) rotate as their contiguous copies
+    g = torch.Generator().manual_seed(0)
+    angle = torch.randn(3, 3, generator=g)
+    for view in (torch.randn(2, 3, 5, 9, generator=g)[..., :6], torch.randn(2, 3, 5, 10, generator=g)[..., 3:9],
+                 torch.randn(2, 5, 3, 6, generator=g).transpose(1, 2)):
+        torch.testing.assert_close(apply_rotary(view, angle.cos(), angle.sin()),
+                                   apply_rotary(view.contiguous(), angle.cos(), angle.sin()))
+
+
+def test_shift_positions_turns_only_the_temporal_pairs():
+    spec = RopeSpec(RopeAxis(2, "log"), RopeAxis(2), RopeAxis(2))
+    keys = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]).reshape(1, 1, 1, 6)
+    moved = shift_positions(keys, spec, torch.tensor([math.pi]))  # t freq 1: half a turn
+    torch.testing.assert_close(moved, torch.tensor([-1.0, 0.0, 1.0, 0.0, 0.0, 1.0]).reshape(1, 1, 1, 6))
+    no_time = RopeSpec(RopeAxis(0), RopeAxis(2), RopeAxis(2))
+    assert torch.equal(shift_positions(keys[..., :4], no_time, torch.tensor([1.0])), keys[..., :4])

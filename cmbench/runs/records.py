@@ -308,9 +308,7 @@ def _upgrade_v0(row: dict[str, Any]) -> dict[str, Any]:
     """Version 0 (``score``'s ``scorer_config_hash``, evaluator extras) to the current schema."""
     if "scorer_config_hash" in row:
         row.setdefault("scorer_hash", row.pop("scorer_config_hash"))
-    row = {k: v for k, v in row.items() if k in FIELD_NAMES}
-    row["schema_version"] = SCHEMA_VERSION
-    return row
+    return {k: v for k, v in row.items() if k in FIELD_NAMES}
 
 
 def _number(value: Any) -> bool:
@@ -494,7 +492,7 @@ def read_records_file(path: Path) -> list[tuple[TaskRecord, int]]:
         ``file:line: ...`` for invalid JSON before the last line, or an impossible record.
     """
     complete, _, _torn = path.read_bytes().rpartition(b"\n")  # after the last newline: a torn write
-    lines = complete.split(b"\n") if complete else []
+    lines = complete.split(b"\n")  # an empty file gives one blank line, skipped below
     rows = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
