@@ -143,7 +143,7 @@ def test_quality_metrics_in_their_ranges_are_kept():
          "quality_absent: is {'aesthetic_quality': 404}, expected a mapping metric -> reason"),
         ({"aesthetic_quality": 0.6, "imaging_quality": 0.5,
           "quality_absent": {"imaging_quality": "no weights", "aesthetic_quality": "no weights"}},
-         "quality_absent: names aesthetic_quality, imaging_quality, which has a value"),
+         "quality_absent: names aesthetic_quality, imaging_quality, which have values"),
     ],
 )
 def test_impossible_quality_fields_are_named(extra, message):

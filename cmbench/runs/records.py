@@ -360,7 +360,7 @@ def _quality_problem(record: TaskRecord) -> str | None:
             return f"quality_absent: is {absent!r}, expected a mapping metric -> reason"
         both = sorted(k for k in absent if k in QUALITY_FIELDS and getattr(record, k) is not None)
         if both:
-            return f"quality_absent: names {', '.join(both)}, which has a value"
+            return f"quality_absent: names {', '.join(both)}, which {'have values' if len(both) > 1 else 'has a value'}"
     return None
 
 
