@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -48,6 +47,7 @@ from cmbench.backbones.loading import build_backbone  # noqa: E402
 from cmbench.benchmarks.memory_check import (  # noqa: E402
     MemoryCheck,
     Outcome,
+    check_configs,
     method_config,
     no_context_lowest,
     paired_difference,
@@ -55,10 +55,8 @@ from cmbench.benchmarks.memory_check import (  # noqa: E402
     summary,
     wins,
 )
-from cmbench.config_paths import CONFIG_DIR  # noqa: E402
 from cmbench.data import load_manifest  # noqa: E402
 from cmbench.errors import CMBenchError  # noqa: E402
-from cmbench.spec import generation_settings  # noqa: E402
 from cmbench.runs.runner import select_tasks  # noqa: E402
 
 PRS = (0.80, 0.85, 0.90)
@@ -78,16 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1 is fastest for 256-token chunks, and on a shared machine)")
     args, overrides = parser.parse_known_args(argv)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        cfg = compose(config_name="config", overrides=[f"data={args.data}", *overrides])
-        no_reindex = generation_settings(compose(config_name="config", overrides=[
-            f"data={args.data}", *overrides, "generation.rope_reindex=false"]))
     torch.set_num_threads(args.threads)
     try:
+        cfg, settings, no_reindex = check_configs(args.data, overrides)
         backbone = build_backbone(cfg.backbone)
         tasks = select_tasks(load_manifest(str(cfg.data.root), str(cfg.data.manifest)), limit=args.tasks,
                              seed=int(cfg.sample_seed))
-        check = MemoryCheck(backbone, generation_settings(cfg.generation), tasks, int(cfg.seed))
+        check = MemoryCheck(backbone, settings, tasks, int(cfg.seed))
     except CMBenchError as err:
         print(f"check_memory: error: {err}", file=sys.stderr)
         return 2

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from cmbench.benchmarks.memory_check import Outcome, no_context_lowest, paired_difference
+from cmbench.benchmarks.memory_check import Outcome, check_configs, no_context_lowest, paired_difference
 
 
 def outcomes(*values: float) -> dict[str, Outcome]:
@@ -38,3 +40,14 @@ def test_paired_interval_by_hand():
     mean, low, high = paired_interval(outcomes(0.3, 0.5, 0.4), outcomes(0.1, 0.2, 0.3))
     se = 0.1 / 3 ** 0.5
     assert mean == pytest.approx(0.2) and low == pytest.approx(0.2 - 1.96 * se) and high == pytest.approx(0.2 + 1.96 * se)
+
+
+def test_the_ablation_settings_are_the_run_settings_without_the_re_index():
+    """The RoPE re-index ablation of ``scripts/check_memory.py --rope-ablation`` composes its settings from
+    the same config as the run's, only the re-index off (it once read them from the root config, where
+    the timesteps are not, and stopped before any task)."""
+    cfg, settings, ablation = check_configs("miniworld", ["data.world_seed=3"])
+    assert cfg.data.world_seed == 3
+    assert settings.reindex and not ablation.reindex
+    assert ablation == dataclasses.replace(settings, reindex=False)
+    assert settings.sampler.timesteps == tuple(cfg.generation.timesteps)

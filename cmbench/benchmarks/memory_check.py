@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cmbench.config_paths import CONFIG_DIR
 from cmbench.generation import GenerationSettings, continue_task, prefill
@@ -23,6 +23,7 @@ from cmbench.hashing import task_seed
 from cmbench.methods.registry import build_method
 from cmbench.miniworld import load_context, load_ground_truth
 from cmbench.miniworld.metrics import target_region_similarity
+from cmbench.spec import generation_settings
 
 
 @dataclass
@@ -47,6 +48,17 @@ def method_config(name: str, **overrides: Any) -> dict:
     assert isinstance(cfg, dict)
     cfg.update(overrides)
     return cfg
+
+
+def check_configs(data: str, overrides: list[str]) -> tuple[DictConfig, GenerationSettings, GenerationSettings]:
+    """The memory check's composed root config (``data=<data>`` and ``overrides``), its generation
+    settings, and the same settings without the RoPE re-index (the ablation's)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"data={data}", *overrides])
+        ablation = compose(config_name="config", overrides=[f"data={data}", *overrides, "generation.rope_reindex=false"])
+    return cfg, generation_settings(cfg.generation), generation_settings(ablation.generation)
 
 
 class MemoryCheck:
