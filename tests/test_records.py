@@ -363,11 +363,16 @@ def test_records_are_ordered_by_time_across_files(tmp_path):
     assert stamps == sorted(stamps) and len(set(stamps)) == 3
 
 
-def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
+def one_record_writer(tmp_path: Path) -> tuple[Path, RecordWriter, bytes]:
+    """A writer of ``records.jsonl`` holding one record, and the file's bytes then."""
     path = tmp_path / "records.jsonl"
     writer = RecordWriter(path)
     writer.write(ok("a"))
-    before = path.read_bytes()
+    return path, writer, path.read_bytes()
+
+
+def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
+    path, writer, before = one_record_writer(tmp_path)
     real_write = records_module.os.write
 
     def disk_full(fd, data):
@@ -384,10 +389,7 @@ def test_a_failed_write_leaves_no_torn_line(tmp_path, monkeypatch):
 
 
 def test_a_short_write_is_cut_back_and_named_as_a_full_disk(tmp_path, monkeypatch):
-    path = tmp_path / "records.jsonl"
-    writer = RecordWriter(path)
-    writer.write(ok("a"))
-    before = path.read_bytes()
+    path, writer, before = one_record_writer(tmp_path)
     real_write = records_module.os.write
     monkeypatch.setattr(records_module.os, "write", lambda fd, data: real_write(fd, data[:10]))  # no error raised
     with pytest.raises(RecordsWriteError) as err:
