@@ -587,11 +587,13 @@ class KVCache:
         return 1
 
     def store_bytes(self) -> tuple[int, int]:
-        """The host store's peak bytes of K and V and the bytes it moved host <-> device (both ways) so
-        far; ``(0, 0)`` without a store."""
+        """The model's host store's peak bytes of K and V and the bytes it moved host <-> device (both
+        ways) so far: this cache's store's, times :meth:`store_shares` (every share holds and moves the
+        same tokens of as many heads); ``(0, 0)`` without a store."""
         if self.store is None:
             return 0, 0
-        return self.store.peak_bytes, self.store.bytes_in + self.store.bytes_out
+        shares = self.store_shares()
+        return self.store.peak_bytes * shares, (self.store.bytes_in + self.store.bytes_out) * shares
 
     def allocated_bytes(self) -> int:
         """Bytes this cache allocated for K, V and provenance across banks (rows a fork reads in place

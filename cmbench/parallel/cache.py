@@ -11,8 +11,9 @@ own heads. What depends on every head is reduced over the group first:
 - :func:`model_totals` sums a method's per-head counts over the group (quota mode's allowance), and
   :func:`head_sums` a method's per-head partial sums (the retrieval methods' cosine to an anchor
   frame and mean query-key logit);
-- :meth:`visible_counts` (the PR ledger) is the global ``[layers, heads]`` table, :meth:`stored_bytes`
-  and the host store's :meth:`store_bytes` the sums over ranks, so a record equals the one-process run's;
+- :meth:`visible_counts` (the PR ledger) is the global ``[layers, heads]`` table and :meth:`stored_bytes`
+  the sum over ranks; the host store's bytes are a rank's times :meth:`store_shares` (equal shares), so a
+  record equals the one-process run's;
   :meth:`local_stored_bytes` is this rank's own.
 """
 
@@ -169,7 +170,8 @@ class ShardedKVCache(KVCache):
         return {info.index: int(every[owner, i]) for i, info in enumerate(self.chunks)}
 
     def store_shares(self) -> int:
-        """The group's size: every rank holds the same tokens of ``heads / P`` heads."""
+        """The group's size: every rank holds the same tokens of ``heads / P`` heads (the host store's bound
+        and its byte counts are the model's: :meth:`KVCache.store_bytes`)."""
         return self.group.size
 
     def local_stored_bytes(self) -> int:
@@ -179,9 +181,3 @@ class ShardedKVCache(KVCache):
     def stored_bytes(self) -> int:
         """Bytes of stored history K and V summed over the group (what one process would store)."""
         return self.group.sum(super().stored_bytes())
-
-    def store_bytes(self) -> tuple[int, int]:
-        """:meth:`KVCache.store_bytes` summed over the group (every rank's store holds the same tokens of its
-        ``heads / P`` heads, an equal share at every moment, so the sum of the peaks is the one-process peak)."""
-        peak, moved = self.group.sum_each(list(super().store_bytes()))
-        return peak, moved
