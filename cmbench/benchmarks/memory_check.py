@@ -10,7 +10,7 @@ so it checks the model, not the scorer. ``scripts/check_memory.py`` is its comma
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -57,8 +57,8 @@ def check_configs(data: str, overrides: list[str]) -> tuple[DictConfig, Generati
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[f"data={data}", *overrides])
-        ablation = compose(config_name="config", overrides=[f"data={data}", *overrides, "generation.rope_reindex=false"])
-    return cfg, generation_settings(cfg.generation), generation_settings(ablation.generation)
+    settings = generation_settings(cfg.generation)
+    return cfg, settings, replace(settings, reindex=False)
 
 
 class MemoryCheck:
