@@ -153,6 +153,32 @@ def test_two_calibrations_of_one_target_at_once_measure_it_once(setup):
     assert log["probes"] and abs(log["calibration_pr"] - 0.7) <= 0.005
 
 
+@pytest.mark.slow
+def test_calibrations_of_two_settings_to_one_target_in_one_folder_are_both_kept(setup, monkeypatch, capsys):
+    """A sweep over a method setting at one target (probe steps 0, 1, 2 at PR 0.85) calibrates each
+    setting once: a resumed sweep reuses every setting's calibration, not only the last one written,
+    and the yaml named after the method and target is the calibration last found or reused."""
+    tmp, _ = setup
+    yaml_path, log_path = calibration_paths(tmp / "runs", "keep_fraction", 0.65)
+    assert calibrate(setup, monkeypatch, "method=keep_fraction", "target_pr=0.65") == 0
+    first = json.loads(log_path.read_text())
+    capsys.readouterr()
+    # another calibration setting (one calibration task instead of two): calibrated, then named latest
+    assert calibrate(setup, monkeypatch, "method=keep_fraction", "target_pr=0.65", "calibration.tasks=1") == 0
+    assert "found" in capsys.readouterr().out
+    second = json.loads(log_path.read_text())
+    assert second["key"] != first["key"] and len(second["data"]["task_ids"]) == 1
+    # the first setting again: reused, no probe measured, and the files named after the target say so
+    assert calibrate(setup, monkeypatch, "method=keep_fraction", "target_pr=0.65") == 0
+    assert "reused (same calibration)" in capsys.readouterr().out
+    assert json.loads(log_path.read_text()) == first
+    assert f"gamma: {first['value']}" in yaml_path.read_text()
+    # and the second setting too
+    assert calibrate(setup, monkeypatch, "method=keep_fraction", "target_pr=0.65", "calibration.tasks=1") == 0
+    assert "reused (same calibration)" in capsys.readouterr().out
+    assert json.loads(log_path.read_text()) == second
+
+
 @pytest.mark.parametrize("method, message", [
     ("fullkv", "method 'fullkv' declares no knob that sets its pruning ratio"),
     ("dummyforcing", "method 'dummyforcing' declares no knob that sets its pruning ratio"),

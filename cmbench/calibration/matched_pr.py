@@ -8,7 +8,10 @@ the calibration tasks (:mod:`cmbench.calibration.pruning_ratio`) is within ``tol
 - ``method/<method>_pr<target>.yaml``: the method config with the found knob, a Hydra option of the
   ``method`` group once the folder is on ``CMBENCH_CONFIG_PATH`` (``method=<method>_pr<target>``);
 - ``<method>_pr<target>.json``: the knob, the found value, its calibration PR, every probe (value,
-  PR) in order, the calibration data and tasks, the code identity and the key of the calibration.
+  PR) in order, the calibration data and tasks, the code identity and the key of the calibration;
+- ``keyed/<method>_pr<target>_<key>.json``: the same log under its key, one per calibration setting,
+  so a folder keeps every setting's calibration to a target (a sweep over probe steps at PR 0.85)
+  while the two files above name the one last found or reused.
 
 The method then runs with its own rule, decided once per chunk, at that knob (unlike quota mode,
 ``quota_pr`` / ``quota_tokens``, which overrides the rule); ``method.target_pr=p`` on a run does all
@@ -156,11 +159,21 @@ class Calibration:
         return json.dumps({k: v for k, v in asdict(self).items() if k != "cached"}, indent=2) + "\n"
 
 
+KEYED_DIR = "keyed"
+
+
 def calibration_paths(out_dir: str | Path, method: str, target_pr: float) -> tuple[Path, Path]:
-    """``(<out_dir>/calibration/method/<method>_pr<t>.yaml, <out_dir>/calibration/<method>_pr<t>.json)``."""
+    """``(<out_dir>/calibration/method/<method>_pr<t>.yaml, <out_dir>/calibration/<method>_pr<t>.json)``:
+    the calibration of ``method`` to ``target_pr`` last found or reused in ``out_dir``."""
     base = Path(out_dir) / CALIBRATION_DIR
     stem = f"{path_component(method, 'method.name')}_{pr_tag(target_pr)}"
     return base / "method" / f"{stem}.yaml", base / f"{stem}.json"
+
+
+def keyed_log_path(log_path: Path, key: str) -> Path:
+    """Where the log at ``log_path`` (:func:`calibration_paths`) is kept under its calibration ``key``:
+    ``<folder>/keyed/<method>_pr<t>_<key>.json``."""
+    return log_path.parent / KEYED_DIR / f"{log_path.stem}_{key}.json"
 
 
 def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
@@ -176,11 +189,12 @@ def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
 
 
 def shared_probes(folder: Path, method: str, probe_key: str) -> dict[float, float]:
-    """``{value: PR}`` of every probe logged in ``folder`` by calibrations of ``method`` (to any target)
-    whose ``probe_key`` is ``probe_key``: the same method setting, calibration data, backbone, seed and
-    code, so the same value gives the same PR."""
+    """``{value: PR}`` of every probe logged in ``folder`` (and its ``keyed/`` logs) by calibrations of
+    ``method`` (to any target) whose ``probe_key`` is ``probe_key``: the same method setting, calibration
+    data, backbone, seed and code, so the same value gives the same PR."""
     known: dict[float, float] = {}
-    for path in sorted(folder.glob(f"{path_component(method, 'method.name')}_pr*.json")):
+    pattern = f"{path_component(method, 'method.name')}_pr*.json"
+    for path in sorted([*folder.glob(pattern), *(folder / KEYED_DIR).glob(pattern)]):
         try:
             logged = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -205,9 +219,9 @@ def calibration_probe_key(setting: dict[str, Any]) -> str:
     return config_hash(portable(setting))
 
 
-def _cached(log_path: Path, yaml_path: Path, key: str) -> "Calibration | None":
-    """The calibration logged at ``log_path`` when its key is ``key`` and its yaml is there, else None."""
-    if not (log_path.is_file() and yaml_path.is_file()):
+def _cached(log_path: Path, key: str) -> "Calibration | None":
+    """The calibration logged at ``log_path`` when its key is ``key``, else None."""
+    if not log_path.is_file():
         return None
     try:
         earlier = Calibration(**json.loads(log_path.read_text()))
@@ -273,11 +287,31 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
     # one process calibrates a (method, target) at a time: another one (a rank of a split model, a
     # second sweep lane) waits for it, then reuses its result instead of measuring the same probes again
-    with RunLock(log_path, on_wait=lambda pid: print(
+    keyed = keyed_log_path(log_path, key)
+    unresolved = OmegaConf.to_container(cfg.method, resolve=False)
+    assert isinstance(unresolved, dict)
+
+    def publish(result: Calibration) -> None:
+        """Write ``result`` as the calibration last found or reused: its yaml and the log named after the
+        target (unless they already are this calibration's)."""
+        current = _cached(log_path, key)
+        if current is None or not yaml_path.is_file() or current.to_json() != result.to_json():
+            _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
+                              + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: result.value})))
+            _write(log_path, result.to_json())
+
+    # one process calibrates a setting to a target at a time; its log under its key keeps it beside the
+    # other settings' calibrations to that target (a sweep over a method setting)
+    with RunLock(keyed, on_wait=lambda pid: print(
             f"calibrate: waiting for process {pid}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
             file=sys.stderr, flush=True)):
-        earlier = _cached(log_path, yaml_path, key)
+        earlier = _cached(keyed, key)
+        if earlier is None and yaml_path.is_file():  # a folder written before logs were kept under their keys
+            earlier = _cached(log_path, key)
+            if earlier is not None:
+                _write(keyed, earlier.to_json())
         if earlier is not None:
+            publish(earlier)
             return earlier
 
         meter = PRMeter(cal_cfg, tasks, on_task)
@@ -303,10 +337,6 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
                             start=start, guess=aim)
         value = knob_value(knob, found.value)
-        unresolved = OmegaConf.to_container(cfg.method, resolve=False)
-        assert isinstance(unresolved, dict)
-        _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
-                          + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: value})))
         result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr)}", knob=knob.name, value=value,
                              calibration_pr=found.pr, target_pr=target_pr, tolerance=tolerance,
                              within_tolerance=abs(found.error) <= tolerance,
@@ -314,5 +344,6 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
                              probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
                              yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
                              reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())])
-        _write(log_path, result.to_json())
+        _write(keyed, result.to_json())
+        publish(result)
         return result
