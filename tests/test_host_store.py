@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HostStore, KVCache
+from cmbench.cache.store import Segment
 from cmbench.errors import ConfigError
 from cmbench.generation import GenerationSettings, continue_task, prefill
 from cmbench.generation.accounting import CallRecorder
@@ -162,6 +163,39 @@ def test_a_bounded_store_drops_its_oldest_chunks_and_counts_them():
     assert store.bytes_out == 6 * per_chunk
     with pytest.raises(KeyError, match="token 0 is not in the store"):
         cache.restore(lambda bank: torch.arange(0, 8))
+
+
+def test_fetch_returns_exactly_the_asked_rows_in_id_order_from_whole_and_partial_chunks():
+    """A fetch of some rows of one chunk and all of another, the ids given in any order, returns those
+    rows (keys, values, provenance) in increasing id and counts their bytes; an id not stored is named."""
+    cache = KVCache.from_geometry(G, store=HostStore())
+    write_chunks(cache, range(4))
+    cache.compact(lambda bank: ~((bank.field("chunk") == 0) & (bank.field("pos") % 2 == 1)))  # chunk 0: 4 of 8 rows
+    cache.compact(lambda bank: bank.field("chunk") == 3, to_store=True)  # chunks 0-2 in the store
+    store = cache.store
+    assert store is not None
+    key = (0, cache.banks[0][0].group)
+    every = Segment.merge(*store.chunks(key).values())
+    stored = every.gid
+    assert len(stored) == 4 + 8 + 8
+    # as many ids as chunk 0 holds, inside its id range, but two of them were deleted, not stored
+    gap = torch.arange(int(stored[0]), int(stored[0]) + 4)
+    with pytest.raises(KeyError, match=f"token {int(gap[1])} is not in the store"):
+        store.fetch(key, gap)
+    asked = torch.cat([stored[[5, 7, 10]], stored[12:20]])  # 3 rows of chunk 1, all of chunk 2
+    got = store.fetch(key, asked[torch.randperm(len(asked), generator=torch.Generator().manual_seed(0))])
+    assert got is not None and got.gid.tolist() == sorted(asked.tolist())
+    rows = torch.searchsorted(stored, got.gid)
+    assert torch.equal(got.k, every.k[:, rows]) and torch.equal(got.v, every.v[:, rows])
+    assert all(torch.equal(got.prov[name], every.prov[name][rows]) for name in got.prov)
+    assert store.bytes_in == len(asked) * TOKEN_BYTES
+    # a whole chunk alone: the stored segment itself, rows and order unchanged
+    whole = store.fetch(key, stored[4:12])
+    assert whole is not None and torch.equal(whole.k, every.k[:, 4:12]) and whole.gid.tolist() == stored[4:12].tolist()
+    missing = int(stored.max()) + 1
+    with pytest.raises(KeyError, match=f"token {missing} is not in the store"):
+        store.fetch(key, torch.tensor([int(stored[0]), missing]))
+    assert store.fetch(key, torch.zeros(0, dtype=torch.long)) is None
 
 
 def test_worldkv_refuses_data_without_poses_in_one_line():

@@ -70,14 +70,20 @@ class Segment:
                        {name: t[rows] for name, t in self.prov.items()})
 
     @staticmethod
-    def merge(a: "Segment", b: "Segment") -> "Segment":
-        """The rows of both (disjoint ids), in increasing global id."""
-        gid = torch.cat([a.gid, b.gid])
+    def merge(*parts: "Segment") -> "Segment":
+        """The rows of all ``parts`` (disjoint ids), in increasing global id, with one concatenation (no
+        reordering when the parts follow each other, as one bank's chunks do)."""
+        if len(parts) == 1:
+            return parts[0]
+        gid = torch.cat([p.gid for p in parts])
+        k = torch.cat([p.k for p in parts], dim=1)
+        v = torch.cat([p.v for p in parts], dim=1)
+        prov = {name: torch.cat([p.prov[name] for p in parts]) for name in FIELDS}
+        if bool((gid[1:] > gid[:-1]).all()):
+            return Segment(k, v, prov)
         order = gid.argsort()
-        dev = order.to(a.k.device)
-        return Segment(torch.cat([a.k, b.k], dim=1).index_select(1, dev),
-                       torch.cat([a.v, b.v], dim=1).index_select(1, dev),
-                       {name: torch.cat([a.prov[name], b.prov[name]])[order] for name in FIELDS})
+        dev = order.to(k.device)
+        return Segment(k.index_select(1, dev), v.index_select(1, dev), {name: t[order] for name, t in prov.items()})
 
 
 class HostStore:
@@ -131,7 +137,8 @@ class HostStore:
     def gids(self, key: StoreKey, chunks: list[int] | None = None) -> torch.Tensor:
         """Global ids ``long [m]`` stored for one bank (only these source chunks, if given), increasing."""
         held = self.segments.get(key, {})
-        parts = [held[c].gid for c in sorted(held) if chunks is None or c in chunks]
+        wanted = None if chunks is None else set(chunks)
+        parts = [held[c].gid for c in sorted(held) if wanted is None or c in wanted]
         return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
     def tokens(self) -> int:
@@ -159,28 +166,36 @@ class HostStore:
         self.peak_bytes = max(self.peak_bytes, self.stored_bytes)
 
     def fetch(self, key: StoreKey, gids: torch.Tensor) -> Segment | None:
-        """Copies of the stored rows of one bank with these global ids (``long``, increasing), on the
+        """The stored rows of one bank with these global ids (``long``), in increasing id, on the
         store's device (the caller moves them to the device: counted as ``bytes_in``); ``None`` if
-        ``gids`` is empty. The store keeps the rows.
+        ``gids`` is empty. The store keeps the rows (a whole segment asked for is returned as is:
+        segments are never modified in place).
 
         Raises ``KeyError`` naming the first id that is not stored.
         """
-        gids = gids.to(torch.long).cpu()
+        gids = gids.to(torch.long).cpu().sort().values
         if not len(gids):
             return None
         held = self.segments.get(key, {})
         parts = []
         for chunk in sorted(held):
-            inside = torch.isin(held[chunk].gid, gids)
+            seg = held[chunk]
+            # the asked ids within this segment's id range (both increasing): a whole segment is taken as is
+            lo = int(torch.searchsorted(gids, seg.gid[0]))
+            hi = int(torch.searchsorted(gids, seg.gid[-1], right=True))
+            if hi == lo:
+                continue
+            if hi - lo == len(seg) and torch.equal(gids[lo:hi], seg.gid):
+                parts.append(seg)
+                continue
+            inside = torch.isin(seg.gid, gids[lo:hi])
             if bool(inside.any()):
-                parts.append(held[chunk].select(inside.nonzero().squeeze(1)))
+                parts.append(seg.select(inside.nonzero().squeeze(1)))
         found = sum(len(p) for p in parts)
         if found != len(gids):
             missing = gids[~torch.isin(gids, self.gids(key))]
             raise KeyError(f"layer {key[0]} heads {key[1].heads}: token {int(missing[0])} is not in the store")
-        out = parts[0]
-        for part in parts[1:]:
-            out = Segment.merge(out, part)
+        out = Segment.merge(*parts)
         self.bytes_in += out.nbytes()
         return out
 

@@ -10,7 +10,9 @@ that chunk's stored keys. Works on data without camera poses (the official video
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -40,6 +42,10 @@ class KeyRetrieval(WorldKV):
 
     def needs(self) -> Needs:
         return Needs(query_probe=True)
+
+    def chooser(self, cache: KVCache, sig: BeforeChunk, candidates: list[int]) -> Callable[[Bank], list[int]]:
+        """``bank -> candidates to bring back into it``, chosen per bank (:meth:`choose`)."""
+        return partial(self.choose, cache, sig, candidates)
 
     def choose(self, cache: KVCache, sig: BeforeChunk, candidates: list[int], bank: Bank) -> list[int]:
         """The candidates whose stored keys score highest against the chunk's queries in this bank."""

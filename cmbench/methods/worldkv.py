@@ -170,8 +170,9 @@ class WorldKV(Method):
         assert cache.store is not None
         return [c for c in cache.store.stored_chunks() if self.sink_chunks <= c < chunk.index - self.recent_chunks]
 
-    def choose(self, cache: KVCache, sig: BeforeChunk, candidates: list[int], bank: Bank) -> list[int]:
-        """The candidates to bring back into ``bank``: the nearest by camera pose (the same for every bank)."""
+    def chooser(self, cache: KVCache, sig: BeforeChunk, candidates: list[int]) -> Callable[[Bank], list[int]]:
+        """``bank -> candidates to bring back into it``: the nearest by camera pose, one choice for every
+        bank (chosen once per chunk)."""
         poses = sig.poses
         assert poses is not None, "the loop hands poses to a method that needs them"
         current = poses[sig.chunk.frame_start : sig.chunk.frame_end].mean(dim=0)
@@ -179,7 +180,8 @@ class WorldKV(Method):
                               for c in candidates])
         dist = pose_distance(current, stored)
         order = torch.sort(dist, stable=True).indices[: self.retrieved_chunks(sig.geometry)]
-        return sorted(candidates[i] for i in order.tolist())
+        chosen = sorted(candidates[i] for i in order.tolist())
+        return lambda bank: chosen
 
     def before_denoise(self, cache: KVCache, sig: BeforeChunk) -> None:
         """Restore the chosen stored chunks into every bank."""
@@ -188,7 +190,8 @@ class WorldKV(Method):
             return
         store = cache.store
         assert store is not None
-        cache.restore(lambda bank: store.gids((bank.layer, bank.group), self.choose(cache, sig, candidates, bank)))
+        choice = self.chooser(cache, sig, candidates)
+        cache.restore(lambda bank: store.gids((bank.layer, bank.group), choice(bank)))
 
     # ------------------------------------------------------------------ eviction
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
