@@ -24,6 +24,7 @@ def test_mapping_values():
     assert new[20].item() == 35.5
     assert torch.all(new[1:] > new[:-1])  # order is kept
     assert torch.equal(reindex_frames(t[:6], 6), t[:6].double())  # identity when q0 <= N_r
+    assert torch.equal(reindex_frames(t, q0), new)  # the defaults are the paper's N_r = 8, L_virt = 17
 
 
 def test_reindex_equals_rotating_unrotated_keys_at_new_positions():
@@ -91,6 +92,8 @@ def test_frequencies_by_hand():
 def test_wan_split_and_the_axes_of_each_pair():
     spec = RopeSpec.wan(16, theta=100.0)
     assert (spec.t.dim, spec.h.dim, spec.w.dim, spec.head_dim) == (8, 4, 4, 16)
+    wan14b = RopeSpec.wan(128)  # Wan 2.1's 128-channel heads: 44 temporal, 42 + 42 spatial channels
+    assert (wan14b.t.dim, wan14b.h.dim, wan14b.w.dim) == (44, 42, 42)
     assert {axis.theta for axis in (spec.t, spec.h, spec.w)} == {100.0} and spec.t.kind == "log"
     assert RopeSpec.wan(12).t.theta == 10000.0 and spec.temporal_pairs == slice(0, 4)
     # one frequency per axis (dim 2, freq 1 each) then the t axis with two: angles are position * freq, per axis
@@ -110,11 +113,16 @@ def test_apply_rotary_turns_each_pair_by_its_angle():
     torch.testing.assert_close(out, torch.tensor([0.0, 1.0, -1.0, 0.0], dtype=torch.float64).reshape(1, 1, 1, 4))
     assert out.dtype == torch.float64
     assert apply_rotary(x.to(torch.bfloat16), quarter.cos(), quarter.sin()).dtype == torch.bfloat16
-    # views a complex view cannot take (odd strides: 135, 45, 9; an odd offset: 3) rotate as their contiguous copies
+    # views a complex view cannot take rotate as their contiguous copies: odd strides (135, 45, 9), an odd
+    # offset (3), only the head stride odd (420, 70, 7), a last-channel stride of 2, channels last in memory
+    # (stride 5: a copy that preserves the layout keeps it)
     g = torch.Generator().manual_seed(0)
     angle = torch.randn(3, 3, generator=g)
     for view in (torch.randn(2, 3, 5, 9, generator=g)[..., :6], torch.randn(2, 3, 5, 10, generator=g)[..., 3:9],
-                 torch.randn(2, 5, 3, 6, generator=g).transpose(1, 2)):
+                 torch.randn(2, 5, 3, 6, generator=g).transpose(1, 2),
+                 torch.randn(4, 6, 5, 7, generator=g)[::2, ::2][..., :6],
+                 torch.randn(2, 3, 5, 12, generator=g)[..., ::2],
+                 torch.randn(2, 3, 6, 5, generator=g).transpose(-1, -2)):
         torch.testing.assert_close(apply_rotary(view, angle.cos(), angle.sin()),
                                    apply_rotary(view.contiguous(), angle.cos(), angle.sin()))
 
