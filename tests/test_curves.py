@@ -4,6 +4,8 @@ curves.csv, and `python -m cmbench curves` end to end on a few tasks."""
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -134,6 +136,39 @@ def test_the_curves_command_calibrates_runs_and_writes_csv_area_and_plot(tmp_pat
     assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5,0.999]"]) == 0
     text = capsys.readouterr().out
     assert text.count("reused (same calibration)") == 2 and "probe" not in text.split("reused")[0]
+    assert pd.read_csv(out / "curves.csv").equals(first)
+    # another process writing a run the curves share (FullKV's, while a second curves lane runs it): the
+    # curves wait for it and then reuse its records, instead of failing after every point was made
+    import threading
+
+    import cmbench.cli.curves as curves_command
+    from cmbench.lock import RunLock
+    from cmbench.runs.records import records_path
+
+    held, waiting = threading.Event(), threading.Event()
+    announce = curves_command.say_waiting
+
+    def announce_and_signal(run_dir, holder):
+        announce(run_dir, holder)
+        waiting.set()
+
+    monkeypatch.setattr(curves_command, "say_waiting", announce_and_signal)
+
+    def other_writer() -> None:
+        with RunLock(records_path(Path(reference["run_dir"]), 1, 0)):
+            held.set()
+            waiting.wait(300)  # released once the curves wait for it
+
+    writer = threading.Thread(target=other_writer)
+    writer.start()
+    assert held.wait(30), "the other writer could not take the run's lock"
+    try:
+        assert main(["curves", *args, "methods=[streaming]", "target_prs=[0.6,0.5,0.999]"]) == 0
+    finally:
+        waiting.set()
+        writer.join()
+    waited = capsys.readouterr()
+    assert f"curves: waiting for process {os.getpid()}, which is writing {Path(reference['run_dir']).name}" in waited.err
     assert pd.read_csv(out / "curves.csv").equals(first)
     # a method without a knob is refused before any work
     assert main(["curves", *args, "methods=[streaming,fullkv]"]) == 1

@@ -76,12 +76,21 @@ def _board_row(run_dir: Path) -> dict[str, Any]:
     return leaderboard(load_runs([run_dir])).iloc[0].to_dict()
 
 
+def say_waiting(run_dir: Path, holder: str) -> None:
+    """Say that a run the curves need is being written by another process, which they now wait for."""
+    print(f"curves: waiting for process {holder}, which is writing {run_dir.name} (a run these curves share with "
+          f"another command, e.g. FullKV's with a second curves lane); its finished tasks are then reused",
+          file=sys.stderr, flush=True)
+
+
 def _run(cfg: DictConfig) -> Path:
     from cmbench.cli.run import code_messages
     from cmbench.runs.experiment import run_experiment
     from cmbench.spec import resolve_run
 
-    done = run_experiment(resolve_run(cfg))
+    spec = resolve_run(cfg)
+    # another lane writing the same run (FullKV's, or a point two curves share) is waited for, not refused
+    done = run_experiment(spec, on_lock_wait=lambda holder: say_waiting(spec.outputs.run_dir, holder))
     for line in code_messages(done):
         print(line)
     s = done.summary

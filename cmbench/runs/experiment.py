@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +91,11 @@ class ExperimentResult:
     writer: bool = True
 
 
-def run_experiment(spec: RunSpec) -> ExperimentResult:
+def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = None) -> ExperimentResult:
     """Run a resolved run spec over its selected tasks and write the run directory.
+
+    ``on_lock_wait(holder_pid)``: when given, a run another process is writing is waited for (after this
+    call) instead of refused; its finished tasks are then kept (:func:`cmbench.runs.runner.run_tasks`).
 
     Raises
     ------
@@ -151,7 +154,7 @@ def run_experiment(spec: RunSpec) -> ExperimentResult:
             result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
                                shard=chosen.shard, show_progress=outputs.progress,
                                keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
-                               progress_seconds=outputs.progress_seconds)
+                               progress_seconds=outputs.progress_seconds, on_lock_wait=on_lock_wait)
     else:  # a follower of a split model: the writer's model calls on this rank's heads, nothing written
         assert group is not None
         result = RunResult(run_dir, done=follow(evaluator, selected, group), cached=0, failed=0)

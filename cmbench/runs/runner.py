@@ -28,7 +28,7 @@ import traceback
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -183,6 +183,7 @@ def run_tasks(
     keep_other_code: bool = False,
     progress_every: int = 10,
     progress_seconds: float = 60.0,
+    on_lock_wait: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Run the unfinished tasks, context by context, appending one record per task.
 
@@ -203,12 +204,15 @@ def run_tasks(
     keep_other_code : bool
         Keep successful records computed by other code (another ``code_hash``) instead of computing
         those tasks again.
+    on_lock_wait : callable ``(holder_pid)``, optional
+        When another process is writing this shard: called, then its lock is waited for (and the tasks
+        it finished are kept); without it the run is refused at once (:class:`cmbench.lock.RunLock`).
     """
     count, index = shard
     mine = shard_tasks(tasks, count, index)
     path = records_path(run_dir, count, index)
     code_hash = base_record.get("code_hash")
-    with RunLock(path):
+    with RunLock(path, on_wait=on_lock_wait):
         writer = RecordWriter(path)  # cuts a torn last line of this shard's file before anything reads it
         latest = latest_records(read_task_records(run_dir))
         succeeded = {t.task_id: latest[t.task_id] for t in mine
