@@ -179,6 +179,19 @@ def test_calibrations_of_two_settings_to_one_target_in_one_folder_are_both_kept(
     assert json.loads(log_path.read_text()) == second
 
 
+@pytest.mark.slow
+def test_a_target_out_of_reach_is_refused_again_without_measuring_its_probes_again(setup, monkeypatch, capsys):
+    """The probes of a calibration that finds its target out of the knob's reach are kept, so asking again
+    (a rerun of the curves, whose last target no knob value reaches) refuses at once."""
+    assert calibrate(setup, monkeypatch, "method=streaming", "target_pr=0.999", "calibration.tasks=1") == 1
+    first = capsys.readouterr()
+    assert "target PR 0.9990 is outside what recent_chunks" in first.err and "probe recent_chunks=" in first.out
+    assert calibrate(setup, monkeypatch, "method=streaming", "target_pr=0.999", "calibration.tasks=1") == 1
+    again = capsys.readouterr()
+    assert "probe recent_chunks=" not in again.out and "probe 1: task" not in again.out
+    assert again.err.splitlines()[-1] == first.err.splitlines()[-1]
+
+
 @pytest.mark.parametrize("method, message", [
     ("fullkv", "method 'fullkv' declares no knob that sets its pruning ratio"),
     ("dummyforcing", "method 'dummyforcing' declares no knob that sets its pruning ratio"),

@@ -188,13 +188,31 @@ def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
     return f"the search stopped after {len(probes)} probes at PR {pr:.4f}, {abs(pr - target):.4f} from the target"
 
 
-def shared_probes(folder: Path, method: str, probe_key: str) -> dict[float, float]:
-    """``{value: PR}`` of every probe logged in ``folder`` (and its ``keyed/`` logs) by calibrations of
-    ``method`` (to any target) whose ``probe_key`` is ``probe_key``: the same method setting, calibration
-    data, backbone, seed and code, so the same value gives the same PR."""
+def probes_path(folder: Path, method: str, probe_key: str) -> Path:
+    """``<folder>/keyed/<method>_probes_<probe_key>.json``: every probe measured for ``method`` under
+    ``probe_key``, by any calibration (a search that ended without a value too)."""
+    return folder / KEYED_DIR / f"{path_component(method, 'method.name')}_probes_{probe_key}.json"
+
+
+def keep_probe(folder: Path, method: str, probe_key: str, value: float, pr: float) -> None:
+    """Add one measured probe to :func:`probes_path` (merged with what is there: a cache, so a probe lost
+    to a concurrent writer is only measured again)."""
+    path = probes_path(folder, method, probe_key)
+    known = shared_probes(folder, method, probe_key, logs=False)
+    known[float(value)] = float(pr)
+    _write(path, json.dumps({"method": method, "probe_key": probe_key, "probes": sorted(map(list, known.items()))},
+                            indent=2) + "\n")
+
+
+def shared_probes(folder: Path, method: str, probe_key: str, logs: bool = True) -> dict[float, float]:
+    """``{value: PR}`` of every probe of ``method`` under ``probe_key`` (the same method setting,
+    calibration data, backbone, seed and code, so the same value gives the same PR) kept in ``folder``:
+    in :func:`probes_path` and, with ``logs``, in the calibration logs (to any target) there and in
+    ``keyed/``."""
     known: dict[float, float] = {}
     pattern = f"{path_component(method, 'method.name')}_pr*.json"
-    for path in sorted([*folder.glob(pattern), *(folder / KEYED_DIR).glob(pattern)]):
+    paths = [*folder.glob(pattern), *(folder / KEYED_DIR).glob(pattern)] if logs else []
+    for path in [*sorted(paths), probes_path(folder, method, probe_key)]:
         try:
             logged = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -326,6 +344,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             method = build(value)
             recorded = aim.recording(method, value) if aim is not None else None
             pr = meter(method)
+            keep_probe(log_path.parent, name, probe_key, value, pr)
             if recorded is not None:
                 recorded(pr)
             if on_probe is not None:
