@@ -608,3 +608,14 @@ def test_decoprune_with_tempdiffs_context_selection_differs_from_tempdiff_only_i
     assert survivors(matched.cache) == context + CHUNK3 + chunk_gids(4) + chunk_gids(5)
     with pytest.raises(ConfigError, match="context_selection must be one of decoprune, tempdiff"):
         build_method({"name": "decoprune", "context_selection": "streaming"})
+
+
+def test_streaming_sizes_one_bank_per_layer_to_its_sink_and_recent_window():
+    """Streaming's banks hold every head, with the sink and the recent window as their size (capped by
+    max_history_tokens): the memory plan and the peak device KV read this size."""
+    g = fake_geometry(num_layers=3, num_heads=2)
+    layout = build_method({"name": "streaming", "sink_chunks": 1, "recent_chunks": 3}).layout(g)
+    assert [[(group.heads, group.role, group.max_tokens) for group in layer] for layer in layout] == \
+        [[((0, 1), "all", 4 * g.tokens_per_chunk)]] * 3
+    capped = build_method({"name": "streaming", "recent_chunks": 3, "max_history_tokens": 5}).layout(g)
+    assert {group.max_tokens for layer in capped for group in layer} == {5}
