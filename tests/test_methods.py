@@ -20,9 +20,10 @@ from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import build_method
 from cmbench.methods.base import ChunkSignals, Needs
+from cmbench.methods.decoprune import token_cosine
 from cmbench.methods.forcingkv import patch_bounds
 from cmbench.methods.head_map import HeadMap
-from cmbench.methods.tempdiff import block_index
+from cmbench.methods.tempdiff import block_index, block_similarity, split_bounds
 from fakes import AttentionBackbone, ScriptedBackbone, fake_geometry, survivors, timeline
 
 
@@ -619,3 +620,35 @@ def test_streaming_sizes_one_bank_per_layer_to_its_sink_and_recent_window():
         [[((0, 1), "all", 4 * g.tokens_per_chunk)]] * 3
     capped = build_method({"name": "streaming", "recent_chunks": 3, "max_history_tokens": 5}).layout(g)
     assert {group.max_tokens for layer in capped for group in layer} == {5}
+
+
+def test_tempdiff_block_similarity_by_hand():
+    """Per consecutive-frame pair and block: the mean over the block's tokens of the key cosine, with
+    norms below 1e-8 only clamped (a key of norm 0.5 keeps its own norm)."""
+    frames = [[(0.5, 0.0), (0.0, 2.0), (3.0, 4.0)],   # tokens 0, 1 in block 0; token 2 in block 1
+              [(0.5, 0.0), (0.0, 5.0), (4.0, -3.0)],  # cosines to frame 0: 1, 1 | 0
+              [(0.0, 0.5), (1.0, 0.0), (-4.0, 3.0)]]  # cosines to frame 1: 0, 0 | -1
+    keys = torch.tensor(frames)[None, :, :, None, :]  # [B=1, 3 frames, T=3, H=1, D=2]
+    sim = block_similarity(keys, torch.tensor([0, 0, 1]))
+    torch.testing.assert_close(sim, torch.tensor([[1.0, 0.0], [0.0, -1.0]]))
+    bounds = split_bounds(7, 3)
+    assert bounds.tolist() == [0, 3, 5, 7] and bounds.dtype == torch.long  # larger parts first, integer offsets
+
+
+def test_decoprune_keep_rule_at_gamma_its_probes_and_its_window():
+    """MSE-type scores keep what lies above gamma, a similarity keeps what lies at or below it, and a
+    non-finite score is always kept; the no-context probe is asked for by the score that divides by
+    it; the delayed compaction of scored banks waits twice the recent window."""
+    cosine = build_method({"name": "decoprune", "score": "cosine", "gamma": 0.5})
+    assert cosine.keep_rule(torch.tensor([0.4, 0.5, 0.6, math.nan])).tolist() == [True, True, False, True]
+    mse = build_method({"name": "decoprune", "gamma": 0.5, "recent_chunks": 3})
+    assert mse.keep_rule(torch.tensor([0.4, 0.5, 0.6, math.inf])).tolist() == [False, False, True, True]
+    assert mse.needs().no_context_probe is False
+    assert build_method({"name": "decoprune", "score": "mse_over_no_context"}).needs().no_context_probe is True
+    assert mse.window() == 6
+    # the cosine of tokens of small norm (0.02 per value) is still 1 for parallel values, 0 for orthogonal ones
+    a = torch.full((1, G.latent_channels, 2, G.latent_height, G.latent_width), 0.02)
+    b = a.clone()
+    b[:, 0] = -b[:, 0]  # one of three channels flipped: per token, (2 - 1) / 3 of its values agree
+    torch.testing.assert_close(token_cosine(a, 2 * a, G), torch.ones(2 * G.tokens_per_frame))
+    torch.testing.assert_close(token_cosine(a, b, G), torch.full((2 * G.tokens_per_frame,), 1.0 / 3.0))
