@@ -210,9 +210,9 @@ def shared_probes(folder: Path, method: str, probe_key: str, logs: bool = True) 
     in :func:`probes_path` and, with ``logs``, in the calibration logs (to any target) there and in
     ``keyed/``."""
     known: dict[float, float] = {}
-    pattern = f"{path_component(method, 'method.name')}_pr*.json"
-    paths = [*folder.glob(pattern), *(folder / KEYED_DIR).glob(pattern)] if logs else []
-    for path in [*sorted(paths), probes_path(folder, method, probe_key)]:
+    pattern = f"{path_component(method, 'method.name')}_pr*.json"  # in keyed/, the probes file matches it too
+    paths = {*folder.glob(pattern), *(folder / KEYED_DIR).glob(pattern)} if logs else set()
+    for path in sorted(paths | {probes_path(folder, method, probe_key)}):
         try:
             logged = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -303,8 +303,6 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
                                        "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
                                        "seed": int(cfg.seed), "code": code.hash})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
-    # one process calibrates a (method, target) at a time: another one (a rank of a split model, a
-    # second sweep lane) waits for it, then reuses its result instead of measuring the same probes again
     keyed = keyed_log_path(log_path, key)
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)
@@ -318,8 +316,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
                               + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: result.value})))
             _write(log_path, result.to_json())
 
-    # one process calibrates a setting to a target at a time; its log under its key keeps it beside the
-    # other settings' calibrations to that target (a sweep over a method setting)
+    # one process calibrates a setting to a target at a time: another one (a rank of a split model, a
+    # second sweep lane) waits for it, then reuses its result instead of measuring the same probes again;
+    # the log under its key keeps it beside the other settings' calibrations to that target
     with RunLock(keyed, on_wait=lambda pid: print(
             f"calibrate: waiting for process {pid}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
             file=sys.stderr, flush=True)):
