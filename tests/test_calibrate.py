@@ -392,3 +392,32 @@ def test_a_method_in_quota_mode_has_no_knob_to_calibrate(budget):
     with pytest.raises(ConfigError, match=rf"method\.{key}={value} puts it in quota mode.*drop method\.{key}$"):
         method_knob({"name": "decoprune", **budget})
     assert method_knob({"name": "decoprune"}).name == "gamma"
+
+
+@pytest.mark.parametrize("probes, why", [
+    ([["0.5", 0.8]], 'probe 0 is ["0.5", 0.8], not a [value, PR] pair of numbers'),
+    ([[0.5, 0.8, 1]], "probe 0 is [0.5, 0.8, 1], not a [value, PR] pair"),
+    ([[0.5, 0.8], [0.7, 1.5]], "probe 1 is [0.7, 1.5]: the value must be finite and the PR within [0, 1]"),
+    ([[float("nan"), 0.8]], "probe 0 is [nan, 0.8]: the value must be finite"),
+    ([[True, 0.8]], "not a [value, PR] pair of numbers"),
+    ({"0.5": 0.8}, "'probes' is dict, not a list of [value, PR] pairs"),
+])
+def test_a_damaged_probes_file_is_ignored_with_its_name_and_fault_and_measured_again(tmp_path, capsys, probes, why):
+    """Calibration folders are shared like run folders: a probes file whose entries are not [value, PR]
+    pairs of finite numbers (PR in [0, 1]) is a cache miss named on stderr, never a crash or a PR trusted,
+    while the sound files beside it still count; the next probe kept rewrites it whole."""
+    from cmbench.calibration.matched_pr import keep_probe, probes_path, shared_probes
+
+    damaged = probes_path(tmp_path, "decoprune", "k1")
+    damaged.parent.mkdir(parents=True)
+    damaged.write_text(json.dumps({"method": "decoprune", "probe_key": "k1", "probes": probes}))
+    (tmp_path / "decoprune_pr85.json").write_text(
+        json.dumps({"method": "decoprune", "probe_key": "k1", "probes": [[0.01, 0.84], [0.02, 0.9]]}))
+    assert shared_probes(tmp_path, "decoprune", "k1") == {0.01: 0.84, 0.02: 0.9}
+    err = capsys.readouterr().err
+    assert f"calibrate: ignoring the probes in {damaged}: " in err and why in err
+    keep_probe(tmp_path, "decoprune", "k1", 0.03, 0.95)
+    assert json.loads(damaged.read_text())["probes"] == [[0.03, 0.95]]
+    capsys.readouterr()
+    assert shared_probes(tmp_path, "decoprune", "k1") == {0.01: 0.84, 0.02: 0.9, 0.03: 0.95}
+    assert capsys.readouterr().err == ""
