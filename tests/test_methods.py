@@ -303,8 +303,15 @@ def test_decoprune_hs_static_heads_stream_and_layer0_is_dynamic(tmp_path):
     # the dynamic heads DeCoPrune's delayed window
     assert [e.visible[1, 0].item() for e in cont.ledger.entries] == [16, 16, 16]
     assert [e.visible[1, 1].item() for e in cont.ledger.entries] == [24, 30, 35]
-    with pytest.raises(ConfigError, match="needs head_map"):
+    with pytest.raises(ConfigError, match="decoprune_hs needs head_map="):
         run(build_method({"name": "decoprune_hs"}))
+    sized = build_method({"name": "decoprune_hs", "head_map": str(path), "max_history_tokens": 20})
+    assert [[(g.role, g.heads, g.max_tokens) for g in layer] for layer in sized.layout(G)] == [
+        [("dynamic", (0, 1), 20)],  # layer 0 is all dynamic, sized by max_history_tokens
+        [("dynamic", (1,), 20), ("static", (0,), 16)],  # static: the sink + recent window, 2 chunks of 8 tokens
+    ]
+    assert [[g.max_tokens for g in layer] for layer in build_method(
+        {"name": "decoprune_hs", "head_map": str(path)}).layout(G)] == [[None], [None, 16]]
 
 
 DUMMY = {"name": "dummyforcing", "first_frames": 2, "middle_frames": 2, "recent_frames": 2, "last_frames": 2}
@@ -353,6 +360,82 @@ def test_dummyforcing_classifies_during_the_context_replay_and_keeps_each_roles_
             assert entry.visible[bank.layer, list(bank.group.heads)].tolist() == [visible[bank.role]] * bank.num_heads
     with pytest.raises(ConfigError, match="classify_chunk must be >= 2"):
         build_method({"name": "dummyforcing", "classify_chunk": 1})
+
+
+def test_dummyforcing_normalises_each_region_by_its_own_total_and_breaks_ties_towards_first():
+    """Region totals below 1 (first 0.375, middle 0.75): each mass is divided by its own region's total
+    over all layer-heads (neither multiplied by it nor left as is), so head (0, 0) is middle (5/12 > 1/3)
+    and head (1, 1) ties at 1/3 and stays first (``first < middle`` picks middle, a tie does not); the two
+    lowest max(first, middle), 1/6 and the tie at 1/3, go to head (1, 0) and, of the tied, the lower
+    layer-head (0, 1)."""
+    method = build_method(DUMMY)
+    regions = method.regions(G, ChunkInfo(2, 4, 2, 16, 8))
+    mass = torch.zeros(2, 2, 6)
+    mass[..., 0] = torch.tensor([[0.125, 0.125], [0.0, 0.125]])  # first region (frames 0, 2)
+    mass[..., 3] = torch.tensor([[0.3125, 0.0625], [0.125, 0.25]])  # middle region (frame 3)
+    assert method.classify(mass, regions).tolist() == [[1, 2], [2, 0]]
+
+
+def test_dummyforcing_picks_the_lowest_layer_heads_among_equal_costs_at_any_size():
+    """Ties in max(first, middle) go to the lower layer-head however many heads tie (a stable sort: an
+    unstable one reorders ties from 32 elements on): with 4 x 8 equal layer-heads, layers 0 and 1 are
+    the dummy half, and the others, first and middle tied, are first."""
+    method = build_method(DUMMY)
+    regions = method.regions(G, ChunkInfo(2, 4, 2, 16, 8))
+    mass = torch.zeros(4, 8, 6)
+    mass[..., 0], mass[..., 3] = 0.25, 0.5  # normalised over the 32 heads: 1/32 each, first and middle
+    assert method.classify(mass, regions).tolist() == [[2] * 8] * 2 + [[0] * 8] * 2
+
+
+@pytest.mark.parametrize("fraction, ok", [(0.0, True), (1.0, True), (-0.01, False), (1.01, False), (2.0, False)])
+def test_dummyforcing_dummy_fraction_is_a_fraction(fraction, ok):
+    cfg = {"name": "dummyforcing", "dummy_fraction": fraction}
+    if ok:
+        assert build_method(cfg).dummy_fraction == fraction
+    else:
+        with pytest.raises(ConfigError, match=rf"dummyforcing: dummy_fraction must be in \[0, 1\], got {fraction}"):
+            build_method(cfg)
+
+
+@pytest.mark.parametrize("knobs, frames_seen, chunk_frames, bank", [
+    ({}, 14, 2, (6, 8)),  # a 10-frame gap (frames 2-11) around a 2-frame bank: 4 chunks of slack, 2 before it
+    ({}, 6, 2, (2, 4)),  # the gap is the bank
+    ({"middle_frames": 10}, 13, 2, (2, 10)),  # a 9-frame gap holds 4 whole chunks
+    ({"middle_frames": 0}, 14, 2, (2, 2)),  # no bank: empty, at the first frames' end
+    ({"first_frames": 4, "recent_frames": 4}, 6, 2, (4, 4)),  # nothing between first and recent
+])
+def test_dummyforcing_centre_bank_is_whole_chunks_centred_in_the_gap(knobs, frames_seen, chunk_frames, bank):
+    begin, end = build_method({**DUMMY, **knobs}).centre_bank(frames_seen, chunk_frames)
+    assert (begin, end) == bank and type(begin) is int and type(end) is int  # frame indices, never floats
+
+
+def test_dummyforcing_places_the_centre_bank_when_it_classifies_and_sizes_each_roles_bank():
+    """Classified at chunk 3 of an 8-frame context (8 frames seen): the 4-frame gap between the first 2 and
+    the newest 2 holds the 2-frame bank at frames 2-3 (slack of one chunk, none before it), not where 10
+    frames would put it (4-5); the banks are sized first 2, middle 2 + 2, dummy 2 frames of 4 tokens; an
+    uncalibrated cache is one dense "unclassified" bank per layer; classifying without the attention is
+    refused with the chunk named."""
+    backbone = AttentionBackbone(G)
+    method = build_method({**DUMMY, "classify_chunk": 3})
+    assert [[(g.role, g.heads) for g in layer] for layer in method.layout(G)] == [[("unclassified", (0, 1))]] * 2
+    pre = prefill(backbone, method, torch.randn(1, 3, 8, 4, 4), None, 0)
+    assert {b.role: b.group.max_tokens for b in pre.cache.all_banks()} == {"first": 8, "middle": 16, "dummy": 8}
+    cont = continue_task(backbone, pre, None, 4, 1)
+    middle = [b for b in cont.cache.all_banks() if b.role == "middle"]
+    assert middle and all(sorted(set(b.field("frame").tolist())) == [2, 3, 10, 11] for b in middle)
+    sig = ChunkSignals(geometry=G, chunk=ChunkInfo(3, 6, 2, 24, 8), phase="context", generated_index=None,
+                       context_frames=8, seed=0, x0_final=torch.zeros(1, 3, 2, 4, 4))
+    with pytest.raises(RuntimeError, match="dummyforcing needs the attention of chunk 3"):
+        method.after_chunk(KVCache.from_geometry(G), sig)
+
+
+def test_decoprune_reverse_keeps_scores_at_gamma_and_evicts_the_highest_first():
+    """Reverse keeps ``score <= gamma`` (a score exactly at gamma too, non-finite ones always) and, in quota
+    mode or under a memory bound, evicts the highest scores first (non-finite ones last)."""
+    reverse = build_method({"name": "decoprune_reverse", "gamma": 0.5})
+    score = torch.tensor([0.25, 0.5, 0.75, math.nan])
+    assert reverse.keep_rule(score).tolist() == [True, True, False, True]
+    assert reverse.priority(score).tolist() == [-0.25, -0.5, -0.75, math.inf]
 
 
 def test_quota_mode_hits_quota_pr(tmp_path):
