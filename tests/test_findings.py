@@ -86,10 +86,16 @@ def test_diagnosis_and_quality_rows(tmp_path):
                   ("temporal_flickering", "quality", 0.75, 0.95, 3, 0.98, 1.02, 0.04)],
                  columns=["metric", "kind", "pr_low", "pr_high", "points", "min_vs_fullkv", "max_vs_fullkv",
                           "range_vs_fullkv"]).to_csv(table / "quality_vs_memory.csv", index=False)
-    assert quality_finding(tmp_path / "quality", "cmd").status == HOLDS
+    found = quality_finding(tmp_path / "quality", "cmd")
+    assert found.status == HOLDS and found.reason.endswith("memory falls; outside the band: none")
     pd.read_csv(table / "quality_vs_memory.csv").assign(max_vs_fullkv=[0.9, 1.3]).to_csv(
         table / "quality_vs_memory.csv", index=False)
-    assert quality_finding(tmp_path / "quality", "cmd").status == FAILS  # quality moved by 30%
+    found = quality_finding(tmp_path / "quality", "cmd")  # quality moved by 30%: the metric is named
+    assert found.status == FAILS and found.reason.endswith("memory falls; outside the band: temporal_flickering")
+    pd.read_csv(table / "quality_vs_memory.csv").assign(min_vs_fullkv=[0.95, 0.98], max_vs_fullkv=[1.0, 1.02]).to_csv(
+        table / "quality_vs_memory.csv", index=False)
+    found = quality_finding(tmp_path / "quality", "cmd")  # flat quality, but memory never fell: nothing shown
+    assert found.status == FAILS and found.reason.endswith("memory does not fall; outside the band: none")
 
 
 def test_every_finding_has_a_row_and_absent_outputs_say_not_run(tmp_path):
