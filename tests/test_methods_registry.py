@@ -18,7 +18,8 @@ from cmbench.generation import continue_task, prefill
 from cmbench.methods import Method, build_method, describe_methods, method_class, method_names
 from cmbench.methods.catalog import MARKERS, markdown_table
 from cmbench.methods.knobs import check_knobs, knob_minimums
-from cmbench.methods.registry import canonical_method_config, full_method_config
+from cmbench.methods.registry import canonical_method_config, config_doc, full_method_config, register
+from cmbench.registry import Registry
 from fakes import AttentionBackbone, fake_geometry
 
 CONFIGS = CONFIG_DIR / "method"
@@ -104,7 +105,8 @@ def test_unknown_names_and_knobs():
         build_method({"name": "decoprun"})
     with pytest.raises(ConfigError, match="has no knob.*gama.*its knobs are"):
         build_method({"name": "decoprune", "gama": 0.2})
-    with pytest.raises(ConfigError, match="needs 'name'"):
+    with pytest.raises(ConfigError, match=r"^a method config needs 'name' \(a registered method\) or '_target_' "
+                                          r"\(a class path\)$"):
         build_method({"gamma": 0.2})
     with pytest.raises(ConfigError, match="cannot import"):
         build_method({"_target_": "no_such_pkg.Thing"})
@@ -221,3 +223,126 @@ def test_knob_errors_name_the_class_when_it_has_no_name():
 
     with pytest.raises(ConfigError, match=r"\.Unnamed: stride must be a whole number, got 'x'$"):
         Unnamed(stride="x")
+
+
+@dataclass(kw_only=True)
+class NamelessPlugin(Method):
+    """An external method without a registry ``name`` whose knob has no default: a config names it by ``_target_``
+    and sets ``stride``."""
+
+    stride: int
+
+
+NAMELESS = "test_methods_registry.NamelessPlugin"
+ORACLE = "cmbench.methods.oracle.OracleMask"
+
+
+def test_describe_methods_gives_each_class_documentation_and_import_path():
+    """What ``ls method`` and the README tables show of a registered method, all read from its class."""
+    assert describe_methods()["streaming"] == {
+        "description": 'sink chunks + recent window only; `recent_chunks=0` is the sink-only "no context" control',
+        "paper": "https://arxiv.org/abs/2309.17453",
+        "paper_title": "StreamingLLM, arXiv 2309.17453",
+        "class": "cmbench.methods.streaming.Streaming",
+    }
+
+
+def test_an_unresolved_target_pr_is_refused_with_what_resolves_it():
+    with pytest.raises(ConfigError) as err:
+        build_method({"name": "streaming", "target_pr": 0.8})
+    assert str(err.value) == ("method 'streaming': method.target_pr=0.8 runs the method's own rule at the knob "
+                              "calibrated to that PR, which `run` and cmbench.evaluate resolve before building it; "
+                              "a per-chunk quota replacing the rule is method.quota_pr")
+
+
+def test_unknown_knobs_are_listed_sorted_with_every_knob_of_the_method():
+    """A derived field (``init=False``) is no knob."""
+    with pytest.raises(ConfigError) as err:
+        build_method({"name": "streaming", "window": 2, "recent_chunk": 0})
+    assert str(err.value) == ("method 'streaming' has no knob(s) recent_chunk, window; its knobs are: "
+                              "max_history_tokens, recent_chunks, sink_chunks")
+    with pytest.raises(ConfigError) as err:
+        build_method({"_target_": "test_methods_registry.ShapedPlugin", "tokens": 8})
+    assert str(err.value) == ("method 'shaped_plugin' has no knob(s) tokens; its knobs are: "
+                              "layers, max_history_tokens, recent_chunks, shape, sink_chunks")
+
+
+def test_errors_name_a_plugin_without_a_name_by_its_class():
+    with pytest.raises(ConfigError) as err:
+        build_method({"_target_": NAMELESS, "strides": 3})
+    assert str(err.value) == ("method 'NamelessPlugin' has no knob(s) strides; its knobs are: "
+                              "max_history_tokens, recent_chunks, sink_chunks, stride")
+    with pytest.raises(ConfigError, match=r"^method 'NamelessPlugin': method\.target_pr=0\.8 runs "):
+        build_method({"_target_": NAMELESS, "stride": 3, "target_pr": 0.8})
+
+
+def test_a_knob_value_the_method_itself_rejects_is_a_config_error_naming_the_method():
+    """``RandomTokens`` raises ``ValueError`` for ``keep_counts`` that are not chunk index -> tokens."""
+    with pytest.raises(ConfigError) as err:
+        build_method({"name": "random", "keep_counts": {"four": 10}})
+    assert str(err.value) == ("method 'random': keep_counts={'four': 10}: expected a mapping of chunk index to tokens "
+                              "kept, e.g. {4: 10}")
+
+
+def test_interpolations_in_a_list_knob_are_resolved_into_a_plain_list():
+    """A list knob of a composed config (a ``ListConfig``) reaches the method as a list, its ``${...}`` resolved."""
+    cfg = OmegaConf.create({"backbone": {"middle_layer": 2},
+                            "method": {"_target_": "test_methods_registry.ShapedPlugin",
+                                       "layers": [0, "${backbone.middle_layer}"]}})
+    layers = build_method(cfg.method).layers
+    assert layers == [0, 2] and type(layers) is list
+
+
+def test_full_config_of_a_target_method_has_its_class_path_name_and_every_knob():
+    cfg = {"_target_": "test_methods_registry.KeepEveryOther", "stride": 3}
+    assert full_method_config(cfg) == {"_target_": "test_methods_registry.KeepEveryOther", "name": "keep_every_other",
+                                       "sink_chunks": 1, "recent_chunks": 1, "max_history_tokens": None, "stride": 3}
+
+
+def test_full_config_of_a_plugin_without_a_name_takes_the_configs_name_or_none():
+    assert full_method_config({"_target_": NAMELESS, "name": "every_third", "stride": 3}) == {
+        "_target_": NAMELESS, "name": "every_third", "sink_chunks": 1, "recent_chunks": 1, "max_history_tokens": None,
+        "stride": 3}
+    assert full_method_config({"_target_": NAMELESS, "stride": 3})["name"] == ""
+
+
+def test_canonical_config_compares_knobs_with_their_default_factory():
+    """``OracleMask``'s mappings default to ``field(default_factory=dict)``: an empty one is the default; the
+    ``_target_`` stays."""
+    assert canonical_method_config({"_target_": ORACLE, "survivors": {}, "before": {}}) == {"_target_": ORACLE}
+    assert canonical_method_config({"_target_": ORACLE, "before": {4: {}}}) == {"_target_": ORACLE, "before": {4: {}}}
+
+
+def test_canonical_config_keeps_a_knob_without_a_default():
+    assert canonical_method_config({"_target_": NAMELESS, "stride": 3}) == {"_target_": NAMELESS, "stride": 3}
+
+
+def test_a_method_handed_in_is_described_not_built_again(monkeypatch):
+    """A run builds its method once (its knob checks come first); the configs it records describe that instance."""
+    cfg = {"name": "streaming", "recent_chunks": 0}
+    method = build_method(cfg)
+    monkeypatch.setattr("cmbench.methods.registry.build_method", lambda cfg: pytest.fail("the method was built again"))
+    assert canonical_method_config(cfg, method) == {"name": "streaming", "recent_chunks": 0}
+    assert full_method_config(cfg, method) == {"name": "streaming", "sink_chunks": 1, "recent_chunks": 0,
+                                               "max_history_tokens": None}
+
+
+def test_config_doc_reads_the_class_a_config_names_else_the_yamls_own_text():
+    """``ls method``: a ``_target_`` alone names the class (the yaml's stale text is ignored); a yaml that names no
+    class shows its own text ("" for none); one whose class cannot be found shows why."""
+    assert config_doc({"_target_": "test_methods_registry.KeepEveryOther", "description": "stale"}) == {
+        "description": "test plug-in", "paper": ""}
+    assert config_doc({"description": "a sketch", "paper": "https://example.org/sketch"}) == {
+        "description": "a sketch", "paper": "https://example.org/sketch"}
+    assert config_doc({}) == config_doc({"description": None, "paper": None}) == {"description": "", "paper": ""}
+    assert config_doc({"_target_": "collections.OrderedDict"}) == {
+        "description": "(unavailable: _target_ 'collections.OrderedDict' is not a subclass of cmbench.methods.base.Method)",
+        "paper": ""}
+
+
+def test_register_adds_a_named_class_and_refuses_a_nameless_one(monkeypatch):
+    monkeypatch.setattr("cmbench.methods.registry.METHODS", Registry("method", base=Method))
+    assert register(KeepEveryOther) is KeepEveryOther
+    assert method_names() == ["keep_every_other"] and method_class("keep_every_other") is KeepEveryOther
+    with pytest.raises(ValueError, match=r"^NamelessPlugin has no registry name$"):
+        register(NamelessPlugin)
