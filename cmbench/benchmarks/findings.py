@@ -283,7 +283,7 @@ def quality_finding(folder: Path, command: str) -> Finding:
     return Finding(7, name, paper, measured, command, HOLDS if falls and bool(within.all()) else FAILS,
                    f"criterion: memory falls below {1 - FLAT:g} of FullKV somewhere on the curves while every quality "
                    f"metric stays within {FLAT:.0%} of FullKV's at every point (CPU stand-ins `*_light` on MiniWorld); "
-                   + (f"memory {'falls' if falls else 'does not fall'}; outside the band: {moved or 'none'}"))
+                   f"memory {'falls' if falls else 'does not fall'}; outside the band: {moved or 'none'}")
 
 
 FINDINGS = (

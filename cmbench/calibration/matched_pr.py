@@ -219,27 +219,26 @@ def shared_probes(folder: Path, method: str, probe_key: str, logs: bool = True) 
         except (OSError, ValueError):
             continue
         if isinstance(logged, dict) and logged.get("method") == method and logged.get("probe_key") == probe_key:
-            probes = _valid_probes(logged.get("probes", []))
-            if isinstance(probes, str):  # a cache: a damaged file is measured again, not trusted or fatal
-                print(f"calibrate: ignoring the probes in {path}: {probes}", file=sys.stderr, flush=True)
-                continue
-            known.update(probes)
+            try:
+                known.update(_valid_probes(logged.get("probes", [])))
+            except ValueError as err:  # a cache: a damaged file is measured again, not trusted or fatal
+                print(f"calibrate: ignoring the probes in {path}: {err}", file=sys.stderr, flush=True)
     return known
 
 
-def _valid_probes(probes: Any) -> "dict[float, float] | str":
-    """``{value: PR}`` of a logged ``probes`` list of ``[value, PR]`` pairs (finite value, PR in [0, 1]), or
-    what is wrong with it (the first bad entry)."""
+def _valid_probes(probes: Any) -> dict[float, float]:
+    """``{value: PR}`` of a logged ``probes`` list of ``[value, PR]`` pairs (finite value, PR in [0, 1]);
+    ``ValueError`` naming the first bad entry otherwise."""
     if not isinstance(probes, list):
-        return f"'probes' is {type(probes).__name__}, not a list of [value, PR] pairs"
+        raise ValueError(f"'probes' is {type(probes).__name__}, not a list of [value, PR] pairs")
     valid: dict[float, float] = {}
     for i, entry in enumerate(probes):
         if not (isinstance(entry, list) and len(entry) == 2
                 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in entry)):
-            return f"probe {i} is {json.dumps(entry)[:80]}, not a [value, PR] pair of numbers"
+            raise ValueError(f"probe {i} is {json.dumps(entry)[:80]}, not a [value, PR] pair of numbers")
         value, pr = map(float, entry)
         if not (math.isfinite(value) and 0.0 <= pr <= 1.0):
-            return f"probe {i} is {entry}: the value must be finite and the PR within [0, 1]"
+            raise ValueError(f"probe {i} is {entry}: the value must be finite and the PR within [0, 1]")
         valid[value] = pr
     return valid
 
