@@ -8,6 +8,9 @@ are one row. ``leaderboard.out`` is the output folder (default ``<out_dir>/<data
 output folder (``python -m cmbench curves`` writes it there) or ``leaderboard.curves=PATH``, the
 headline table gains "Score @ 85% PR" (docs/matched_pr.md). ``leaderboard.reference_aggregation=max``
 (or ``mean``) shows every score as that aggregation of the task's references (records carry both).
+``leaderboard.refresh_curves=true`` refills only that column of the board already in ``leaderboard.out``
+from its curves (a curves rerun after the board was made), without the runs
+(:func:`cmbench.report.leaderboard.refresh_matched_column`).
 """
 
 from __future__ import annotations
@@ -73,5 +76,19 @@ def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids:
     return 0
 
 
+def refresh_leaderboard(cfg: DictConfig) -> int:
+    """Refill "Score @ 85% PR" of the board in ``leaderboard.out`` from its curves; print the board."""
+    from cmbench.report.leaderboard import refresh_matched_column
+    from cmbench.spec import data_dir
+
+    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
+    paths = refresh_matched_column(out, cfg.leaderboard.get("curves"))
+    print(paths["leaderboard.md"].read_text(), end="")
+    print(f"refilled Score @ 85% PR from the curves; wrote {', '.join(sorted(paths))} to {out} (runs not read)")
+    return 0
+
+
 def execute(cfg: DictConfig) -> int:
+    if cfg.leaderboard.get("refresh_curves"):
+        return refresh_leaderboard(cfg)
     return write_leaderboard(cfg)

@@ -25,8 +25,6 @@ each metric's range of normalised values across all methods' points (``quality_v
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cmbench.report.reading import ReportError
+from cmbench.report.reading import read_table
 from cmbench.runs import atomic
 from cmbench.scoring.quality_names import QUALITY_FIELDS
 
@@ -111,7 +109,7 @@ def area_table(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_curves(path: str | Path) -> pd.DataFrame:
-    """``curves.csv``, checked for its columns.
+    """``curves.csv``, checked for its columns (:func:`cmbench.report.reading.read_table`).
 
     Raises
     ------
@@ -119,24 +117,7 @@ def read_curves(path: str | Path) -> pd.DataFrame:
         A missing, empty or torn file (its last line cut off, or a row of another field count), or one
         without the columns a curve needs: one line naming the file (and line).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise ReportError(f"{path}: no curves file (python -m cmbench curves writes one)")
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
-        raise ReportError(f"{path}: empty (a curves run stopped while writing it?): rerun python -m cmbench curves")
-    if not text.endswith("\n"):
-        raise ReportError(f"{path}: torn: its last line is cut off (a curves run stopped while writing it?): rerun "
-                          f"python -m cmbench curves")
-    rows = list(csv.reader(io.StringIO(text)))
-    for number, row in enumerate(rows[1:], start=2):
-        if row and len(row) != len(rows[0]):
-            raise ReportError(f"{path}:{number}: {len(row)} fields where the header has {len(rows[0])}")
-    frame = pd.read_csv(io.StringIO(text))
-    missing = [c for c in ("method", "test_pr", "score") if c not in frame.columns]
-    if missing:
-        raise ReportError(f"{path}: not a curves table: no column(s) {', '.join(missing)}")
-    return frame
+    return read_table(path, ("method", "test_pr", "score"), kind="curves", command="curves")
 
 
 def scores_at(curves: pd.DataFrame, x: float = OPERATING_PR) -> dict[str, float]:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
-from cmbench.report.leaderboard import REFERENCE_METHOD, comparisons
-from cmbench.report.reading import RunRecords
+from cmbench.report.leaderboard import REFERENCE_METHOD, comparisons, markdown_text
+from cmbench.report.reading import ReportError, RunRecords, read_table
 
 MARGIN = 0.05
 """FullKV must beat the no-context control by at least this much score, at the lower end of the 95% CI."""
@@ -55,11 +56,17 @@ def backbone_gate(runs: Sequence[RunRecords]) -> pd.DataFrame:
             continue
         pair = comparisons(list(entries), [(full.label, control.label)]).iloc[0]
         delta, ci = float(pair["delta"]), float(pair["delta_ci95"])
-        passes = not math.isnan(ci) and delta - ci >= MARGIN
+        passes = clears_margin(delta, ci)
         rows.append({"backbone": backbone, "fullkv": full.label, "no_context": control.label, "delta": delta,
                      "delta_ci95": ci, "n_pairs": int(pair["n_pairs"]), "passes": passes,
                      "meaning": meaning(backbone, delta, ci, passes)})
     return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def clears_margin(delta: float, ci: float) -> bool:
+    """Whether a paired difference passes the gate: its 95% CI's lower end at least :data:`MARGIN` (False
+    without a CI)."""
+    return not math.isnan(ci) and delta - ci >= MARGIN
 
 
 def meaning(backbone: str, delta: float, ci: float, passes: bool) -> str:
@@ -79,6 +86,25 @@ def markdown(gate: pd.DataFrame) -> str:
         return ""
     lines = ["", f"Backbone gate (FullKV minus the no-context control, paired; passes when the 95% CI's lower "
                  f"end is >= {MARGIN}):", ""]
-    lines += [f"- {'PASS' if r.passes else 'WARN'} {r.backbone}: {r.meaning} ({r.n_pairs} pairs)"
-              for r in gate.itertuples()]
+    lines += [f"- {'PASS' if r.passes else 'WARN'} {markdown_text(r.backbone)}: {markdown_text(r.meaning)} "
+              f"({r.n_pairs} pairs)" for r in gate.itertuples()]
     return "\n".join(lines) + "\n"
+
+
+def read_gate(path: Path) -> pd.DataFrame:
+    """A ``backbone_gate.csv`` written by a leaderboard, its verdicts and sentences derived again from its
+    numbers (the file is data: its ``passes`` and ``meaning`` are not trusted).
+
+    Raises
+    ------
+    ReportError
+        The file is not a gate table (one line naming the file and what is wrong).
+    """
+    table = read_table(path, COLUMNS, kind="backbone gate", command="leaderboard")
+    numbers = table[["delta", "delta_ci95"]].apply(pd.to_numeric, errors="coerce")
+    if numbers["delta"].isna().any():
+        raise ReportError(f"{path}: column delta must hold a number in every row")
+    table["delta_ci95"] = numbers["delta_ci95"]
+    table["passes"] = [clears_margin(delta, ci) for delta, ci in zip(numbers["delta"], numbers["delta_ci95"])]
+    table["meaning"] = [meaning(str(r.backbone), float(r.delta), float(r.delta_ci95), bool(r.passes)) for r in table.itertuples()]
+    return table

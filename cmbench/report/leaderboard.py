@@ -44,6 +44,7 @@ from cmbench.report.reading import (
     folder_manifest,
     load_runs,
     read_records,
+    read_table,
 )
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
@@ -515,6 +516,82 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {name: out / name for name in written}
+
+
+BOARD_COLUMNS = ("method", "metric", "score", "score_ci95", "pr", "cost_speedup_vs_fullkv", "speedup_vs_fullkv",
+                 "continuation_fps", "fps_measured_together", "peak_kv_bytes", "seeds", "score_seed_std", "n_tasks",
+                 "failures", "other_code_tasks")
+"""The columns of ``leaderboard.csv`` that :func:`markdown_table` reads."""
+TEXT_COLUMNS = ("method", "metric", "fps_measured_together")
+COMPARISON_NUMBERS = ("delta", "delta_ci95", "p_value", "wins", "ties", "losses", "n_pairs")
+
+
+def numeric_columns(frame: pd.DataFrame, path: Path, columns: Iterable[str]) -> pd.DataFrame:
+    """``frame`` with ``columns`` as numbers (empty cells NaN).
+
+    Raises
+    ------
+    ReportError
+        A cell that is not a number: one line naming the file, line and column.
+    """
+    for column in columns:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = values.isna() & frame[column].notna()
+        if bad.any():
+            row = int(bad.to_numpy().nonzero()[0][0])
+            raise ReportError(f"{path}:{row + 2}: column {column}: {frame[column].iloc[row]!r} is not a number")
+        frame[column] = values
+    return frame
+
+
+def refresh_matched_column(out_dir: str | Path, curves: str | Path | None = None) -> dict[str, Path]:
+    """Fill "Score @ 85% PR" of the leaderboard already in ``out_dir`` from new curves, without its runs.
+
+    ``curves`` reruns alone (more methods, new targets) change only that column: it is recomputed as
+    :func:`leaderboard` computes it, and ``leaderboard.csv`` and ``leaderboard.md`` are written again
+    (the markdown from the folder's own tables: ``leaderboard.csv``, ``comparisons.csv`` and
+    ``backbone_gate.csv`` where present; every other file is left as it is). The folder is data: labels
+    are escaped, and the gate's verdicts are derived again from its numbers.
+
+    Parameters
+    ----------
+    out_dir : path
+        A leaderboard folder (``leaderboard.out``).
+    curves : path, optional
+        A ``curves.csv`` (default: ``out_dir/curves.csv``, which must exist).
+
+    Returns
+    -------
+    dict name -> written path (``leaderboard.csv``, ``leaderboard.md``).
+
+    Raises
+    ------
+    ReportError
+        No curves, or a missing, torn or foreign table in ``out_dir`` (one line naming the file).
+    """
+    from cmbench.report import gate
+    from cmbench.runs import atomic
+
+    out = Path(out_dir)
+    table = read_curves(curves if curves is not None else out / CURVES_FILE)
+    board = numeric_columns(read_table(out / "leaderboard.csv", BOARD_COLUMNS, kind="leaderboard", command="leaderboard"),
+                            out / "leaderboard.csv", [c for c in BOARD_COLUMNS if c not in TEXT_COLUMNS])
+    at = scores_at(table, OPERATING_PR)
+    values = [at.get(str(label), math.nan) for label in board["method"]]
+    if MATCHED_COLUMN in board.columns:
+        board[MATCHED_COLUMN] = values
+    else:
+        board.insert(4, MATCHED_COLUMN, values)
+    compared = None
+    if (out / "comparisons.csv").is_file():
+        compared = numeric_columns(read_table(out / "comparisons.csv", ("method", "versus", *COMPARISON_NUMBERS),
+                                              kind="comparisons", command="leaderboard"),
+                                   out / "comparisons.csv", COMPARISON_NUMBERS)
+    gated = gate.read_gate(out / gate.FILE) if (out / gate.FILE).is_file() else pd.DataFrame(columns=list(gate.COLUMNS))
+    written = {"leaderboard.csv": atomic.write_with(out / "leaderboard.csv",
+                                                    lambda tmp: board.to_csv(tmp, index=False, float_format="%.6g")),
+               "leaderboard.md": atomic.write_text(out / "leaderboard.md", markdown_table(board, compared) + gate.markdown(gated))}
+    return written
 
 
 def _kept(out: Path) -> None:

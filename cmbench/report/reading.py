@@ -14,6 +14,8 @@ records carry one ``setup_hash``), merged into one entry whose frame holds every
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 from collections import defaultdict
@@ -42,6 +44,46 @@ NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "ca
 
 class ReportError(CMBenchError):
     """Runs cannot be compared (different task sets, seeds or scorers) or are unreadable."""
+
+
+def read_table(path: str | Path, columns: Iterable[str], kind: str, command: str) -> pd.DataFrame:
+    """A CSV table that a CMBench command wrote (``curves.csv``, ``leaderboard.csv``, ...), read as data:
+    whole, untorn, with the named columns.
+
+    Parameters
+    ----------
+    path : path
+    columns : names
+        The columns the reader needs.
+    kind : str
+        What the table is, for the messages (``curves``, ``leaderboard``).
+    command : str
+        The ``python -m cmbench`` command that writes it, for the remedy the messages name.
+
+    Raises
+    ------
+    ReportError
+        A missing, empty or torn file (its last line cut off, or a row of another field count), or one
+        without ``columns``: one line naming the file (and line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ReportError(f"{path}: no {kind} file (python -m cmbench {command} writes one)")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    remedy = f"a {command} run stopped while writing it?"
+    if not text.strip():
+        raise ReportError(f"{path}: empty ({remedy}): rerun python -m cmbench {command}")
+    if not text.endswith("\n"):
+        raise ReportError(f"{path}: torn: its last line is cut off ({remedy}): rerun python -m cmbench {command}")
+    rows = list(csv.reader(io.StringIO(text)))
+    for number, row in enumerate(rows[1:], start=2):
+        if row and len(row) != len(rows[0]):
+            raise ReportError(f"{path}:{number}: {len(row)} fields where the header has {len(rows[0])}")
+    frame = pd.read_csv(io.StringIO(text))
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ReportError(f"{path}: not a {kind} table: no column(s) {', '.join(missing)}")
+    return frame
 
 
 @dataclass(frozen=True)
