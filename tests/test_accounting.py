@@ -123,4 +123,4 @@ def test_recorder_exposes_the_backbone_attributes():
     assert recorder.label == "inner backbone" and recorder.inner is inner and recorder.geometry is G
     assert CallRecorder(BACKBONE).w_in is BACKBONE.w_in
     with pytest.raises(AttributeError, match="no_such_attribute"):
-        recorder.no_such_attribute
+        _ = recorder.no_such_attribute
