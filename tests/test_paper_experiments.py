@@ -76,7 +76,7 @@ def test_the_sweeps_are_the_papers_arms():
     assert {(c.data.name, c.data.clip_frames, c.data.fps) for c in short} == {("miniworld_short", 26, 16)}
     sources = OmegaConf.to_container(short[0].data.sources)
     assert sum(s["reappear"] + s["revisit"] for s in sources.values()) == 18
-    assert 6 * 26 / 16 == pytest.approx(10, abs=0.25) and 6 * 26 % 4 == 0  # 10-second contexts, whole chunks  # 10-second contexts
+    assert 6 * 26 / 16 == pytest.approx(10, abs=0.25) and 6 * 26 % 4 == 0  # 10-second contexts, whole chunks
     (quality,) = jobs("paper_quality_memory", "miniworld")
     assert curve_methods(quality) == ["decoprune", "random", "tempdiff", "streaming"]
     assert curve_targets(quality) == [0.75, 0.85, 0.95]
