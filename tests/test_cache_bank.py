@@ -11,8 +11,10 @@ tokens is written down from the token ids alone.
 import pytest
 import torch
 
+from cmbench.cache import KVCache
 from cmbench.cache.bank import Bank, grown_capacity, shrunk_capacity
 from cmbench.cache.layout import HeadGroup
+from fakes import fake_geometry
 
 LAYER = 3
 HEADS = (1, 4, 6)
@@ -446,6 +448,47 @@ def test_unshare_copies_a_first_chunk_of_one_token():
     bank.unshare()
     assert bank.shared is None and bank.base == 0
     assert_holds(bank, [0, 2, 3], chunks=[0, 1, 1])
+
+
+def test_a_fork_of_a_bank_without_history_owns_what_it_writes():
+    """A bank whose every row was dropped keeps its storage but has no history to share: a fork of it owns
+    its rows, so writing through its history after unshare (what re-indexing does) changes the bank."""
+    source = prefilled()
+    source.keep_only(torch.zeros(8, dtype=torch.bool))
+    assert (source.n, source.capacity) == (0, 64)
+    bank = source.share(4)
+    commit(bank, 2, [8, 9, 10, 11])
+    bank.unshare()
+    assert bank.shared is None and (bank.base, bank.capacity, bank.shared_bytes()) == (0, 4, 0)
+    keys, _ = bank.history()
+    keys += 1
+    assert torch.equal(bank.history()[0], kv([8, 9, 10, 11])[0] + 1)
+
+
+def test_reindex_moves_the_keys_of_a_shared_fork_of_an_emptied_cache():
+    """A fork sharing a prefilled cache whose only bank kept none of its tokens re-indexes the keys it
+    commits exactly as a copied fork does (1 layer, 4 heads, head_dim 12, chunks of 8 tokens)."""
+    geometry = fake_geometry(num_layers=1, num_heads=4, head_dim=12)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 8, 4, 12, generator=g) for _ in range(3))
+
+    def chunk(cache, c):
+        cache.begin_chunk(c, 2 * c, 2)
+        cache.attend(0, q, k, v)
+        cache.commit_chunk()
+
+    prefill = KVCache.from_geometry(geometry)
+    chunk(prefill, 0)
+    prefill.compact(lambda b: torch.zeros(b.n, dtype=torch.bool))
+    keys = []
+    for share in (True, False):
+        fork = prefill.fork(share=share)
+        for c in (1, 2, 3):
+            chunk(fork, c)
+        fork.reindex(q0=20, n_recent=1, l_virt=2.0)
+        keys.append(fork.banks[0][0].history()[0])
+    assert not torch.equal(keys[1][:, :8], k)  # re-indexing moved the copied fork's keys
+    assert torch.equal(keys[0], keys[1])
 
 
 @pytest.mark.parametrize("shared", [False, True])

@@ -311,8 +311,9 @@ class Bank:
 
     def share(self, headroom: int = 0) -> "Bank":
         """A bank that reads this bank's history in place (never writing it), with own storage for
-        ``headroom`` more rows; a bank that itself shares rows is copied instead (:meth:`clone`)."""
-        if self.shared is not None or self.k is None:
+        ``headroom`` more rows; a bank that itself shares rows, or has no history to share, is copied
+        instead (:meth:`clone`), so a bank shares rows only when ``base > 0``."""
+        if self.shared is not None or self.k is None or not self.n:
             return self.clone(headroom)
         out = Bank(self.layer, self.group, self.capacity_limit)
         k, v = self.history()
