@@ -35,9 +35,9 @@ def new_bank(max_tokens=None, limit=None):
     return Bank(LAYER, HeadGroup(HEADS, "all", max_tokens), limit)
 
 
-def commit(bank, chunk, gids):
-    """Write the slot with tokens ``gids`` and make it history as chunk ``chunk``."""
-    bank.write_slot(*kv(gids))
+def commit(bank, chunk, gids, device="cpu"):
+    """Write the slot with tokens ``gids`` (K/V on ``device``) and make it history as chunk ``chunk``."""
+    bank.write_slot(*(t.to(device) for t in kv(gids)))
     gid = torch.tensor(gids, dtype=torch.long)
     bank.commit(gid // 2, chunk, gid % 2, gid)
 
@@ -564,3 +564,27 @@ def test_headroom_for(max_tokens, limit, tokens, expected):
     """Free rows worth allocating for a bank holding 8 tokens that receives ``tokens`` more in chunks of 4."""
     bank = filled([0, 1, 2, 3], [4, 5, 6, 7], max_tokens=max_tokens, limit=limit)
     assert bank.headroom_for(tokens, 4) == expected
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_row_indices_from_the_cpu_reach_storage_on_the_device(device):
+    """Provenance, and so every row index, stays on the CPU while K/V live on the device: gathering own and
+    shared rows, compaction, insert and select_heads move the indices there and give the same K/V."""
+    source = prefilled()
+    source.move(device)
+    bank = source.share(4)
+    commit(bank, 2, [8, 9, 10, 11], device)
+    k, v = bank.gather(torch.tensor([2, 7, 8, 11]))
+    assert k.device.type == device and torch.equal(k.cpu(), kv([2, 7, 8, 11])[0])
+    assert torch.equal(source.gather(torch.tensor([1, 4]))[1].cpu(), kv([1, 4])[1])
+
+    copy = source.clone()
+    k, v, prov = copy.extract(torch.tensor([2, 5]))
+    copy.keep_only(mask(8, [2, 5]))
+    assert torch.equal(copy.history()[0].cpu(), kv([0, 1, 3, 4, 6, 7])[0])
+    copy.insert(k, v, prov)
+    assert copy.k.device.type == device and torch.equal(copy.history()[1].cpu(), kv(list(range(8)))[1])
+
+    heads = source.select_heads(HeadGroup((4, 6)))
+    assert heads.k.device.type == device and torch.equal(heads.history()[0].cpu(), kv(list(range(8)), (4, 6))[0])
