@@ -550,6 +550,17 @@ def test_trim_and_park_keep_exactly_the_history():
         assert cache.fork().shared_bytes() == 2 * 4 * D * 4 * (1 + 1 + 2)  # K and V of 4 rows of 1, 1 and 2 heads
 
 
+def test_park_moves_the_banks_to_the_host_and_remembers_their_device():
+    """Parking on another device (``meta`` stands in for host memory on a CPU-only machine) moves every bank
+    there, trimmed to its 2 history rows, and records the CPU the banks came from as where forks go; parking
+    again where they already are keeps that device."""
+    cache = filled(1, layout=SPLIT)
+    for _ in range(2):
+        cache.park("meta")
+        assert [(b.k.device.type, b.v.device.type, b.capacity) for b in cache.all_banks()] == [("meta", "meta", 2)] * 3
+        assert cache.fork_device == torch.device("cpu")
+
+
 # --- fork -------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("share", [True, False])
