@@ -41,9 +41,9 @@ def kv(layer, gids, heads=(0, 1), batch=1):
     return k, -k
 
 
-def new_cache(layers=2, layout=None, store=None, **kwargs):
-    """A cache of ``layers`` layers of 2 heads, head_dim 4, 2 tokens a frame."""
-    return KVCache(layers, 2, D, T, ROPE, layout=layout, store=store, **kwargs)
+def new_cache(layers=2, layout=None, store=None, cls=KVCache, **kwargs):
+    """A cache (of class ``cls``) of ``layers`` layers of 2 heads, head_dim 4, 2 tokens a frame."""
+    return cls(layers, 2, D, T, ROPE, layout=layout, store=store, **kwargs)
 
 
 def attend_all(cache, layers=None, batch=1):
@@ -513,16 +513,24 @@ def test_kept_per_chunk_counts_every_committed_chunk():
     assert cache.kept_per_chunk(cache.banks[1][0]) == {0: 0, 1: 0, 2: 1}
 
 
-def test_store_bytes_are_the_peak_and_the_traffic_both_ways():
+class HalfOfTheHeads(KVCache):
+    """A cache holding one of two equal shares of the model's history (as a rank of a split does)."""
+
+    def store_shares(self) -> int:
+        return 2
+
+
+@pytest.mark.parametrize("cls, shares", [(KVCache, 1), (HalfOfTheHeads, 2)])
+def test_store_bytes_are_the_peak_and_the_traffic_both_ways(cls, shares):
     """One layer of 2 heads: a token's K and V are 2 x 2 heads x 4 float32 = 64 bytes. Moving 3 tokens out
-    and 2 back: peak 192 bytes, traffic 192 + 128; the cache's store is the whole model's (one share).
-    Without a store both are 0."""
-    cache = filled(3, layers=1, store=HostStore())
+    and 2 back: peak 192 bytes, traffic 192 + 128, for this cache's store; the model's store is that times
+    the shares (a plain cache holds the whole model's: one share). Without a store both are 0."""
+    cache = filled(3, layers=1, store=HostStore(), cls=cls)
     cache.compact(dropping(0, 1, 3), to_store=True)
     cache.restore(lambda b: torch.tensor([0, 3]))
-    assert cache.store_shares() == 1
-    assert cache.store_bytes() == (192, 320)
-    assert filled(1).store_bytes() == (0, 0)
+    assert cache.store_shares() == shares
+    assert cache.store_bytes() == (192 * shares, 320 * shares)
+    assert filled(1, cls=cls).store_bytes() == (0, 0)
 
 
 def test_allocated_and_shared_bytes_of_a_cache_and_its_forks():
