@@ -96,6 +96,11 @@ def rotated(layer, gids, shifts, heads=(0, 1)):
     return k
 
 
+def exactly(message):
+    """A ``pytest.raises`` pattern matching the whole message, no more."""
+    return f"^{re.escape(message)}$"
+
+
 # --- construction -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("build", ["direct", "from_geometry"])
@@ -124,9 +129,9 @@ def test_from_geometry_passes_the_attention_switch():
 
 def test_layout_errors_name_the_layer():
     """A layout with the wrong number of layers, or a layer whose groups miss a head, is refused by name."""
-    with pytest.raises(ValueError, match=re.escape("layout has 1 layers, the cache 2")):
+    with pytest.raises(ValueError, match=exactly("layout has 1 layers, the cache 2")):
         new_cache(layout=[[HeadGroup((0, 1))]])
-    with pytest.raises(ConfigError, match=re.escape("layer 1: head groups must partition heads 0..1")):
+    with pytest.raises(ConfigError, match=exactly("layer 1: head groups must partition heads 0..1 exactly once, got [0]")):
         new_cache(layout=[[HeadGroup((0, 1))], [HeadGroup((0,))]])
 
 
@@ -149,6 +154,7 @@ def test_a_fresh_cache_compacts_forks_trims_parks_and_reindexes_nothing():
 NO_CHUNK = "no open chunk: call begin_chunk first"
 
 
+
 @pytest.mark.parametrize("call", [
     lambda c: c.commit_chunk(),
     lambda c: c.attend(0, *kv(0, [0, 1]), kv(0, [0, 1])[0]),
@@ -158,18 +164,18 @@ def test_calls_that_need_an_open_chunk_say_so(call):
     """Committing, attending or reading the open chunk's provenance without one raises, before the first chunk
     and after a commit."""
     for cache in (new_cache(), filled(1)):
-        with pytest.raises(RuntimeError, match=re.escape(NO_CHUNK)):
+        with pytest.raises(RuntimeError, match=exactly(NO_CHUNK)):
             call(cache)
 
 
 def test_begin_chunk_refuses_a_second_open_chunk_and_empty_chunks():
     """A chunk of one frame opens; a second one while it is open, or one of no frames, is refused."""
     cache = filled(1)
-    with pytest.raises(ValueError, match=re.escape("chunk frames [1, +0) overlap history ending at 1")):
+    with pytest.raises(ValueError, match=exactly("chunk frames [1, +0) overlap history ending at 1")):
         cache.begin_chunk(1, 1, 0)
     info = cache.begin_chunk(1, 1, 1)
     assert (info.index, info.frame_start, info.num_frames, info.gid_start, info.length) == (1, 1, 1, 2, 2)
-    with pytest.raises(RuntimeError, match=re.escape("chunk 1 is still open; commit it first")):
+    with pytest.raises(RuntimeError, match=exactly("chunk 1 is still open; commit it first")):
         cache.begin_chunk(2, 2, 1)
 
 
@@ -179,7 +185,7 @@ def test_chunk_finds_the_open_and_the_committed_chunks():
     cache.begin_chunk(5, 4, 1)
     assert cache.chunk(5) is cache.current
     assert cache.chunk(0) is cache.chunks[0] and cache.chunk(1) is cache.chunks[1]
-    with pytest.raises(KeyError, match=re.escape("no chunk 3 in the cache")):
+    with pytest.raises(KeyError, match=exactly("'no chunk 3 in the cache'")):
         cache.chunk(3)
 
 
@@ -194,7 +200,7 @@ def test_operations_on_the_whole_history_refuse_an_open_chunk(what, call):
     """Fork, park, trim, regroup and re-index need a closed chunk and name the open one."""
     cache = filled(1)
     cache.begin_chunk(1, 1, 1)
-    with pytest.raises(RuntimeError, match=re.escape(f"cannot {what} while chunk 1 is open")):
+    with pytest.raises(RuntimeError, match=exactly(f"cannot {what} while chunk 1 is open")):
         call(cache)
 
 
@@ -209,7 +215,7 @@ def test_a_probe_refuses_commit_compact_and_restore(call, message):
     cache = filled(1, store=HostStore())
     cache.begin_chunk(1, 1, 1)
     attend_all(cache)
-    with cache.probe(), pytest.raises(RuntimeError, match=re.escape(message)):
+    with cache.probe(), pytest.raises(RuntimeError, match=exactly(message)):
         call(cache)
 
 
@@ -227,7 +233,7 @@ def test_attend_refuses_other_shapes(shapes, message):
     size alone is refused."""
     cache = new_cache()
     cache.begin_chunk(0, 0, 1)
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=exactly(message)):
         cache.attend(0, *(torch.zeros(s) for s in shapes))
 
 
@@ -336,7 +342,7 @@ def test_compaction_without_to_store_deletes_and_to_store_needs_a_store():
     cache = filled(2, store=store)
     assert cache.compact(dropping(1)) == 2 * 2
     assert store.segments == {} and store.bytes_out == 0
-    with pytest.raises(RuntimeError, match=re.escape("this cache has no store to move evicted rows into")):
+    with pytest.raises(RuntimeError, match=exactly("this cache has no store to move evicted rows into")):
         filled(1).compact(dropping(0), to_store=True)
 
 
@@ -387,14 +393,14 @@ def test_restore_before_the_chunks_first_call_only():
     cache.begin_chunk(2, 2, 1)
     assert cache.restore(lambda b: torch.tensor([1])) == 1 * 2 * 2  # 1 token x 2 heads x 2 layers
     attend_all(cache)
-    with pytest.raises(RuntimeError, match=re.escape("restore runs before chunk 2's first model call")):
+    with pytest.raises(RuntimeError, match=exactly("restore runs before chunk 2's first model call")):
         cache.restore(lambda b: torch.tensor([0]))
     cache.commit_chunk()
     assert_holds(cache, 1, 0, [1, 2, 3, 4, 5])
 
 
 def test_restore_needs_a_store():
-    with pytest.raises(RuntimeError, match=re.escape("this cache has no store to restore from")):
+    with pytest.raises(RuntimeError, match=exactly("this cache has no store to restore from")):
         filled(1).restore(lambda b: torch.tensor([0]))
 
 
@@ -404,7 +410,7 @@ def test_restore_never_goes_over_a_banks_size():
     cache = filled(3, layers=1, layout=layout, store=HostStore())
     cache.compact(dropping(0, 1, 2, 3), to_store=True)
     assert cache.restore(lambda b: torch.tensor([0, 1])) == 2 * 2  # 2 + 2 = 4 tokens
-    with pytest.raises(RuntimeError, match=re.escape("layer 0 bank 'all': restoring 1 tokens to 4 goes over its size 4")):
+    with pytest.raises(RuntimeError, match=exactly("layer 0 bank 'all': restoring 1 tokens to 4 goes over its size 4")):
         cache.restore(lambda b: torch.tensor([2]))
 
 
@@ -487,9 +493,9 @@ def test_regroup_splits_or_keeps_a_bank_but_never_merges():
     cache.regroup(1, [HeadGroup((1,)), HeadGroup((0,))])
     assert [b.group.heads for b in cache.banks[1]] == [(1,), (0,)]
     assert torch.equal(cache.banks[1][1].history()[0], kv(1, [0, 1, 2, 3], heads=(0,))[0])
-    with pytest.raises(ValueError, match=re.escape("layer 0: heads (0, 1) span several banks and cannot be merged")):
+    with pytest.raises(ValueError, match=exactly("layer 0: heads (0, 1) span several banks and cannot be merged")):
         cache.regroup(0, [HeadGroup((0, 1))])
-    with pytest.raises(ConfigError, match=re.escape("layer 1: head groups must partition")):
+    with pytest.raises(ConfigError, match=exactly("layer 1: head groups must partition heads 0..1 exactly once, got [0]")):
         cache.regroup(1, [HeadGroup((0,))])
 
 
