@@ -368,22 +368,23 @@ def test_compaction_with_an_open_chunk_moves_only_the_written_slots():
 
 # --- restore ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("only_last", [False, True])
-def test_restore_puts_stored_tokens_back_in_order(only_last):
+@pytest.mark.parametrize("only_second", [False, True])
+def test_restore_puts_stored_tokens_back_in_order(only_second):
     """Restoring tokens 0 and 3 (of 0-5, with 0, 1, 3 in the store) puts them back at their places with
-    their K/V and provenance in every bank asked (a bank asked for nothing is skipped, not the end), counts
-    (token, head) entries, and the store keeps them."""
+    their K/V and provenance in every bank asked (a bank asked for nothing is skipped, not the end of its
+    layer: here layer 0's first bank when only its second is asked), counts (token, head) entries, and the
+    store keeps them."""
     store = HostStore()
     cache = filled(3, layout=SPLIT, store=store)
     cache.compact(dropping(0, 1, 3), to_store=True)
-    last = cache.banks[1][0]
+    second = cache.banks[0][1]
     wanted = torch.tensor([0, 3])
-    restored = cache.restore(lambda b: wanted if (b is last or not only_last) else wanted[:0])
-    assert restored == (4 if only_last else 8)  # 2 tokens x (1 + 1 + 2 heads), or x 2 heads of the last bank
+    restored = cache.restore(lambda b: wanted if (b is second or not only_second) else wanted[:0])
+    assert restored == (2 if only_second else 8)  # 2 tokens x 1 head of that bank, or x (1 + 1 + 2) heads
     for layer, b in ((0, 0), (0, 1), (1, 0)):
-        back = layer == 1 or not only_last
+        back = (layer, b) == (0, 1) or not only_second
         assert_holds(cache, layer, b, [0, 2, 3, 4, 5] if back else [2, 4, 5])
-    assert store.gids((1, last.group)).tolist() == [0, 1, 3]
+    assert store.gids((0, second.group)).tolist() == [0, 1, 3]
 
 
 def test_restore_before_the_chunks_first_call_only():
