@@ -520,6 +520,18 @@ def test_kept_per_chunk_counts_every_committed_chunk():
     assert cache.kept_per_chunk(cache.banks[1][0]) == {0: 0, 1: 0, 2: 1}
 
 
+def test_kept_per_chunk_with_chunk_indices_that_skip_numbers():
+    """Chunk indices only have to increase (0, then 2, then 5): every committed chunk is counted, also when the
+    highest-numbered ones kept no token in the bank."""
+    cache = new_cache(layers=1)
+    for index, frame in ((0, 0), (2, 1), (5, 2)):
+        cache.begin_chunk(index, frame, 1)
+        attend_all(cache)
+        cache.commit_chunk()
+    cache.compact(lambda b: b.field("gid") < 3)
+    assert cache.kept_per_chunk() == {0: 2, 2: 1, 5: 0}
+
+
 class HalfOfTheHeads(KVCache):
     """A cache holding one of two equal shares of the model's history (as a rank of a split does)."""
 

@@ -575,7 +575,8 @@ class KVCache:
     def kept_per_chunk(self, bank: Bank | None = None) -> dict[int, int]:
         """Tokens of every committed chunk still stored in ``bank`` (default: layer 0's first bank)."""
         bank = self.banks[0][0] if bank is None else bank
-        counts = torch.bincount(bank.field("chunk"), minlength=len(self.chunks))
+        # chunk indices increase but may skip numbers: count up to the last one, not to the number of chunks
+        counts = torch.bincount(bank.field("chunk"), minlength=self.chunks[-1].index + 1 if self.chunks else 0)
         return {info.index: int(counts[info.index]) for info in self.chunks}
 
     def stored_bytes(self) -> int:
