@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import io
 import json
 import os
 import sys
@@ -269,6 +270,16 @@ def test_undecodable_manifest_is_one_file_problem(tmp_path):
     assert read_manifest(path, tmp_path, problems) == []
     assert problems == [Problem(str(path), None, "<file>", "cannot read manifest: 'utf-8' codec can't decode "
                                                            "byte 0xff in position 0: invalid start byte")]
+
+
+def test_manifest_is_read_as_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """The manifest is UTF-8 by definition: a system whose default text encoding is Latin-1 reads the same text."""
+    path = tmp_path / "metadata.jsonl"
+    path.write_bytes(json.dumps(official_row("a", VIDEO, scene="caf\u00e9"), ensure_ascii=False).encode("utf-8"))
+    monkeypatch.setattr(io, "text_encoding", lambda encoding, stacklevel=2: encoding or "latin-1")
+    problems: list[Problem] = []
+    (task,) = read_manifest(path, tmp_path, problems)
+    assert task.scene == "caf\u00e9" and problems == []
 
 
 def test_empty_manifest_has_no_rows(tmp_path):
