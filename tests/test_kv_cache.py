@@ -532,6 +532,11 @@ def test_kept_per_chunk_with_chunk_indices_that_skip_numbers():
     assert cache.kept_per_chunk() == {0: 2, 2: 1, 5: 0}
 
 
+def test_kept_per_chunk_of_a_cache_without_chunks_is_empty():
+    """Before the first chunk there is nothing to count (no last chunk index to size the counts by)."""
+    assert new_cache().kept_per_chunk() == {}
+
+
 class HalfOfTheHeads(KVCache):
     """A cache holding one of two equal shares of the model's history (as a rank of a split does)."""
 
