@@ -335,7 +335,7 @@ def test_too_long_integer_without_a_known_limit_says_4300(tmp_path, monkeypatch)
 def test_windows_line_ends_do_not_shift_error_columns(tmp_path):
     """A CRLF file reports the same JSON error column as the same text with LF line ends."""
     path = tmp_path / "metadata.jsonl"
-    assert _read(tmp_path, "[1,\r\n")[1] == [f"{path}:1: <json>: invalid JSON (Expecting value at column 4)"]
+    assert _read(tmp_path, "[1\r\n")[1] == [f"{path}:1: <json>: invalid JSON (Expecting ',' delimiter at column 3)"]
 
 
 def test_unsafe_video_path_skips_the_row(tmp_path):
