@@ -145,3 +145,19 @@ def timeline(geometry: Geometry, frames: int, value_of_gid) -> torch.Tensor:
 def survivors(cache, layer: int = 0, bank: int = 0) -> list[int]:
     """Global token ids stored in one bank."""
     return cache.banks[layer][bank].field("gid").tolist()
+
+
+def assert_bank_holds(bank, gids: list[int], want_k: torch.Tensor, want_v: torch.Tensor, tokens_per_frame: int,
+                      chunks: list[int] | None = None) -> None:
+    """``bank``'s history is tokens ``gids`` in this order: K/V ``[B, len(gids), heads, D]`` equal to ``want_k`` /
+    ``want_v``, and the provenance of tokens numbered frame by frame (frame ``gid // tokens_per_frame``, position
+    ``gid % tokens_per_frame``, temporal position the frame as float64) and, when given, chunk indices."""
+    k, v = bank.history()
+    assert torch.equal(k, want_k) and torch.equal(v, want_v)
+    gid = torch.tensor(gids, dtype=torch.long)
+    assert bank.field("gid").tolist() == gids
+    assert bank.field("frame").tolist() == (gid // tokens_per_frame).tolist()
+    assert bank.field("pos").tolist() == (gid % tokens_per_frame).tolist()
+    assert bank.field("tpos").tolist() == (gid // tokens_per_frame).double().tolist()
+    if chunks is not None:
+        assert bank.field("chunk").tolist() == chunks

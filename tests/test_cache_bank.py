@@ -14,7 +14,7 @@ import torch
 from cmbench.cache import KVCache
 from cmbench.cache.bank import Bank, grown_capacity, shrunk_capacity
 from cmbench.cache.layout import HeadGroup
-from fakes import fake_geometry
+from fakes import assert_bank_holds, fake_geometry
 
 LAYER = 3
 HEADS = (1, 4, 6)
@@ -66,16 +66,7 @@ def task():
 
 def assert_holds(bank, gids, chunks=None):
     """The history is tokens ``gids`` in this order: K/V, ids, frames and positions (and chunk indices)."""
-    k, v = bank.history()
-    want_k, want_v = kv(gids)
-    assert torch.equal(k, want_k) and torch.equal(v, want_v)
-    gid = torch.tensor(gids, dtype=torch.long)
-    assert bank.field("gid").tolist() == gids
-    assert bank.field("frame").tolist() == (gid // 2).tolist()
-    assert bank.field("pos").tolist() == (gid % 2).tolist()
-    assert bank.field("tpos").tolist() == (gid // 2).double().tolist()
-    if chunks is not None:
-        assert bank.field("chunk").tolist() == chunks
+    assert_bank_holds(bank, gids, *kv(gids), tokens_per_frame=2, chunks=chunks)
 
 
 def mask(n, dropped):

@@ -25,6 +25,7 @@ from cmbench.cache.layout import HeadGroup
 from cmbench.cache.rope import RopeAxis, RopeSpec
 from cmbench.cache.store import HostStore
 from cmbench.errors import ConfigError
+from fakes import assert_bank_holds
 
 T = 2  # tokens per frame (and per chunk)
 D = 4  # head_dim
@@ -76,15 +77,9 @@ def assert_holds(cache, layer, bank, gids, chunks=None):
     """Bank ``bank`` of ``layer`` holds tokens ``gids`` in order: K/V of its heads (unrotated), ids, frames,
     positions, temporal positions (the source frames) and chunk indices (the frames unless given)."""
     b = cache.banks[layer][bank]
-    k, v = b.history()
-    want_k, want_v = kv(layer, gids, b.group.heads)
-    assert torch.equal(k, want_k) and torch.equal(v, want_v)
     gid = torch.tensor(gids, dtype=torch.long)
-    assert b.field("gid").tolist() == gids
-    assert b.field("frame").tolist() == (gid // T).tolist()
-    assert b.field("chunk").tolist() == ((gid // T).tolist() if chunks is None else chunks)
-    assert b.field("pos").tolist() == (gid % T).tolist()
-    assert b.field("tpos").tolist() == (gid // T).double().tolist()
+    assert_bank_holds(b, gids, *kv(layer, gids, b.group.heads), tokens_per_frame=T,
+                      chunks=(gid // T).tolist() if chunks is None else chunks)
 
 
 def rotated(layer, gids, shifts, heads=(0, 1)):
