@@ -7,6 +7,7 @@ Usage (scripts/mutation_test.sh calls these; see docs/testing.md):
     python scripts/mutation_summary.py configure COPY/pyproject.toml MODULE TEST...
     python scripts/mutation_summary.py summarize COPY MODULE --equivalent FILE [--csv FILE] [--seconds S] [--tests T...]
     python scripts/mutation_summary.py survivors COPY MODULE                 (the mutants not killed, for --rerun)
+    python scripts/mutation_summary.py sample COPY MODULE N [--seed S]       (N mutants drawn uniformly, for --sample)
     python scripts/mutation_summary.py table results/mutation/baseline.csv      (the markdown table of a CSV)
 """
 
@@ -15,12 +16,16 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
 
-CSV_FIELDS = ["module", "tests", "mutants", "killed", "survived", "no_tests", "equivalent", "score", "seconds", "commit"]
+CSV_FIELDS = ["module", "tests", "mutants", "killed", "survived", "no_tests", "equivalent", "score", "seconds", "commit",
+              "population"]
+SAMPLE_FILE = "sample.txt"  # in a copy made with --sample: the mutants drawn, one name per line
 
 
 def read_targets(path: Path) -> dict[str, list[str]]:
@@ -71,19 +76,46 @@ def configure(pyproject: Path, module: str, tests: list[str]) -> None:
     pyproject.write_text("\n".join(lines[: at + 1] + extra + lines[at + 1:]) + "\n")
 
 
+def _mutant_names(copy: Path, module: str) -> list[str]:
+    """Every mutant mutmut generated for ``module`` in ``copy``, sorted."""
+    return sorted(json.loads((copy / "mutants" / f"{module}.meta").read_text())["exit_code_by_key"])
+
+
+def draw_sample(names: list[str], size: int, seed: int) -> list[str]:
+    """``size`` of ``names`` drawn uniformly without replacement (all of them when there are no more), sorted:
+    the same names and seed always draw the same sample."""
+    if size < 1:
+        sys.exit(f"mutation_summary.py: a sample needs at least one mutant, got {size}")
+    return sorted(random.Random(seed).sample(sorted(names), min(size, len(names))))
+
+
+def wilson_interval(killed: int, counted: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a kill rate measured on a sample of ``counted`` mutants."""
+    if counted == 0:
+        return 0.0, 1.0
+    p = killed / counted
+    centre = (p + z * z / (2 * counted)) / (1 + z * z / counted)
+    half = z * math.sqrt(p * (1 - p) / counted + z * z / (4 * counted * counted)) / (1 + z * z / counted)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def _statuses(copy: Path, module: str) -> dict[str, str]:
-    """Each mutant's status; after a ``--rerun``, the mutants it did not run keep the status they had before
-    it (mutmut resets them to "not checked" when the tests change)."""
+    """Each mutant's status (only the sampled ones in a copy made with ``--sample``); after a ``--rerun``, the
+    mutants it did not run keep the status they had before it (mutmut resets them to "not checked" when the
+    tests change)."""
     from mutmut.stats import status_by_exit_code
 
     meta = copy / "mutants" / f"{module}.meta"
     now = {n: status_by_exit_code[c] for n, c in json.loads(meta.read_text())["exit_code_by_key"].items()}
+    sample_path = copy / SAMPLE_FILE
+    if sample_path.is_file():
+        drawn = set(sample_path.read_text().split())
+        now = {n: s for n, s in now.items() if n in drawn}
     before_path = meta.with_name(meta.name + ".before")
     if not before_path.is_file():
         return now
     before = {n: status_by_exit_code[c] for n, c in json.loads(before_path.read_text())["exit_code_by_key"].items()}
-    return {n: now[n] if now.get(n, "not checked") != "not checked" else before.get(n, "not checked")
-            for n in {**before, **now}}
+    return {n: now[n] if now.get(n, "not checked") != "not checked" else before.get(n, "not checked") for n in now}
 
 
 def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path | None, seconds: int,
@@ -97,8 +129,13 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
     no_tests = sum(statuses[n] == "no tests" for n in survivors)
     counted = len(statuses) - len(listed)
     score = killed / counted if counted else 1.0
+    population = len(_mutant_names(copy, module))
+    sampled = ""
+    if population > len(statuses):
+        low, high = wilson_interval(killed, counted)
+        sampled = f" (a uniform sample of {len(statuses)} of {population} mutants; 95% interval {low:.1%}-{high:.1%})"
     print(f"{module}: {len(statuses)} mutants, {killed} killed, {len(survivors)} survived ({no_tests} run by no test), "
-          f"{len(listed)} equivalent: score {score:.1%} in {seconds} s")
+          f"{len(listed)} equivalent: score {score:.1%}{sampled} in {seconds} s")
     env = {**os.environ, "PYTHONPATH": ""}
     for name in unexplained:
         shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=copy, env=env,
@@ -116,17 +153,22 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
             writer.writerow({"module": module, "tests": " ".join(tests), "mutants": len(statuses), "killed": killed,
                              "survived": len(survivors) - len(listed), "no_tests": no_tests,
                              "equivalent": len(listed), "score": f"{score:.3f}", "seconds": seconds,
-                             "commit": commit.strip()})
+                             "commit": commit.strip(), "population": population})
     return 1 if unexplained else 0
 
 
 def table(path: Path) -> str:
-    """The markdown table of a scores CSV, with a total row."""
+    """The markdown table of a scores CSV, with a total row; a sampled module shows its sample's size out of all
+    its mutants and the score's 95% interval."""
     rows = list(csv.DictReader(path.open()))
     out = ["| module | mutants | killed | survived | equivalent | score | seconds |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['module']} | {r['mutants']} | {r['killed']} | {r['survived']} | {r['equivalent']} | "
-                   f"{float(r['score']):.1%} | {r['seconds']} |")
+        mutants, score = r["mutants"], f"{float(r['score']):.1%}"
+        if r.get("population") and int(r["population"]) > int(r["mutants"]):
+            low, high = wilson_interval(int(r["killed"]), int(r["mutants"]) - int(r["equivalent"]))
+            mutants, score = f"{mutants} of {r['population']} (sample)", f"{score} ({low:.1%}-{high:.1%})"
+        out.append(f"| {r['module']} | {mutants} | {r['killed']} | {r['survived']} | {r['equivalent']} | "
+                   f"{score} | {r['seconds']} |")
     total = {k: sum(int(r[k]) for r in rows) for k in ("mutants", "killed", "survived", "equivalent", "seconds")}
     score = total["killed"] / max(total["mutants"] - total["equivalent"], 1)
     out.append(f"| **all measured** | {total['mutants']} | {total['killed']} | {total['survived']} | "
@@ -159,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("survivors")
     p.add_argument("copy", type=Path)
     p.add_argument("module")
+    p = sub.add_parser("sample")
+    p.add_argument("copy", type=Path)
+    p.add_argument("module")
+    p.add_argument("size", type=int)
+    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("table")
     p.add_argument("csv", type=Path)
     args = parser.parse_args(argv)
@@ -177,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "survivors":
         statuses = _statuses(args.copy, args.module)
         print("\n".join(n for n, s in statuses.items() if s not in ("killed", "timeout", "caught by type check", "segfault")))
+    elif args.command == "sample":
+        print("\n".join(draw_sample(_mutant_names(args.copy, args.module), args.size, args.seed)))
     else:
         print(table(args.csv))
     return 0

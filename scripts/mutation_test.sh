@@ -18,6 +18,10 @@
 #   --keep          keep each module's copy (then `cd DIR/<module> && mutmut browse` explores the mutants)
 #   --rerun         in a kept copy, run again only the mutants that were not killed, against the repository's
 #                   current tests (after adding tests; a change to the module itself needs a full run)
+#   --sample N      run N of each module's mutants, drawn uniformly (the copy's sample.txt), instead of all: the
+#                   score is the sample's, printed with its 95% interval (for a module too slow to run whole);
+#                   a later --rerun stays within the sample
+#   --seed S        the sample's seed (default 0)
 # Environment: PYTHON (default: .venv/bin/python of the repository, else python3) must have mutmut and the
 # `test` extra installed.
 set -euo pipefail
@@ -27,7 +31,7 @@ py="${PYTHON:-}"
 if [ -z "$py" ]; then
   if [ -x .venv/bin/python ]; then py="$repo/.venv/bin/python"; else py="$(command -v python3)"; fi
 fi
-since="" all=0 jobs=1 csv="" keep=0 rerun=0 modules=()
+since="" all=0 jobs=1 csv="" keep=0 rerun=0 sample=0 seed=0 modules=()
 workdir="${TMPDIR:-/tmp}/cmbench-mutation"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +42,8 @@ while [ $# -gt 0 ]; do
     --workdir) workdir="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
     --rerun) rerun=1; keep=1; shift ;;
+    --sample) sample="$2"; shift 2 ;;
+    --seed) seed="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "mutation_test.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) modules+=("$1"); shift ;;
@@ -79,7 +85,17 @@ for module in "${modules[@]}"; do
     git rev-parse --short HEAD > "$copy/.commit"
     git diff --quiet HEAD -- cmbench tests || echo "+changes" >> "$copy/.commit"
     "${helper[@]}" configure "$copy/pyproject.toml" "$module" "${tests[@]}"
-    echo "== $module (tests: ${tests[*]})"
+    if [ "$sample" -gt 0 ]; then
+      # mutmut generates the mutants and times the tests, then stops: no mutant has this name
+      (cd "$copy" && nice -n 10 "$py" -m mutmut run cmbench.no_such_mutant > mutmut.generate.log 2>&1) || true
+      [ -f "$copy/mutants/$module.meta" ] \
+        || { echo "mutmut made no mutants of $module, see $copy/mutmut.generate.log" >&2; status=1; continue; }
+      (cd "$copy" && "${helper[@]}" sample "$copy" "$module" "$sample" --seed "$seed" > sample.txt)
+      mapfile -t names < "$copy/sample.txt"
+      echo "== $module: a sample of ${#names[@]} mutants, seed $seed (tests: ${tests[*]})"
+    else
+      echo "== $module (tests: ${tests[*]})"
+    fi
   fi
   start=$(date +%s)
   # mutmut's exit status says nothing about survivors; its progress line goes to the log
