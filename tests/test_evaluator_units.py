@@ -401,11 +401,12 @@ def test_a_host_store_adds_its_peak_and_transfers(fakes):
     assert type(got["peak_store_bytes"]) is int
 
 
-def test_a_continuation_that_took_no_time_has_no_frame_rate(fakes):
+@pytest.mark.parametrize("seconds,fps", [(0.0, None), (0.5, 12.0)])  # 6 frames in 0.5 s: 12 fps
+def test_the_frame_rate_of_a_continuation_and_none_when_it_took_no_time(fakes, seconds, fps):
     ev = fakes.make()
-    fakes.next_cont = _continuation(seconds=0.0)
+    fakes.next_cont = _continuation(seconds=seconds)
     got = ev.evaluate(_task("a"), ev.prepare([_task("a")]), seed=1)
-    assert got["continuation_fps"] is None and got["continuation_seconds"] == 0.0
+    assert (got["continuation_fps"], got["continuation_seconds"]) == (fps, seconds)
 
 
 def test_a_split_model_counts_the_attention_work_of_every_rank(fakes):
