@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cmbench.cache import ChunkInfo, HostStore, KVCache
+from cmbench.cache import ChunkInfo, HostStore, KVCache, PRLedger
+from cmbench.cache.ledger import LedgerEntry
 from cmbench.errors import ConfigError
 from cmbench.generation import loop
-from cmbench.generation.loop import GenerationSettings, camera_poses, check_settings, continue_task, prefill
+from cmbench.generation.loop import Continuation, GenerationSettings, camera_poses, check_settings, continue_task, prefill
 from cmbench.generation.sampler import FlowMatchSampler, renoise
 from cmbench.hashing import seeded_generator
 from cmbench.methods.base import Method, Needs
@@ -344,10 +345,16 @@ def test_the_continuation_records_its_own_ledger_on_a_fork():
     assert cont.cache is not pre.cache and cont.cache.committed_tokens == 40 and pre.cache.committed_tokens == 24
     per_token = 2 * 2 * 2 * 12 * 8  # K and V, 2 layers, 2 heads, head_dim 12, float64
     assert cont.ledger.peak_stored_bytes == 40 * per_token and cont.attention == {}
-    summary = cont.summary(SimpleNamespace(quota_pr=0.4))
-    assert summary["continuation_seconds"] == cont.seconds and summary["latent_frames"] == 4
-    assert summary["quota_pr"] == 0.4 and summary["phase"] == "generation" and summary["full_tokens"] == 56 * 4
-    assert "quota_pr" not in cont.summary(SimpleNamespace(quota_pr=None)) and "quota_pr" not in cont.summary()
+    assert cont.cache.shared_bytes() > 0  # by default the fork reads the prefill in place
+
+
+def test_a_continuations_summary_adds_its_time_frames_and_any_quota_to_the_ledgers():
+    ledger = PRLedger("generation", [LedgerEntry(3, 6, torch.tensor([[2, 4]]), 4)])  # PR 1 - 6 / 8
+    cont = Continuation(latents=torch.zeros(1, 3, 6, 4, 5), ledger=ledger, kept_tokens={}, seconds=2.5, cache=None)
+    want = {**ledger.summary(), "continuation_seconds": 2.5, "latent_frames": 6}  # frames: dim 2 of [B, C, F, h, w]
+    assert cont.summary() == want and want["pruning_ratio"] == 0.25
+    assert cont.summary(SimpleNamespace(quota_pr=None)) == want  # a method not in quota mode
+    assert cont.summary(SimpleNamespace(quota_pr=0.4)) == {**want, "quota_pr": 0.4}
 
 
 @pytest.mark.parametrize("share", [True, False])
