@@ -207,7 +207,7 @@ def test_each_context_chunk_gets_its_probes_then_the_clean_pass_with_every_hook_
 
 
 def test_prefill_returns_the_context_where_the_continuation_starts():
-    pre, spy, _, _ = probing_prefill(Needs(probe_step=0))
+    pre, spy, backbone, _ = probing_prefill(Needs(probe_step=0))
     assert pre.method is spy and pre.settings is SETTINGS and pre.seed == 3
     assert pre.context_frames == 6 and pre.next_chunk == 3 and pre.batch == 1  # 6 frames // 2 per chunk
     assert torch.equal(pre.last_chunk, frames_valued(6)[:, :, 4:6])
@@ -217,8 +217,9 @@ def test_prefill_returns_the_context_where_the_continuation_starts():
     assert pre.kept_tokens == {0: 8, 1: 8, 2: 8}
     assert pre.cache.committed_tokens == 24 and pre.cache.current is None
     assert pre.cache.reindexed == (6, 8, 17.0)  # the defaults: N_r = 8, L_virt = 17
-    # probe step 0 probes at level 0.9: x0 = frame + 9 + history
+    # probe step 0 probes at level 0.9: x0 = frame + 9 + history; its input is re-noised in the context's dtype
     assert torch.equal(spy.signals[2].x0_probe, at_frames(4, 2, 9 + 16))
+    assert torch.equal(backbone.inputs[0], renoise(frames_valued(6)[:, :, :2], noise(3, "context-probe", 0), 0.9))
     assert spy.signals[2].x0_no_context is None
 
 

@@ -193,6 +193,7 @@ def test_calibrations_of_two_settings_are_each_reused_and_the_target_files_name_
     first = lab.run(SHARE, 0.25)
     second = lab.run(SHARE, 0.25, n_tasks=2)
     assert second.key != first.key and second.data["task_ids"] == ["t0", "t1"]
+    assert second.probe_key != first.probe_key  # other tasks: other probes
     log_path = Path(first.log)
     assert json.loads(log_path.read_text())["key"] == second.key
     measured = len(lab.measured)
@@ -253,7 +254,7 @@ def test_a_pr_exactly_the_tolerance_away_is_within_it(lab):
 
 def test_the_score_guess_aims_the_second_probe_from_the_scores_the_first_recorded(lab):
     """Scored at gamma 0.1 prunes 10 of 100 scores (PR 0.1); the recorded scores predict the gamma pruning
-    half of them, so the second probe lands on PR 0.5 (a gamma in (0.49, 0.50])."""
+    half of them, so the second probe lands on PR 0.5 (a gamma near 0.5)."""
     result = lab.run({"_target_": target(Scored), "name": "scored"}, 0.5, max_probes=5)
     assert result.probes[0] == [0.1, 0.1] and len(result.probes) == 2
     gamma, pr = result.probes[1]
@@ -453,3 +454,17 @@ def test_the_probe_cache_keeps_its_key(tmp_path):
     keep_probe(tmp_path, "m", "k1", 0.3, 0.4)
     keep_probe(tmp_path, "m", "k2", 0.5, 0.6)
     assert shared_probes(tmp_path, "m", "k1") == {0.3: 0.4} and shared_probes(tmp_path, "m", "k2") == {0.5: 0.6}
+
+
+def test_logged_probes_may_reach_both_ends_of_the_pr_range(tmp_path, capsys):
+    log(tmp_path, "m_pr10.json", probes=[[0.0, 0.0], [7, 1.0], [-3.5, 1]])
+    assert shared_probes(tmp_path, "m", "k1") == {0.0: 0.0, 7.0: 1.0, -3.5: 1.0}
+    assert capsys.readouterr().err == ""
+
+
+def test_a_damaged_probe_is_quoted_to_eighty_characters(tmp_path, capsys):
+    entry = [0.5, "x" * 100]
+    path = log(tmp_path, "m_pr10.json", probes=[[0.1, 0.2], entry])
+    assert shared_probes(tmp_path, "m", "k1") == {}
+    assert capsys.readouterr().err == (f"calibrate: ignoring the probes in {path}: probe 1 is {json.dumps(entry)[:80]}, "
+                                       "not a [value, PR] pair of numbers\n")
