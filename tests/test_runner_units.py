@@ -488,6 +488,9 @@ def test_without_a_bar_a_line_every_ten_tasks_by_default_and_a_last_one(tmp_path
     # the mean over 0.9 (cached) and ten 0.5 (one of the 11 run failed): 5.9 / 11 = 0.536363...
     assert lines[2].startswith(f"{tmp_path.name}: 12/12 tasks (1 cached, 1 failed), mean score 0.5364, ")
     assert lines[2].endswith("; done")
+    _run(tasks, Scripted(), tmp_path / "every3", progress_every=3)
+    assert [line.split(" tasks")[0] for line in capsys.readouterr().out.splitlines()] == [
+        f"every3: {n}/12" for n in (0, 3, 6, 9, 12)]
 
 
 def test_without_a_bar_a_line_every_sixty_seconds_by_default(tmp_path, capsys, monkeypatch):
@@ -503,3 +506,7 @@ def test_without_a_bar_a_line_every_sixty_seconds_by_default(tmp_path, capsys, m
     assert [line.split(" tasks")[0].split(": ")[1] for line in lines] == ["0/6", "3/6", "6/6"]
     assert lines[1] == (f"{tmp_path.name}: 3/6 tasks (0 cached, 0 failed), mean score 0.5000, 20.0 s/task, "
                         f"1m00s elapsed, ~1m00s left")
+    _run([_task(f"t{i}", f"c{i}") for i in range(6)], Scripted(tick=tick), tmp_path / "every40s", progress_every=100,
+         progress_seconds=40)
+    assert [line.split(" tasks")[0] for line in capsys.readouterr().out.splitlines()] == [
+        f"every40s: {n}/6" for n in (0, 2, 4, 6)]
