@@ -1,0 +1,308 @@
+"""Score-vs-PR curves, one function at a time, with hand-computed numbers: the points a curve is made of,
+interpolation and trapezoid areas at their range boundaries, the common range of an area table, the
+leaderboard row a curve point comes from, normalisation by FullKV, the quality-vs-memory window, and what
+the two plots draw (their figures captured before they are closed). The end-to-end ``curves`` command is
+``test_curves.py``."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+from cmbench.report import curves as C
+from cmbench.report.leaderboard import ReportError
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+NAN = math.nan
+
+
+def xy(line) -> tuple[list[float], list[float]]:
+    """A plotted line's x and y data as lists of floats."""
+    return np.asarray(line.get_xdata(), float).tolist(), np.asarray(line.get_ydata(), float).tolist()
+
+
+def corners(band) -> set[tuple[float, float]]:
+    """The distinct (x, y) vertices of a filled band (``fill_between``), rounded to 6 decimals."""
+    return {(round(float(x), 6), round(float(y), 6)) for x, y in band.get_paths()[0].vertices}
+
+
+def frame(**columns) -> pd.DataFrame:
+    """A curves table from its columns (lists of equal length)."""
+    return pd.DataFrame(columns)
+
+
+# ---------------------------------------------------------------- points, interpolation, area
+
+
+def test_points_are_sorted_distinct_prs_with_mean_scores_nan_dropped():
+    xs, ys = C._points([0.9, 0.7, 0.9, NAN, 0.8, 0.5], [0.2, 0.6, 0.4, 0.1, NAN, 0.75])
+    # 0.5 -> 0.75; 0.7 -> 0.6; 0.9 -> (0.2 + 0.4) / 2; the NaN PR and the NaN score dropped
+    assert xs.tolist() == [0.5, 0.7, 0.9] and ys.tolist() == pytest.approx([0.75, 0.6, 0.3])
+    assert xs.dtype == float and ys.dtype == float
+    xs, ys = C._points(pd.Series([1, 0]), pd.Series([1, 0]))  # ints read as floats
+    assert xs.tolist() == [0.0, 1.0] and ys.tolist() == [0.0, 1.0]
+    assert C._points([], [])[0].tolist() == []
+
+
+def test_score_at_its_ends_is_inside_and_beyond_them_is_nan():
+    pr, score = [0.9, 0.5, 0.7], [0.25, 0.75, 0.5]
+    assert C.score_at(pr, score, 0.5) == 0.75 and C.score_at(pr, score, 0.9) == 0.25
+    assert C.score_at(pr, score, 0.6) == pytest.approx(0.625)  # halfway between (0.5, 0.75) and (0.7, 0.5)
+    assert C.score_at(pr, score, 0.85) == pytest.approx(0.3125)  # 0.5 + 0.75 * (0.25 - 0.5)
+    assert math.isnan(C.score_at(pr, score, 0.4999)) and math.isnan(C.score_at(pr, score, 0.9001))
+    assert math.isnan(C.score_at([], [], 0.5)) and math.isnan(C.score_at([NAN], [0.5], 0.5))
+    assert C.score_at([0.5], [0.4], 0.5) == 0.4  # one point: only its own PR
+    assert isinstance(C.score_at(pr, score, 0.6), float)
+
+
+def test_curve_area_is_the_trapezoid_rule_with_interpolated_ends():
+    pr, score = [0.5, 0.7, 0.9], [0.75, 0.5, 0.25]
+    # whole range: 0.2 * (0.75 + 0.5) / 2 + 0.2 * (0.5 + 0.25) / 2 = 0.125 + 0.075
+    assert C.curve_area(pr, score, 0.5, 0.9) == pytest.approx(0.2)
+    # [0.6, 0.8]: ends 0.625 and 0.375; 0.1 * (0.625 + 0.5) / 2 + 0.1 * (0.5 + 0.375) / 2 = 0.05625 + 0.04375
+    assert C.curve_area(pr, score, 0.6, 0.8) == pytest.approx(0.1)
+    # [0.6, 0.65], no point inside: 0.05 * (0.625 + 0.5625) / 2
+    assert C.curve_area(pr, score, 0.6, 0.65) == pytest.approx(0.0296875)
+    # a non-linear curve: the middle point counts once: 0.5 * (0 + 1) / 2 + 0.5 * (1 + 0) / 2
+    assert C.curve_area([0, 0.5, 1], [0, 1, 0], 0, 1) == pytest.approx(0.5)
+    for lo, hi in [(0.49, 0.9), (0.5, 0.91), (0.7, 0.7), (0.8, 0.6)]:
+        assert math.isnan(C.curve_area(pr, score, lo, hi)), (lo, hi)
+    assert math.isnan(C.curve_area([], [], 0.5, 0.9))
+    assert isinstance(C.curve_area(pr, score, 0.5, 0.9), float)
+
+
+def test_the_area_table_uses_the_range_every_method_covers():
+    curves = frame(method=["b", "b", "a", "a", "a", "b"], test_pr=[0.6, 1.0, 0.5, 0.7, 0.9, NAN],
+                   score=[0.5, 0.5, 0.75, 0.5, 0.25, 0.1])
+    table = C.area_table(curves)
+    assert list(table.columns) == C.AREA_COLUMNS == ["method", "pr_low", "pr_high", "auc", "mean_score", "points"]
+    assert table["method"].tolist() == ["b", "a"]  # in the order met
+    # range: max(0.6, 0.5) .. min(1.0, 0.9) = [0.6, 0.9]; b: flat 0.5 -> 0.15; a: ends 0.625 and 0.25:
+    # 0.1 * (0.625 + 0.5) / 2 + 0.2 * (0.5 + 0.25) / 2 = 0.05625 + 0.075 = 0.13125
+    assert table["pr_low"].tolist() == [0.6, 0.6] and table["pr_high"].tolist() == [0.9, 0.9]
+    assert table["auc"].tolist() == pytest.approx([0.15, 0.13125])
+    assert table["mean_score"].tolist() == pytest.approx([0.5, 0.4375])  # auc / 0.3
+    assert table["points"].tolist() == [2, 3]  # b's point without a PR does not count
+
+
+def test_an_area_table_without_a_common_range_has_no_areas():
+    # a method with no usable point: no range for anyone (its row still listed, with 0 points)
+    table = C.area_table(frame(method=["a", "a", "b"], test_pr=[0.5, 0.9, NAN], score=[0.5, 0.5, 0.5]))
+    assert table["method"].tolist() == ["a", "b"] and table["points"].tolist() == [2, 0]
+    assert table[["pr_low", "pr_high", "auc", "mean_score"]].isna().all().all()
+    # ranges touching at one PR: [0.5, 0.7] and [0.7, 0.9] share no width
+    table = C.area_table(frame(method=["a", "a", "b", "b"], test_pr=[0.5, 0.7, 0.7, 0.9], score=[1, 1, 1, 1]))
+    assert table[["pr_low", "pr_high", "auc", "mean_score"]].isna().all().all()
+    # one method: its own range
+    table = C.area_table(frame(method=["a", "a"], test_pr=[0.5, 0.7], score=[1.0, 0.5]))
+    assert table.iloc[0].tolist()[1:] == pytest.approx([0.5, 0.7, 0.15, 0.75, 2])
+
+
+# ---------------------------------------------------------------- reading, scores at a PR, score range
+
+
+def test_read_curves_needs_method_test_pr_and_score(tmp_path):
+    path = tmp_path / "curves.csv"
+    path.write_text("method,test_pr,score,extra\na,0.5,0.25,x\n")
+    got = C.read_curves(path)
+    assert got.to_dict("list") == {"method": ["a"], "test_pr": [0.5], "score": [0.25], "extra": ["x"]}
+    path.write_text("method,score\na,0.25\n")
+    with pytest.raises(ReportError) as err:
+        C.read_curves(str(path))
+    assert str(err.value) == f"{path}: not a curves table: no column(s) test_pr"
+    with pytest.raises(ReportError) as err:
+        C.read_curves(tmp_path / "none.csv")
+    assert str(err.value) == f"{tmp_path / 'none.csv'}: no curves file (python -m cmbench curves writes one)"
+
+
+def test_scores_at_the_operating_point_per_method():
+    curves = frame(method=["z", "a", "z", "a", 3], test_pr=[0.8, 0.8, 0.9, 0.84, 0.85], score=[0.5, 0.5, 0.25, 0.4, 1])
+    got = C.scores_at(curves)
+    assert list(got) == ["z", "a", "3"]  # the order met, names as text
+    assert got["z"] == pytest.approx(0.375) and math.isnan(got["a"]) and got["3"] == 1.0  # 0.85 past a's 0.84
+    assert C.OPERATING_PR == 0.85
+    assert C.scores_at(curves, 0.82)["a"] == pytest.approx(0.45)  # 0.5 + 0.5 * (0.4 - 0.5)
+
+
+def test_the_score_range_is_zero_to_one_widened_to_any_score_outside():
+    assert C.score_range([]) == (0.0, 1.0)
+    assert C.score_range([0.2, NAN, 0.9]) == (0.0, 1.0)
+    assert C.score_range([-0.5, 0.3, np.float64(1.25)]) == (-0.5, 1.25)
+    assert C.score_range(["0.5", 2]) == (0.0, 2.0)
+
+
+# ---------------------------------------------------------------- the plots' figures
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The figures the plot functions close, kept open to look at (closed at the end)."""
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    yield kept
+    for fig in kept:
+        matplotlib.pyplot.figure(fig.number)
+    plt.close("all")
+
+
+def test_the_curves_plot_draws_each_method_its_band_and_the_reference(tmp_path, figures):
+    curves = frame(method=["b", "a", "a", "b", "c"], test_pr=[0.9, 0.8, 0.6, 0.7, NAN],
+                   score=[0.5, 0.25, 0.75, 0.5, 3.0], ci_low=[0.25, -0.5, 0.5, 0.25, 0], ci_high=[0.75, 0.5, 2.0, 0.75, 9])
+    path = C.curves_plot(curves, str(tmp_path / "c.png"), reference=(1.25, 0.5), metric="DINO")
+    assert path == tmp_path / "c.png" and path.read_bytes()[:4] == b"\x89PNG"
+    (fig,) = figures
+    (ax,) = fig.axes
+    # score range: [0, 1.25] (the reference above 1; c has no PR), margins of 0.03
+    assert ax.get_ylim() == pytest.approx((-0.03, 1.28))
+    assert ax.get_xlabel() == "realised pruning ratio on the test suite (%)"
+    assert ax.get_ylabel() == "DINO (mean max-similarity)"
+    assert ax.get_title() == "CMBench: DINO vs PR (each method's own knob, calibrated)"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines) == ["fullkv", "b", "a"]  # the reference, then methods as met
+    assert xy(lines["b"]) == ([70.0, 90.0], [0.5, 0.5]) and xy(lines["a"]) == ([60.0, 80.0], [0.75, 0.25])
+    assert xy(lines["fullkv"]) == ([0.0, 1.0], [1.25, 1.25])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fullkv", "b", "a"]
+    # bands: the reference's 1.25 +- 0.5 clipped to [0, 1.25]; a's CI clipped to [0, 1.25] too
+    (band,) = ax.patches
+    assert (band.get_y(), band.get_y() + band.get_height()) == pytest.approx((0.75, 1.25))
+    # a: at PR 60% [0.5, 2.0] -> [0.5, 1.25]; at 80% [-0.5, 0.5] -> [0, 0.5]
+    assert [corners(c) for c in ax.collections] == [{(70, 0.25), (70, 0.75), (90, 0.25), (90, 0.75)},
+                                                    {(60, 0.5), (60, 1.25), (80, 0.0), (80, 0.5)}]
+
+
+def test_the_curves_plot_without_a_reference_or_its_ci(tmp_path, figures):
+    curves = frame(method=["a"], test_pr=[0.5], score=[0.5], ci_low=[0.25], ci_high=[0.75])
+    C.curves_plot(curves, tmp_path / "none.png")
+    C.curves_plot(curves, tmp_path / "nan.png", reference=(NAN, 0.1))
+    C.curves_plot(curves, tmp_path / "noci.png", reference=(1.5, NAN))
+    none, nan, noci = (f.axes[0] for f in figures)
+    for ax in (none, nan):
+        assert [line.get_label() for line in ax.get_lines()] == ["a"] and not ax.patches
+        assert ax.get_ylim() == pytest.approx((-0.03, 1.03))
+        assert ax.get_ylabel() == "score (mean max-similarity)"
+    assert [line.get_label() for line in noci.get_lines()] == ["fullkv", "a"] and not noci.patches
+    assert noci.get_ylim() == pytest.approx((-0.03, 1.53))
+
+
+# ---------------------------------------------------------------- writing, board points, tables
+
+
+def test_write_curves_writes_the_three_files_and_returns_the_areas(tmp_path):
+    curves = frame(method=["a", "a"], test_pr=[0.5, 0.7], score=[1 / 3, 0.5], ci_low=[0.1, 0.2], ci_high=[0.6, 0.7])
+    out = tmp_path / "deep" / "out"
+    areas = C.write_curves(curves, out, reference=(0.9, 0.05), metric="light")
+    assert sorted(p.name for p in out.iterdir()) == ["auc.csv", "curves.csv", "curves.png"]
+    assert (out / "curves.csv").read_text().splitlines() == [
+        "method,test_pr,score,ci_low,ci_high", "a,0.5,0.333333,0.1,0.6", "a,0.7,0.5,0.2,0.7"]  # %.6g
+    # 0.2 * (1/3 + 1/2) / 2 = 1/12 = 0.0833333; mean 0.416667
+    assert (out / "auc.csv").read_text().splitlines() == [
+        "method,pr_low,pr_high,auc,mean_score,points", "a,0.5,0.7,0.0833333,0.416667,2"]
+    assert areas["auc"].tolist() == pytest.approx([1 / 12])
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    C.write_curves(curves, str(out), reference=(0.9, 0.05), metric="light")  # an existing folder is fine
+
+
+def test_a_board_point_is_the_rows_pr_score_ci_bounds_and_quality():
+    row = {"pr": 0.85, "score": 0.5, "score_ci95": 0.125, "n_tasks": 7, "subject_consistency": 0.75,
+           "subject_consistency_ci95": 0.25, "imaging_quality": 0.5, "imaging_quality_ci95": 0.0, "other": 1}
+    assert C.board_point(row) == {
+        "test_pr": 0.85, "score": 0.5, "ci_low": 0.375, "ci_high": 0.625, "n_tasks": 7,
+        "subject_consistency": 0.75, "subject_consistency_ci_low": 0.5, "subject_consistency_ci_high": 1.0,
+        "imaging_quality": 0.5, "imaging_quality_ci_low": 0.5, "imaging_quality_ci_high": 0.5}
+    assert list(C.board_point(pd.Series(row))) == ["test_pr", "score", "ci_low", "ci_high", "n_tasks",
+                                                   "subject_consistency", "subject_consistency_ci_low",
+                                                   "subject_consistency_ci_high", "imaging_quality",
+                                                   "imaging_quality_ci_low", "imaging_quality_ci_high"]
+
+
+def test_quality_columns_and_the_curve_table():
+    table = frame(imaging_quality=[NAN, 0.5], motion_smoothness=[NAN, NAN], subject_consistency=[0.25, NAN],
+                  unknown=[1, 2])
+    assert C.quality_columns(table) == ["subject_consistency", "imaging_quality"]  # QUALITY_FIELDS order
+    curve = C.curve_table([{"method": "a", "score": 0.5, "imaging_quality": 0.25, "junk": 1},
+                           {"method": "b", "test_pr": 0.75, "imaging_quality_ci_low": 0.125}])
+    assert list(curve.columns) == C.CURVE_COLUMNS + ["imaging_quality", "imaging_quality_ci_low",
+                                                     "imaging_quality_ci_high"]
+    assert curve["method"].tolist() == ["a", "b"] and curve["test_pr"].tolist()[1] == 0.75
+    assert curve["imaging_quality_ci_low"].tolist()[1] == 0.125 and curve["imaging_quality_ci_high"].isna().all()
+    assert list(C.curve_table([{"method": "a"}]).columns) == C.CURVE_COLUMNS
+
+
+# ---------------------------------------------------------------- quality beside memory
+
+
+POINTS = frame(method=["a", "a", "b", "c"], test_pr=[0.5, 0.8, 0.9, NAN], score=[0.5, 0.25, 0.75, 0.1],
+               ci_low=[0.25, 0.0, 0.5, 0], ci_high=[0.75, 0.5, 1.0, 0], imaging_quality=[0.4, 0.8, NAN, 0.1],
+               imaging_quality_ci_low=[0.2, 0.6, NAN, 0], imaging_quality_ci_high=[0.6, 1.0, NAN, 0],
+               subject_consistency=[NAN, NAN, NAN, NAN])
+
+
+def test_normalised_points_divide_every_value_by_fullkvs():
+    got = C.normalised_points(POINTS, {"score": 0.5, "imaging_quality": 0.8}, memory="DINO")
+    assert list(got.columns) == ["method", "test_pr", "metric", "kind", "value", "ci_low", "ci_high"]
+    rows = [tuple(r) for r in got.itertuples(index=False)]
+    expected = [("a", 0.5, "DINO", "memory", 1.0, 0.5, 1.5), ("a", 0.8, "DINO", "memory", 0.5, 0.0, 1.0),
+                ("b", 0.9, "DINO", "memory", 1.5, 1.0, 2.0),
+                ("a", 0.5, "imaging_quality", "quality", 0.5, 0.25, 0.75),
+                ("a", 0.8, "imaging_quality", "quality", 1.0, 0.75, 1.25)]
+    assert [r[:4] for r in rows[:5]] == [e[:4] for e in expected]
+    assert [r[4:] for r in rows[:5]] == [pytest.approx(e[4:]) for e in expected]
+    assert rows[5][:4] == ("b", 0.9, "imaging_quality", "quality") and all(map(math.isnan, rows[5][4:]))
+    assert len(rows) == 6  # c has no PR; subject_consistency has no values
+    assert C.normalised_points(POINTS, {"score": 0.5})["metric"].iloc[0] == "score"  # the default name
+
+
+def test_normalised_points_are_nan_where_fullkv_has_no_value_or_zero():
+    for reference in ({"score": 0.0, "imaging_quality": NAN}, {}):
+        got = C.normalised_points(POINTS, reference)
+        assert len(got) == 6 and got[["value", "ci_low", "ci_high"]].isna().all().all()
+
+
+def test_the_quality_table_gives_each_metrics_range_inside_the_window():
+    points = frame(metric=["DINO"] * 5 + ["iq"] * 3, kind=["memory"] * 5 + ["quality"] * 3,
+                   method=["a", "a", "b", "b", "b", "a", "a", "b"],
+                   test_pr=[0.74, 0.75, 0.85, 0.95, 0.96, 0.8, 0.9, 0.85],
+                   value=[9.0, 0.5, 1.25, 0.75, -9.0, NAN, 1.0, NAN])
+    table = C.quality_vs_memory_table(points)
+    assert list(table.columns) == C.QUALITY_TABLE_COLUMNS
+    # DINO: 0.75, 0.85, 0.95 inside [0.75, 0.95] (both ends inside): 0.5, 1.25, 0.75
+    assert table.iloc[0].tolist() == pytest.approx(["DINO", "memory", 0.75, 0.95, 3, 0.5, 1.25, 0.75])
+    assert table.iloc[1].tolist() == pytest.approx(["iq", "quality", 0.75, 0.95, 1, 1.0, 1.0, 0.0])  # NaNs dropped
+    narrow = C.quality_vs_memory_table(points, (0.8, 0.8))
+    assert narrow["points"].tolist() == [0, 0] and narrow[["min_vs_fullkv", "max_vs_fullkv", "range_vs_fullkv"]
+                                                           ].isna().all().all()
+    assert C.QUALITY_WINDOW == (0.75, 0.95)
+
+
+def test_the_quality_plot_has_a_panel_per_metric_normalised_to_fullkv(tmp_path, figures):
+    points = C.normalised_points(POINTS, {"score": 0.5, "imaging_quality": 0.8}, memory="DINO")
+    path = C.quality_vs_memory_plot(points, str(tmp_path / "q.png"), title="Tiny")
+    assert path == tmp_path / "q.png" and path.read_bytes()[:4] == b"\x89PNG"
+    (fig,) = figures
+    dino, iq = fig.axes
+    assert fig.get_size_inches() == pytest.approx((2.6 * 2 + 0.6, 3.4))
+    assert (dino.get_title(), iq.get_title()) == ("DINO (memory)", "imaging_quality")
+    assert dino.get_ylabel() == "relative to FullKV (= 1)" and iq.get_ylabel() == ""
+    assert dino.get_xlabel() == "realised PR (%)" == iq.get_xlabel()
+    assert fig._suptitle.get_text() == "Tiny"
+    assert dino.get_legend() is None and [t.get_text() for t in iq.get_legend().get_texts()] == ["fullkv", "a"]
+    reference = {ax.get_title(): [(*xy(line), line.get_color()) for line in ax.get_lines()][:2] for ax in (dino, iq)}
+    assert reference["DINO (memory)"] == reference["imaging_quality"] == [([0.0, 1.0], [1.0, 1.0], "black"),
+                                                                          ([0.0], [1.0], "k")]
+    bars = {(ax.get_title(), c.get_label()): c for ax in (dino, iq) for c in ax.containers}
+    assert list(bars) == [("DINO (memory)", "a"), ("DINO (memory)", "b"), ("imaging_quality", "a")]  # b's NaN: none
+    a = bars[("DINO (memory)", "a")]
+    assert xy(a.lines[0]) == ([50.0, 80.0], [1.0, 0.5])
+    assert sorted(xy(cap)[1] for cap in a.lines[1]) == [[0.5, 0.0], [1.5, 1.0]]  # the CI ends
+    assert a.lines[0].get_color() == "C0" and bars[("DINO (memory)", "b")].lines[0].get_color() == "C1"
+    assert xy(bars[("imaging_quality", "a")].lines[0])[1] == pytest.approx([0.5, 1.0])
+    bands = [corners(c) for c in dino.collections if type(c).__name__ != "LineCollection"]
+    assert bands == [{(50, 0.5), (50, 1.5), (80, 0.0), (80, 1.0)}, {(90, 1.0), (90, 2.0)}]
+    C.quality_vs_memory_plot(points[points["metric"] == "DINO"], tmp_path / "one.png")
+    assert figures[1]._suptitle is None and len(figures[1].axes) == 1
