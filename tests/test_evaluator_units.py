@@ -155,7 +155,7 @@ def fakes(monkeypatch):
     monkeypatch.setattr(ev_module, "build_adapter", lambda config: log.append(("build_adapter", config)) or Adapter(log))
     monkeypatch.setattr(ev_module, "build_backbone", build_backbone)
     monkeypatch.setattr(ev_module, "check_heads", lambda *args: log.append(("check_heads", *args)))
-    monkeypatch.setattr(ev_module, "split_backbone", lambda backbone, group: log.append(("split", group)))
+    monkeypatch.setattr(ev_module, "split_backbone", lambda backbone, group: log.append(("split", backbone, group)))
     monkeypatch.setattr(ev_module, "prefill", prefill)
     monkeypatch.setattr(ev_module, "continue_task", continue_task)
     monkeypatch.setattr(ev_module, "write_video", write_video)
@@ -413,7 +413,7 @@ def test_a_split_model_counts_the_attention_work_of_every_rank(fakes):
     ev = fakes.make()
     group = SimpleNamespace(sum_each=lambda calls: [2 * c for c in calls])  # two ranks, equal halves
     ev.split(group)
-    assert ev.group is group and _calls(fakes.log, "split") == [(group,)]
+    assert ev.group is group and _calls(fakes.log, "split") == [(ev.backbone, group)]
     got = ev.evaluate(_task("a"), ev.prepare([_task("a")]), seed=1)
     # n = 2 * 5 = 10: FLOPs 4 * 2 * 2 * 2 * (10 + 2) = 384; keys per token 2 * 12 / 20 = 1.2
     assert (got["attention_flops"], got["attention_keys_per_token"]) == (384.0, 1.2)
@@ -427,6 +427,17 @@ def test_saved_videos_are_named_in_the_result_and_mp4_scoring_scores_the_saved_m
     ((_, frames, _),) = _calls(fakes.log, "score")
     assert np.array_equal(frames, decoded // 2)  # what read_video gave back, not the decoded frames
     assert _calls(fakes.log, "read_video") == [(tmp_path / "videos" / "a.mp4",)]
+
+
+def test_mp4_scoring_without_saved_videos_scores_the_decoded_frames_written_to_an_mp4_and_read_back(fakes):
+    ev = fakes.make(score_source="mp4")
+    got = ev.evaluate(_task("a"), ev.prepare([_task("a")]), seed=1)
+    assert got["video"] is None
+    decoded = ev.backbone.decode_continuation(None, None).numpy()
+    ((path, _),) = _calls(fakes.log, "write_video")
+    assert np.array_equal(fakes.videos[path], decoded)
+    ((_, frames, _),) = _calls(fakes.log, "score")
+    assert np.array_equal(frames, decoded // 2)
 
 
 def test_frames_scoring_scores_the_decoded_frames_even_when_a_lossless_copy_is_saved(fakes, tmp_path):
