@@ -126,6 +126,7 @@ def fakes(monkeypatch):
     def prefill(backbone, method, latents, cond, seed, settings):
         state.prefills += 1
         log.append(("prefill", cond, seed, settings))
+        log.append(("prefill_inputs", backbone, method, latents))
         return SimpleNamespace(cache=f"cache{state.prefills}", next_chunk=2, seconds=1.5,
                                ledger=SimpleNamespace(pruning_ratio=lambda: 0.25))
 
@@ -210,11 +211,13 @@ def test_a_context_is_read_at_the_backbones_shape_and_encoded_from_contiguous_fr
 # --------------------------------------------------------------------------------------------- prefills
 def _held_prefill(monkeypatch, backbone) -> tuple[HeldPrefill, list]:
     """A held context of 3 latent frames and a scripted ``prefill`` whose calls (cond, seed, and what was
-    still held when it ran) are returned."""
+    still held when it ran; whether it was given ``backbone``, method "m", the held latents and settings "s")
+    are returned."""
     calls: list = []
     held = HeldPrefill(torch.zeros(1, 2, 3, 1, 1))
 
     def prefill(bb, method, latents, cond, seed, settings):
+        assert (bb is backbone, method, latents is held.context_latents, settings) == (True, "m", True, "s")
         calls.append((cond, seed, held.prefilled))
         return SimpleNamespace(cache=f"cache{len(calls)}")
 
@@ -223,13 +226,13 @@ def _held_prefill(monkeypatch, backbone) -> tuple[HeldPrefill, list]:
 
 
 def test_a_prefill_is_shared_while_its_key_holds_and_replaced_when_it_changes(monkeypatch):
-    log: list = []
-    held, calls = _held_prefill(monkeypatch, Backbone(log))
+    backbone = Backbone([])
+    held, calls = _held_prefill(monkeypatch, backbone)
     settled: list = []
     memory = SimpleNamespace(settle=settled.append)
 
     def get(task):
-        return prefilled_for(held, task, task.extra["cond"], backbone=Backbone(log), method="m", settings="s",
+        return prefilled_for(held, task, task.extra["cond"], backbone=backbone, method="m", settings="s",
                              memory=memory, seed=9)
 
     first = get(_task("a", "c1", cond="x"))
@@ -244,13 +247,14 @@ def test_a_prefill_is_shared_while_its_key_holds_and_replaced_when_it_changes(mo
 
 def test_a_held_key_without_a_prefill_is_prefilled(monkeypatch):
     """A backbone that does not say what its prefill reads: one prefill per task, keyed by its id."""
-    held, calls = _held_prefill(monkeypatch, None)
+    backbone = SimpleNamespace()
+    held, calls = _held_prefill(monkeypatch, backbone)
     held.key = ("task", "a")
-    got = prefilled_for(held, _task("a"), None, backbone=SimpleNamespace(), method="m", settings="s",
+    got = prefilled_for(held, _task("a"), None, backbone=backbone, method="m", settings="s",
                         memory=SimpleNamespace(settle=lambda cache: None), seed=0)
     assert got.cache == "cache1" and len(calls) == 1
     assert held.key == ("task", "a")
-    prefilled_for(held, _task("b"), None, backbone=SimpleNamespace(), method="m", settings="s",
+    prefilled_for(held, _task("b"), None, backbone=backbone, method="m", settings="s",
                   memory=SimpleNamespace(settle=lambda cache: None), seed=0)
     assert len(calls) == 2 and held.key == ("task", "b")
 
@@ -307,6 +311,7 @@ def test_a_continuation_is_saved_as_mp4_and_small_ones_losslessly_too(fakes, tmp
     written = [(tmp_path / "videos" / "t1.mp4", 12.0)] + ([(tmp_path / "videos" / "t1.mkv", 12.0)] if want == "mkv"
                                                           else [])
     assert _calls(fakes.log, "write_video") + _calls(fakes.log, "write_lossless") == written
+    assert all(frames is FRAMES for frames in fakes.videos.values())
 
 
 def test_nothing_is_saved_without_a_video_output(fakes):
@@ -344,6 +349,7 @@ def test_prepare_reads_encodes_and_prefills_the_context_for_its_first_task(fakes
     assert torch.equal(prepared.context_latents, torch.full((1, 2, 3, 1, 1), 0.5))
     assert prepared.context.reference_fps == 5.0
     assert _calls(fakes.log, "prefill") == [("x", task_seed(3, "videos/c1"), "settings")]
+    assert _calls(fakes.log, "prefill_inputs") == [(ev.backbone, "method", prepared.context_latents)]
     assert _calls(fakes.log, "settle") == [("cache1",)]
     assert prepared.prefilled.cache == "cache1" and prepared.key == ("backbone", ("x", 3))
 
