@@ -70,6 +70,7 @@ class Nameless(Method):
 
 
 def target(cls: type) -> str:
+    """The ``_target_`` import path of a test method class defined here."""
     return f"{__name__}.{cls.__name__}"
 
 
@@ -330,6 +331,7 @@ def test_a_process_waiting_for_another_calibration_says_which(lab, monkeypatch, 
 
 
 def options(**over):
+    """:func:`calibration_options` of 4 tasks, 14 probes and tolerance 0.005, with ``over`` replacing some."""
     return calibration_options(OmegaConf.create({"calibration": {"tasks": 4, "max_probes": 14, "tolerance": 0.005,
                                                                  **over}}))
 
