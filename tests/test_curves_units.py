@@ -176,18 +176,27 @@ def test_the_curves_plot_draws_each_method_its_band_and_the_reference(tmp_path, 
                                                     {(60, 0.5), (60, 1.25), (80, 0.0), (80, 0.5)}]
 
 
-def test_the_curves_plot_without_a_reference_or_its_ci(tmp_path, figures):
+@pytest.fixture
+def unsaved(monkeypatch):
+    """Figures drawn but not encoded (``savefig`` only lays them out): for tests that look at the figure only."""
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: None)
+
+
+def test_the_curves_plot_without_a_reference_or_its_ci(tmp_path, figures, unsaved):
     curves = frame(method=["a"], test_pr=[0.5], score=[0.5], ci_low=[0.25], ci_high=[0.75])
     C.curves_plot(curves, tmp_path / "none.png")
     C.curves_plot(curves, tmp_path / "nan.png", reference=(NAN, 0.1))
     C.curves_plot(curves, tmp_path / "noci.png", reference=(1.5, NAN))
-    none, nan, noci = (f.axes[0] for f in figures)
+    C.curves_plot(curves, tmp_path / "low.png", reference=(0.25, 0.5))
+    none, nan, noci, low = (f.axes[0] for f in figures)
     for ax in (none, nan):
         assert [line.get_label() for line in ax.get_lines()] == ["a"] and not ax.patches
         assert ax.get_ylim() == pytest.approx((-0.03, 1.03))
         assert ax.get_ylabel() == "score (mean max-similarity)"
     assert [line.get_label() for line in noci.get_lines()] == ["fullkv", "a"] and not noci.patches
     assert noci.get_ylim() == pytest.approx((-0.03, 1.53))
+    (band,) = low.patches  # 0.25 +- 0.5 clipped below at 0
+    assert (band.get_y(), band.get_y() + band.get_height()) == pytest.approx((0.0, 0.75))
 
 
 # ---------------------------------------------------------------- writing, board points, tables
@@ -238,7 +247,7 @@ def test_quality_columns_and_the_curve_table():
 
 
 POINTS = frame(method=["a", "a", "b", "c"], test_pr=[0.5, 0.8, 0.9, NAN], score=[0.5, 0.25, 0.75, 0.1],
-               ci_low=[0.25, 0.0, 0.5, 0], ci_high=[0.75, 0.5, 1.0, 0], imaging_quality=[0.4, 0.8, NAN, 0.1],
+               ci_low=[0.25, 0.0, 0.5, 0], ci_high=[1.0, 0.5, 1.0, 0], imaging_quality=[0.4, 0.8, NAN, 0.1],
                imaging_quality_ci_low=[0.2, 0.6, NAN, 0], imaging_quality_ci_high=[0.6, 1.0, NAN, 0],
                subject_consistency=[NAN, NAN, NAN, NAN])
 
@@ -247,7 +256,7 @@ def test_normalised_points_divide_every_value_by_fullkvs():
     got = C.normalised_points(POINTS, {"score": 0.5, "imaging_quality": 0.8}, memory="DINO")
     assert list(got.columns) == ["method", "test_pr", "metric", "kind", "value", "ci_low", "ci_high"]
     rows = [tuple(r) for r in got.itertuples(index=False)]
-    expected = [("a", 0.5, "DINO", "memory", 1.0, 0.5, 1.5), ("a", 0.8, "DINO", "memory", 0.5, 0.0, 1.0),
+    expected = [("a", 0.5, "DINO", "memory", 1.0, 0.5, 2.0), ("a", 0.8, "DINO", "memory", 0.5, 0.0, 1.0),
                 ("b", 0.9, "DINO", "memory", 1.5, 1.0, 2.0),
                 ("a", 0.5, "imaging_quality", "quality", 0.5, 0.25, 0.75),
                 ("a", 0.8, "imaging_quality", "quality", 1.0, 0.75, 1.25)]
@@ -299,10 +308,10 @@ def test_the_quality_plot_has_a_panel_per_metric_normalised_to_fullkv(tmp_path, 
     assert list(bars) == [("DINO (memory)", "a"), ("DINO (memory)", "b"), ("imaging_quality", "a")]  # b's NaN: none
     a = bars[("DINO (memory)", "a")]
     assert xy(a.lines[0]) == ([50.0, 80.0], [1.0, 0.5])
-    assert sorted(xy(cap)[1] for cap in a.lines[1]) == [[0.5, 0.0], [1.5, 1.0]]  # the CI ends
+    assert sorted(xy(cap)[1] for cap in a.lines[1]) == [[0.5, 0.0], [2.0, 1.0]]  # the CI ends
     assert a.lines[0].get_color() == "C0" and bars[("DINO (memory)", "b")].lines[0].get_color() == "C1"
     assert xy(bars[("imaging_quality", "a")].lines[0])[1] == pytest.approx([0.5, 1.0])
     bands = [corners(c) for c in dino.collections if type(c).__name__ != "LineCollection"]
-    assert bands == [{(50, 0.5), (50, 1.5), (80, 0.0), (80, 1.0)}, {(90, 1.0), (90, 2.0)}]
+    assert bands == [{(50, 0.5), (50, 2.0), (80, 0.0), (80, 1.0)}, {(90, 1.0), (90, 2.0)}]
     C.quality_vs_memory_plot(points[points["metric"] == "DINO"], tmp_path / "one.png")
     assert figures[1]._suptitle is None and len(figures[1].axes) == 1
