@@ -864,3 +864,10 @@ def test_the_page_has_each_methods_losses_and_each_runs_provenance(page):
     runs = re.findall(r'<details class="run">\s*<summary><strong>(\w+)</strong> · (\d+) records', page.text)
     assert runs == [("fullkv", "3"), ("deco", "2"), ("sink", "3")]
     assert "name: sink" in page.text
+
+
+def test_the_page_template_drops_its_block_tag_lines_and_keeps_the_final_newline(page):
+    # the line holding only "{% set most_seeds ... %}" leaves nothing behind (trim_blocks, lstrip_blocks)
+    assert ('<section class="losses" data-method="deco" hidden>\n    <h3>Where deco loses most against fullkv</h3>\n'
+            '    <p class="note">The 2 tasks with the largest paired score drop (fullkv minus deco);') in page.text
+    assert page.text.endswith("</html>\n") and page.text.startswith("<!DOCTYPE html>\n<html")
