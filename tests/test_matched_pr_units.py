@@ -392,7 +392,7 @@ def test_a_method_with_a_knob_gives_it():
 # --- names and files --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target_pr, tag", [(0.85, "pr85"), (0.875, "pr87.5"), (0.0, "pr0"), (0.1234567, "pr12.3457"),
+@pytest.mark.parametrize("target_pr, tag", [(0.85, "pr85"), (0.875, "pr87.5"), (0.0, "pr0"), (0.0123456, "pr1.2346"),
                                              (0.5, "pr50")])
 def test_a_target_tag_is_the_percentage_to_four_decimals(target_pr, tag):
     assert pr_tag(target_pr) == tag
