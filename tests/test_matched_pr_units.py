@@ -295,8 +295,6 @@ def test_an_unknown_knob_such_as_the_old_token_budget_is_refused_in_one_line(lab
     assert "\n" not in str(err.value) and lab.meters == [] and not lab.folder.exists()
 
 
-@pytest.mark.xfail(strict=True, reason="calibrate builds (or checks) the calibration suite before it refuses an "
-                                       "unknown method knob such as method.token_budget")
 def test_an_unknown_knob_is_refused_before_the_calibration_tasks_are_built(lab):
     with pytest.raises(ConfigError, match="no knob"):
         lab.run({"name": "decoprune", "token_budget": 3}, 0.85)

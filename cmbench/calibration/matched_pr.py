@@ -310,13 +310,13 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         raise ConfigError(f"calibration.tolerance={tolerance}: expected a PR difference in (0, 1)")
     method_cfg = to_dict(cfg.method)
     knob = method_knob(method_cfg)
+    setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}  # refuses bad knobs
     name = str(cfg.method.name)
     yaml_path, log_path = calibration_paths(str(cfg.out_dir), name, target_pr)
     cal_cfg = calibration_config(cfg)
     tasks = calibration_tasks(cal_cfg, n_tasks)
     manifest = Path(str(cal_cfg.data.root)) / str(cal_cfg.data.manifest)
     code = code_identity(resolve_method_class(method_cfg), to_dict(cfg.backbone), manifest)
-    setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}
     data = {"root": str(cal_cfg.data.root), "world_seed": OmegaConf.select(cal_cfg, "data.world_seed"),
             "task_ids": [t.task_id for t in tasks]}
     probe_key = calibration_probe_key({"method": setting, "knob": asdict(knob),
