@@ -57,7 +57,8 @@ def method_rows(label="m"):
                                               ("b1", 0.7, 0.7, 1.0, 100.0, 30.0, None)]:
         rows.append({**record(label, t, s, pr=pr, seconds=sec), "attention_flops": flops,
                      "attention_keys_per_token": keys, "peak_store_bytes": store, "moved_bytes_per_chunk": 5e5})
-    rows.append(record(label, "b2", None, status="failed"))
+    rows.append({**record(label, "b2", None, status="failed"), "attention_keys_per_token": 99.0,
+                 "peak_store_bytes": 9e6, "moved_bytes_per_chunk": 9e6})  # a failure's numbers count nowhere
     return rows
 
 
@@ -132,6 +133,15 @@ def test_speed_ups_are_blank_when_nothing_can_be_divided(tmp_path, pair):
                                                   for r in full_rows()])
     other = entry(tmp_path / "g", "other", [{**r, "label": "other"} for r in full_rows()])
     assert math.isnan(lb.leaderboard([gappy_full, other]).set_index("method").loc["other", "cost_speedup_vs_fullkv"])
+
+
+def test_speed_ups_count_only_the_tasks_fullkv_finished_too(tmp_path):
+    full = entry(tmp_path, "fullkv", [*full_rows()[:3], record("fullkv", "b2", None, status="failed")])
+    slow_b2 = {**record("m", "b2", 0.5, seconds=10.0), "attention_flops": 1000.0}
+    row = lb.leaderboard([full, entry(tmp_path, "m", [*method_rows()[:3], slow_b2])]).iloc[1]
+    # on a1 a2 b1: 48 frames / 2 s = 24 against FullKV's 48 / 6 s = 8, FLOPs 600 / 175; b2 (10 s, 1000 FLOPs) left out
+    assert row["speedup_vs_fullkv"] == pytest.approx(3.0) and row["cost_speedup_vs_fullkv"] == pytest.approx(600 / 175)
+    assert row["continuation_fps"] == pytest.approx(64 / 12)  # its own FPS is over all its tasks
 
 
 def test_seeds_and_their_spread_and_the_per_seed_table(tmp_path):
@@ -433,6 +443,8 @@ def test_markdown_host_store_quality_matched_and_comparison_sections():
                               "| ret&lt;1&gt; | plain | +0.1000 ± 0.0500 | 0.0123 | 3 / 0 / 1 | 4 |",
                               "| plain | ret&lt;1&gt; | -0.1000 | — | 1 / 0 / 3 | 4 |"]
     assert "Paired comparisons" not in lb.markdown_table(board, compared.iloc[:0])
+    older = board.drop(columns=list(lb.STORE_COLUMNS))  # a board from before the host-store columns
+    assert "Host store" not in lb.markdown_table(older) and "| ret&lt;1&gt; | 0.5000 |" in lb.markdown_table(older)
 
 
 def test_an_escaped_metric_name_heads_the_table():
@@ -493,6 +505,19 @@ def test_a_new_board_replaces_the_old_one_whole_and_leaves_other_files(tmp_path,
     assert not (out / "comparisons.csv").exists() and not (out / "backbone_gate.csv").exists()
     assert (out / "notes.txt").read_text() == "old\n" and paths["leaderboard.md"].read_text() != "old\n"
     assert capsys.readouterr().err == ""
+
+
+def test_a_move_that_fails_never_leaves_the_previous_board_without_a_file(tmp_path, capsys):
+    full = write_run(tmp_path / "fullkv", full_rows())
+    out = tmp_path / "board"
+    lb.write_reports([full], out)
+    (out / "leaderboard.csv").unlink()
+    (out / "leaderboard.csv").mkdir()  # the first file cannot be moved in
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(ReportError, match=f"cannot write the leaderboard into {out}: Is a directory"):
+        lb.write_reports([full], out)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert "the previous leaderboard in" in capsys.readouterr().err
 
 
 @pytest.mark.xfail(strict=True, reason="write_reports moves its files one by one after removing the old board's "
