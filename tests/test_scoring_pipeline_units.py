@@ -153,7 +153,7 @@ def test_check_batch_accepts_frames_of_the_size_given():
     """H = 4 and W = 5 (neither is 3), one frame: no error, with or without a size to match."""
     one = np.zeros((1, 4, 5, 3), np.uint8)
     assert _check_batch(one, None) is None and _check_batch(one, (4, 5)) is None
-    with pytest.raises(ValueError, match="frames change size mid-video: 4x5 then 6x7"):
+    with pytest.raises(ValueError, match="^frames change size mid-video: 4x5 then 6x7$"):
         _check_batch(np.zeros((1, 6, 7, 3), np.uint8), (4, 5))
 
 
@@ -208,10 +208,10 @@ def test_scorer_defaults_and_identity(tmp_path):
 
 def test_scorer_rejects_a_batch_size_below_1_and_unknown_aggregations():
     detector = IndexedDetector([PATCH], [0.9])
-    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="^batch_size must be >= 1, got 0$"):
         _scorer(detector, batch_size=0)
     assert _scorer(detector, batch_size=1).batch_size == 1
-    with pytest.raises(ValueError, match="reference_aggregation must be one of mean, max, got 'median'"):
+    with pytest.raises(ValueError, match="^reference_aggregation must be one of mean, max, got 'median'$"):
         _scorer(detector, reference_aggregation="median")
     assert _scorer(detector, reference_aggregation="max").reference_aggregation == "max"
 
@@ -362,11 +362,11 @@ def test_streamed_frame_embeddings_land_on_their_frames():
 def test_stream_errors():
     scorer = _scorer(IndexedDetector([PATCH], [0.9]))
     args = (["mug"], [_solid(RED)], [(0.0, 0.0, 1.0, 1.0)])
-    with pytest.raises(ValueError, match=r"frames must be non-empty uint8 \[F, H, W, 3\], got no frames"):
+    with pytest.raises(ValueError, match=r"^frames must be non-empty uint8 \[F, H, W, 3\], got no frames$"):
         scorer.features(Stream(np.zeros((0, 20, 40, 3), np.uint8)), *args)
     changing = SimpleNamespace(batches=lambda size: iter([np.zeros((1, 20, 40, 3), np.uint8),
                                                           np.zeros((1, 20, 30, 3), np.uint8)]))
-    with pytest.raises(ValueError, match="frames change size mid-video: 20x40 then 20x30"):
+    with pytest.raises(ValueError, match="^frames change size mid-video: 20x40 then 20x30$"):
         scorer.features(changing, *args)
     with pytest.raises(ValueError, match=r"got float32 \(1, 20, 40, 3\)"):
         scorer.features(SimpleNamespace(batches=lambda size: iter([np.zeros((1, 20, 40, 3), np.float32)])), *args)
@@ -394,11 +394,11 @@ def test_features_checks_its_inputs():
     frames = _frames([RED])
     scorer = _scorer(IndexedDetector([PATCH], [0.9]))
     box = [(0.25, 0.25, 0.75, 0.75)]
-    with pytest.raises(ValueError, match="the target needs at least one text query"):
+    with pytest.raises(ValueError, match="^the target needs at least one text query$"):
         scorer.features(frames, [], [frames[0]], box)
-    with pytest.raises(ValueError, match="need one reference frame per reference box, got 0 frames"):
+    with pytest.raises(ValueError, match="^need one reference frame per reference box, got 0 frames$"):
         scorer.features(frames, ["mug"], [], box)
-    with pytest.raises(ValueError, match="need one reference frame per reference box, got 2 frames and 1 boxes"):
+    with pytest.raises(ValueError, match="^need one reference frame per reference box, got 2 frames and 1 boxes$"):
         scorer.features(frames, ["mug"], [frames[0], frames[0]], box)
     given = TaskReferences.from_arrays([frames[0]])
     assert scorer.features(frames, ["mug"], given, box).detected.tolist() == [True]

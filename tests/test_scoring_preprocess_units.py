@@ -248,9 +248,9 @@ def test_blank_outside_fills_the_unmasked_pixels():
 
 
 def test_image_spec_resizes_to_exactly_one_of_size_or_shortest_edge():
-    with pytest.raises(ValueError, match="an ImageSpec resizes to exactly one of size or shortest_edge"):
+    with pytest.raises(ValueError, match="^an ImageSpec resizes to exactly one of size or shortest_edge$"):
         _spec(shortest_edge=4)
-    with pytest.raises(ValueError, match="an ImageSpec resizes to exactly one of size or shortest_edge"):
+    with pytest.raises(ValueError, match="^an ImageSpec resizes to exactly one of size or shortest_edge$"):
         _spec(size=None)
     assert _spec(size=None, shortest_edge=4).shortest_edge == 4
 
@@ -295,7 +295,7 @@ def test_image_spec_resizes_then_crops_then_normalises():
 
 def test_image_spec_batch_needs_a_fixed_output_size():
     images = [torch.zeros(3, 5, 7, dtype=torch.uint8), torch.full((3, 3, 2), 255, dtype=torch.uint8)]
-    with pytest.raises(ValueError, match=r"batching images of different sizes needs a fixed output size \(crop or size\)"):
+    with pytest.raises(ValueError, match=r"^batching images of different sizes needs a fixed output size \(crop or size\)$"):
         _spec(size=None, shortest_edge=2).batch(images)
     out = _spec().batch(images)  # a size: every image resized to 2 x 2
     assert out.shape == (2, 3, 2, 2)
