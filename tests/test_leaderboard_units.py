@@ -520,9 +520,6 @@ def test_a_move_that_fails_never_leaves_the_previous_board_without_a_file(tmp_pa
     assert "the previous leaderboard in" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="write_reports moves its files one by one after removing the old board's "
-                                       "extra files: a move that fails half-way leaves a mix of both boards while "
-                                       "stderr says the previous one is kept as it was")
 def test_a_move_that_fails_half_way_keeps_the_previous_board(tmp_path, capsys):
     full = write_run(tmp_path / "fullkv", full_rows())
     plug = write_run(tmp_path / "m", [{**r, "code": {"method": "h"}} for r in method_rows()])

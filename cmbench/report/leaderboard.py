@@ -416,11 +416,36 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Pa
 
 
 # ------------------------------------------------------------------------------------------ writing
-def _remove_previous(out: Path, keep: Iterable[str] = ()) -> None:
-    """Remove the report files of an earlier leaderboard from ``out`` (except ``keep``)."""
-    for name in REPORT_FILES:
-        if name not in keep and (out / name).is_file():
+def _swap_files(build: Path, out: Path) -> list[str]:
+    """Move every file of ``build`` into ``out`` in place of an earlier leaderboard's report files, all or none.
+
+    The earlier board's files move into ``build/previous/`` first (those this board does not write are thus
+    removed); if any move fails, the files moved in are taken out again and the earlier ones put back.
+
+    Returns
+    -------
+    list of str
+        The names moved in, sorted.
+    """
+    written = sorted(p.name for p in build.iterdir())
+    previous = build / "previous"
+    previous.mkdir()
+    held = [name for name in REPORT_FILES if (out / name).is_file()]
+    moved: list[str] = []
+    try:
+        for name in held:
+            os.replace(out / name, previous / name)
+        for name in written:
+            os.replace(build / name, out / name)
+            moved.append(name)
+    except BaseException:
+        for name in moved:
             (out / name).unlink()
+        for name in held:
+            if (previous / name).is_file():
+                os.replace(previous / name, out / name)
+        raise
+    return written
 
 
 def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.DataFrame | None:
@@ -439,8 +464,8 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
     All files are written into a sibling folder first (``.<out>.tmp-<pid>``) and moved into ``out_dir``
-    only when all of them exist; report files of an earlier leaderboard that this one does not write
-    are removed. When the leaderboard is refused or fails, the previous one in ``out_dir`` is kept as
+    only when all of them exist, in place of an earlier leaderboard's report files (those this one does not
+    write are removed); a move that fails puts the earlier board back. When the leaderboard is refused or fails, the previous one in ``out_dir`` is kept as
     it was, and stderr says so. Build folders of leaderboards that were killed are removed first.
 
     Parameters
@@ -503,10 +528,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         (tmp / "leaderboard.md").write_text(markdown_table(board, compared) + gate.markdown(gated))
         pareto_plot(board, tmp / "pareto.png")
         out.mkdir(parents=True, exist_ok=True)
-        written = sorted(p.name for p in tmp.iterdir())
-        _remove_previous(out, keep=written)
-        for name in written:
-            os.replace(tmp / name, out / name)
+        written = _swap_files(tmp, out)
     except OSError as err:
         _kept(out)
         raise ReportError(f"cannot write the leaderboard into {out}: {err.strerror or err}") from err
