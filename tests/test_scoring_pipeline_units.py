@@ -307,6 +307,17 @@ def test_reference_boxes_are_clipped_to_their_frames():
     np.testing.assert_array_equal(detector.targets[0].references[0].box, [0, 5, 40, 15])
 
 
+def test_detector_boxes_are_ordered_and_clipped_to_the_frame():
+    """A swapped box reaching past both sides of the 20 x 40 frame, (45, 25, -5, -5), is segmented and recorded
+    as the whole frame (0, 0, 40, 20)."""
+    frames = _frames([RED])
+    segmenter = RecordingSegmenter()
+    scorer = _scorer(IndexedDetector([[45, 25, -5, -5]], [0.9]), segmenter)
+    record = scorer.score_task(_task([(0.25, 0.25, 0.75, 0.75)]), frames, [frames[0]])
+    np.testing.assert_array_equal(segmenter.calls[1][2], [[0, 0, 40, 20]])
+    assert record.boxes == [[0.0, 0.0, 1.0, 1.0]]
+
+
 def test_nothing_detected_scores_zero_with_no_best_frame():
     frames = _frames([RED, BLUE])
     detector = IndexedDetector([PATCH, PATCH], [0.1, 0.2])

@@ -333,6 +333,12 @@ def test_from_processor_takes_the_shortest_edge_when_size_lacks_a_width():
     assert (spec.size, spec.shortest_edge) == (None, 7)
 
 
+def test_from_processor_prefers_an_exact_size_to_a_shortest_edge():
+    """transformers 5's SizeDict carries every field; with a height and a width the shortest edge is ignored."""
+    spec = ImageSpec.from_processor(_processor(size=SimpleNamespace(height=4, width=6, shortest_edge=3)), "m")
+    assert (spec.size, spec.shortest_edge) == ((4, 6), None)
+
+
 def test_from_processor_defaults():
     """Attributes a processor does not have: resize, rescale by 1/255, normalise, bilinear, no centre crop
     (even with a ``crop_size``)."""
