@@ -139,7 +139,8 @@ def test_comparison_table_puts_each_sides_pr_after_its_name(monkeypatch):
     assert out["pr"].tolist() == [0.9, 0.0] and out["versus_pr"].tolist()[0] == 0.0
     assert math.isnan(out["versus_pr"].tolist()[1])  # c is not on the board
     assert out["pr"].dtype == float and out["versus_pr"].dtype == float
-    assert html.comparison_table.__defaults__ == (None, None)
+    html.comparison_table(["runs"], board)  # by default, the leaderboard's own pairs
+    assert seen["pairs"] == (["runs"], None, None)
 
 
 # ---------------------------------------------------------------- datasets and adapters
