@@ -175,13 +175,12 @@ def test_normalize_gives_a_contiguous_tensor_from_a_channels_last_view():
     torch.testing.assert_close(out, images.float() / 255.0)
 
 
-@pytest.mark.xfail(strict=True, reason="normalize subtracts in place: a contiguous float32 input is overwritten")
 def test_normalize_leaves_a_float_input_unchanged():
     """The docstring accepts float inputs; ``.to(float32)`` of a contiguous float32 tensor is the tensor itself,
-    so ``sub_`` / ``mul_`` write into the caller's tensor."""
+    so an in-place ``sub_`` / ``mul_`` on it would write into the caller's tensor."""
     images = torch.full((1, 3, 2, 2), 255.0)
-    normalize(images, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
-    assert (images == 255.0).all()
+    out = normalize(images, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    assert (images == 255.0).all() and (out == 1.0).all()  # (255 / 255 - 0.5) / 0.5 = 1
 
 
 # ---------------------------------------------------------------- centre crop and square padding

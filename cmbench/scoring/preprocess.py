@@ -102,7 +102,7 @@ def resize_two_pass(images: torch.Tensor, size: tuple[int, int], mode: str) -> t
 
 
 def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    """``(x / 255 - mean) / std`` per channel.
+    """``(x / 255 - mean) / std`` per channel, into a new tensor (``images`` is left as it is).
 
     Parameters
     ----------
@@ -113,9 +113,24 @@ def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float])
     -------
     Tensor, ``float32 [B, 3, H, W]``, contiguous
     """
+    return normalize_(images.to(torch.float32, memory_format=torch.contiguous_format, copy=True), mean, std)
+
+
+def normalize_(images: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """:func:`normalize` in place, for a tensor the caller made and no one else holds (no second copy of a batch).
+
+    Parameters
+    ----------
+    images : Tensor, ``float32 [B, 3, H, W]`` on the 0..255 scale, contiguous; overwritten
+    mean, std : 3 floats each
+
+    Returns
+    -------
+    Tensor, ``images``
+    """
     shift = torch.tensor(mean, dtype=torch.float32, device=images.device).view(1, -1, 1, 1) * 255.0
     scale = 1.0 / (torch.tensor(std, dtype=torch.float32, device=images.device).view(1, -1, 1, 1) * 255.0)
-    return images.to(torch.float32, memory_format=torch.contiguous_format).sub_(shift).mul_(scale)
+    return images.sub_(shift).mul_(scale)
 
 
 def center_crop(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -429,4 +444,4 @@ class Owlv2Spec:
         if height != width:  # the zero padding is part of the clipped range
             low, high = low.clamp(max=0.0), high.clamp(min=0.0)
         out = torch.maximum(torch.minimum(out, high.view(-1, 1, 1, 1)), low.view(-1, 1, 1, 1))
-        return normalize(out * 255.0, self.mean, self.std)
+        return normalize_(out * 255.0, self.mean, self.std)
