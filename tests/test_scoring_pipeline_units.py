@@ -456,9 +456,10 @@ def test_cache_counts_hits_and_misses_under_documented_keys(tmp_path):
     calls = len(detector.targets)
     again = scorer.score_task(task, frames, references)
     assert again == first and (scorer.cache_hits, scorer.cache_misses) == (1, 1) and len(detector.targets) == calls
-    assert len(quality.passes) == 2 and quality.passes[1] == [(5, 20, 40, 3)]  # quality runs on a hit too
+    assert scorer.score_task(task, frames, references) == first and scorer.cache_hits == 2
+    assert len(quality.passes) == 3 and quality.passes[1] == [(5, 20, 40, 3)]  # quality runs on a hit too
     other = scorer.score_task(_task([(0.25, 0.25, 0.75, 0.75), (0.0, 0.0, 1.0, 1.0)]), frames[:4], references)
-    assert (scorer.cache_hits, scorer.cache_misses) == (1, 2) and other.n_frames == 4
+    assert (scorer.cache_hits, scorer.cache_misses) == (2, 2) and other.n_frames == 4
 
 
 def test_cached_references_spare_the_context_only_for_text_detectors(tmp_path):
