@@ -91,6 +91,10 @@ def test_missing_torn_or_foreign_tables_are_refused_in_one_line_naming_the_file(
     (out / "leaderboard.csv").write_text("method,score\na,0.5\n")
     with pytest.raises(ReportError, match=r"leaderboard.csv: not a leaderboard table: no column\(s\) metric, score_ci95"):
         refresh_matched_column(out)
+    (out / "leaderboard.csv").write_text(text)
+    (out / "comparisons.csv").write_text("method,versus\na,b\n")
+    with pytest.raises(ReportError, match=r"comparisons.csv: not a comparisons table: no column\(s\) delta, "):
+        refresh_matched_column(out)
 
 
 def test_the_gate_verdict_is_derived_from_its_numbers_and_labels_are_escaped(tmp_path):
