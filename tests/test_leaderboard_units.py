@@ -228,6 +228,12 @@ def test_per_source_and_per_task_type_breakdowns_by_hand(pair):
 PAIR_COLS = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs", "p_value"]
 
 
+def test_a_breakdown_of_nothing_still_has_its_columns():
+    assert list(lb.breakdown([], "source").columns) == ["method", "metric", "source", "score", "score_ci95", "pr",
+                                                        "n_tasks", "failures"]
+    assert list(lb.seed_breakdown([]).columns)[2] == "seed"
+
+
 def test_paired_deltas_are_the_entry_minus_fullkv_on_the_pairs_both_finished(pair):
     full, m = pair
     deltas = lb.paired_deltas([m, full])
@@ -429,6 +435,7 @@ def test_markdown_host_store_quality_matched_and_comparison_sections():
     ]
     at = lines.index("| Method | Peak KV (MB) | Peak store (MB) | Moved per chunk (MB) |")
     assert lines[at - 2].startswith("Host store (methods that move history off the device")
+    assert lines[at - 3] == "" and lines[at - 1] == ""  # a blank line either side of the section's title
     assert lines[at + 1:at + 3] == ["|---|---|---|---|", "| ret&lt;1&gt; | 3.00 | 12.35 | 0.457 |"]
     assert lines[at + 3] == ""  # only the entry with a store
     at = lines.index("| Method | Subject Consistency | Imaging Quality |")
@@ -471,6 +478,7 @@ def test_the_pareto_plot_places_each_measured_entry_with_clipped_error_bars(tmp_
     assert ax.get_ylim() == pytest.approx((-0.13, 1.03))
     spans = [c.lines[2][0].get_segments()[0][:, 1].tolist() for c in ax.containers]
     assert spans == [pytest.approx([0.6, 1.0]), pytest.approx([0.4, 0.4]), pytest.approx([-0.1, 0.4])]
+    assert [[cap.get_markersize() for cap in c.lines[1]] for c in ax.containers] == [[6.0, 6.0]] * 3  # capsize 3
     assert ax.get_xlabel() == "pruning ratio PR (%)" and ax.get_ylabel() == "DINO (mean max-similarity)"
     assert ax.get_title() == "CMBench: DINO score vs pruning ratio"
     lb.pareto_plot(board, tmp_path / "q.png", title="mine")
@@ -478,6 +486,12 @@ def test_the_pareto_plot_places_each_measured_entry_with_clipped_error_bars(tmp_
 
 
 # ------------------------------------------------------------------------------------------ writing
+def test_a_board_is_written_into_a_folder_whose_parents_do_not_exist_yet(tmp_path):
+    out = tmp_path / "deep" / "er" / "board"
+    written = lb.write_reports([write_run(tmp_path / "fullkv", full_rows())], out)
+    assert written["leaderboard.csv"] == out / "leaderboard.csv" and (out / "leaderboard.md").is_file()
+
+
 def test_a_board_is_written_best_first_in_six_digit_csvs_with_every_file(tmp_path, capsys):
     full = write_run(tmp_path / "fullkv", full_rows())
     runs = [write_run(tmp_path / "m", method_rows()),
