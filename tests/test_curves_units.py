@@ -296,6 +296,7 @@ def test_the_quality_plot_has_a_panel_per_metric_normalised_to_fullkv(tmp_path, 
     (fig,) = figures
     dino, iq = fig.axes
     assert fig.get_size_inches() == pytest.approx((2.6 * 2 + 0.6, 3.4))
+    assert fig.get_dpi() == 120 and dino.get_shared_y_axes().joined(dino, iq)  # one y scale for every panel
     assert (dino.get_title(), iq.get_title()) == ("DINO (memory)", "imaging_quality")
     assert dino.get_ylabel() == "relative to FullKV (= 1)" and iq.get_ylabel() == ""
     assert dino.get_xlabel() == "realised PR (%)" == iq.get_xlabel()
@@ -309,9 +310,15 @@ def test_the_quality_plot_has_a_panel_per_metric_normalised_to_fullkv(tmp_path, 
     a = bars[("DINO (memory)", "a")]
     assert xy(a.lines[0]) == ([50.0, 80.0], [1.0, 0.5])
     assert sorted(xy(cap)[1] for cap in a.lines[1]) == [[0.5, 0.0], [2.0, 1.0]]  # the CI ends
+    assert [cap.get_markersize() for cap in a.lines[1]] == [4.0, 4.0]  # capsize 2
+    assert dino.get_lines()[1].get_markersize() == 4.0  # FullKV's point
     assert a.lines[0].get_color() == "C0" and bars[("DINO (memory)", "b")].lines[0].get_color() == "C1"
     assert xy(bars[("imaging_quality", "a")].lines[0])[1] == pytest.approx([0.5, 1.0])
     bands = [corners(c) for c in dino.collections if type(c).__name__ != "LineCollection"]
     assert bands == [{(50, 0.5), (50, 2.0), (80, 0.0), (80, 1.0)}, {(90, 1.0), (90, 2.0)}]
     C.quality_vs_memory_plot(points[points["metric"] == "DINO"], tmp_path / "one.png")
     assert figures[1]._suptitle is None and len(figures[1].axes) == 1
+    no_ci = frame(method=["a"], test_pr=[0.5], metric=["DINO"], kind=["memory"], value=[0.9], ci_low=[NAN],
+                  ci_high=[NAN])
+    C.quality_vs_memory_plot(no_ci, tmp_path / "no_ci.png")  # a value without its CI is still drawn
+    assert [xy(c.lines[0]) for c in figures[2].axes[0].containers] == [([50.0], [0.9])]
