@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from html import unescape
 from pathlib import Path
 from types import SimpleNamespace
@@ -263,6 +264,13 @@ def test_load_tasks_reads_each_manifest_once_and_keeps_the_first_folders_task(tm
     only_a1 = run_of("four", [{"task_id": "a1"}], three.path, manifest=other)
     found = html.load_tasks([only_a1], data_root=str(data.parent))
     assert found["a1"][0].target_label == "red vase"  # not "blue cup": data/ read, not other/
+
+
+def test_load_tasks_reads_a_manifest_by_its_own_file_name(tmp_path, dataset):
+    data, _ = dataset
+    renamed = data.rename(data.with_name("tasks.jsonl"))  # no metadata.jsonl left beside it
+    run = run_of("r", [{"task_id": "b1"}], folder_with(tmp_path, "r", None), manifest=renamed)
+    assert html.load_tasks([run])["b1"][0].source == "real"
 
 
 def test_load_tasks_names_the_first_five_tasks_a_manifest_lacks(tmp_path, dataset):
@@ -605,6 +613,12 @@ def test_a_report_folder_holds_only_our_page_and_images(tmp_path):
     assert not html.is_report(linked)
 
 
+def test_a_report_page_with_bytes_that_are_not_utf8_is_still_recognised(tmp_path):
+    folder = report_folder(tmp_path / "r")
+    (folder / "index.html").write_bytes(b"\xff\xfe<html>" + html.GENERATOR.encode() + b"</html>")
+    assert html.is_report(folder)
+
+
 def test_the_output_folder_must_be_new_empty_or_an_earlier_report(tmp_path):
     html.check_report_folder(tmp_path / "new")
     (tmp_path / "empty").mkdir()
@@ -642,6 +656,19 @@ def test_stale_builds_of_killed_reports_are_removed_and_a_moved_aside_report_res
     (tmp_path / f"{prefix}{DEAD + 3}-old").mkdir()  # out exists now: the old copy is stale
     assert html.remove_stale_builds(out) == [tmp_path / f"{prefix}{DEAD + 3}-old"]
     assert (out / "index.html").read_text() == "restored" and not (tmp_path / f"{prefix}{DEAD + 3}-old").exists()
+
+
+def test_a_stale_build_that_cannot_be_removed_does_not_stop_the_report(tmp_path, monkeypatch):
+    stale = tmp_path / f".report.report-{DEAD}"
+    stale.mkdir()
+
+    def refused(path, ignore_errors=False, **kw):
+        """rmtree on a folder another user owns: an error unless errors are ignored."""
+        if not ignore_errors:
+            raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(shutil, "rmtree", refused)
+    assert html.remove_stale_builds(tmp_path / "report") == [stale]
 
 
 def test_swap_in_replaces_the_earlier_report_and_restores_it_when_the_move_fails(tmp_path):
@@ -760,12 +787,15 @@ def page_run(root: Path, data: Path, label: str, scores: dict[str, float], **fie
     return folder
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
+@pytest.fixture
+def page(tmp_path):
     """Two real reports of three tasks (a1, a2: synthetic; b1: real): ``gated`` of fullkv (mean 0.7), deco
     (0.9, no record of b1) and the sink-only control (its gate row comes first), with a curves table; ``plain``
-    of fullkv and deco only, without curves. Returns both pages' text and build results."""
-    tmp = tmp_path_factory.mktemp("page")
+    of fullkv and deco only, without curves. Returns both pages' text and build results.
+
+    Built for every test, not once per module: mutmut runs a mutant only under the tests that call the mutated
+    function, and a module-scoped build would count as called by the first test alone."""
+    tmp = tmp_path
     data = tmp / "data"
     write_context_video(data / "videos/synthetic/a.mp4", seed=1)
     write_context_video(data / "videos/real/b.mp4", seed=2)
