@@ -7,6 +7,7 @@ the two plots draw (their figures captured before they are closed). The end-to-e
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -203,18 +204,32 @@ def test_the_curves_plot_without_a_reference_or_its_ci(tmp_path, figures, unsave
 
 
 def test_write_curves_writes_the_three_files_and_returns_the_areas(tmp_path):
-    curves = frame(method=["a", "a"], test_pr=[0.5, 0.7], score=[1 / 3, 0.5], ci_low=[0.1, 0.2], ci_high=[0.6, 0.7])
+    curves = frame(method=["a", "a"], test_pr=[0.5, 0.7], score=[1 / 3, 0.5], ci_low=[1.5e-7, 0.2],
+                   ci_high=[0.6, 0.7])
     out = tmp_path / "deep" / "out"
     areas = C.write_curves(curves, out, reference=(0.9, 0.05), metric="light")
     assert sorted(p.name for p in out.iterdir()) == ["auc.csv", "curves.csv", "curves.png"]
     assert (out / "curves.csv").read_text().splitlines() == [
-        "method,test_pr,score,ci_low,ci_high", "a,0.5,0.333333,0.1,0.6", "a,0.7,0.5,0.2,0.7"]  # %.6g
+        "method,test_pr,score,ci_low,ci_high", "a,0.5,0.333333,1.5e-07,0.6", "a,0.7,0.5,0.2,0.7"]  # %.6g
     # 0.2 * (1/3 + 1/2) / 2 = 1/12 = 0.0833333; mean 0.416667
     assert (out / "auc.csv").read_text().splitlines() == [
         "method,pr_low,pr_high,auc,mean_score,points", "a,0.5,0.7,0.0833333,0.416667,2"]
     assert areas["auc"].tolist() == pytest.approx([1 / 12])
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     C.write_curves(curves, str(out), reference=(0.9, 0.05), metric="light")  # an existing folder is fine
+
+
+def test_write_curves_plots_with_fullkvs_reference_and_the_metric(tmp_path, monkeypatch):
+    seen = []
+
+    def plot(curves, path, reference, metric):
+        seen.append((reference, metric))
+        Path(path).write_bytes(b"png")
+
+    monkeypatch.setattr(C, "curves_plot", plot)
+    C.write_curves(frame(method=["a"], test_pr=[0.5], score=[0.5], ci_low=[0.4], ci_high=[0.6]), tmp_path,
+                   reference=(0.9, 0.05), metric="light")
+    assert seen == [((0.9, 0.05), "light")] and (tmp_path / "curves.png").read_bytes() == b"png"
 
 
 def test_a_board_point_is_the_rows_pr_score_ci_bounds_and_quality():
