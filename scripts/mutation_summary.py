@@ -6,7 +6,7 @@ Usage (scripts/mutation_test.sh calls these; see docs/testing.md):
     python scripts/mutation_summary.py tests --targets scripts/mutation_targets.txt MODULE
     python scripts/mutation_summary.py configure COPY/pyproject.toml MODULE TEST...
     python scripts/mutation_summary.py summarize COPY MODULE --equivalent FILE [--csv FILE] [--seconds S] [--tests T...]
-    python scripts/mutation_summary.py survivors COPY MODULE                 (the mutants not killed, for --rerun)
+    python scripts/mutation_summary.py survivors COPY MODULE [--equivalent FILE]   (not killed nor listed: --rerun)
     python scripts/mutation_summary.py sample COPY MODULE N [--seed S]       (N mutants drawn uniformly, for --sample)
     python scripts/mutation_summary.py table results/mutation/baseline.csv      (the markdown table of a CSV)
 """
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("survivors")
     p.add_argument("copy", type=Path)
     p.add_argument("module")
+    p.add_argument("--equivalent", type=Path)
     p = sub.add_parser("sample")
     p.add_argument("copy", type=Path)
     p.add_argument("module")
@@ -223,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                          args.commit)
     elif args.command == "survivors":
         statuses = _statuses(args.copy, args.module)
-        print("\n".join(n for n, s in statuses.items() if s not in ("killed", "timeout", "caught by type check", "segfault")))
+        listed = read_equivalent(args.equivalent) if args.equivalent else {}
+        print("\n".join(n for n, s in statuses.items()
+                        if s not in ("killed", "timeout", "caught by type check", "segfault") and n not in listed))
     elif args.command == "sample":
         print("\n".join(draw_sample(_mutant_names(args.copy, args.module), args.size, args.seed)))
     else:

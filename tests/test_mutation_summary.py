@@ -106,3 +106,13 @@ def test_the_table_marks_sampled_rows_with_their_interval(summary, tmp_path):
     assert lines[2] == "| a.py | 10 | 9 | 0 | 1 | 100.0% | 5 |"
     assert lines[3] == "| b.py | 200 of 900 (sample) | 190 | 10 | 0 | 95.0% (91.0%-97.3%) | 60 |"
     assert lines[4] == "| **all measured** | 210 | 199 | 10 | 1 | 95.2% | 65 |"
+
+
+def test_a_rerun_skips_the_killed_and_the_listed_equivalents(summary, tmp_path, capsys):
+    pytest.importorskip("mutmut.stats", reason="reading a copy's statuses uses mutmut's status names (the dev extra)")
+    copy = _copy_with(tmp_path, {"pkg.mod.f__mutmut_1": 1, "pkg.mod.f__mutmut_2": 0, "pkg.mod.f__mutmut_3": 0,
+                                 "pkg.mod.f__mutmut_4": None, "pkg.mod.f__mutmut_5": -24}, None)
+    listed = tmp_path / "equivalent.txt"
+    listed.write_text("pkg.mod.f__mutmut_3 a reason\n")
+    assert summary.main(["survivors", str(copy), "pkg/mod.py", "--equivalent", str(listed)]) == 0
+    assert capsys.readouterr().out.split() == ["pkg.mod.f__mutmut_2", "pkg.mod.f__mutmut_4"]
