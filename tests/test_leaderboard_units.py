@@ -678,21 +678,23 @@ def test_refilling_reads_the_gate_again_from_its_numbers(tmp_path):
     assert "Backbone gate" not in (out / "leaderboard.md").read_text()
 
 
+def _spoil(path, row: int, column: str, text: str) -> None:
+    """Write ``text`` into one cell (data row ``row``) of a CSV table."""
+    table = pd.read_csv(path)
+    table[column] = table[column].astype(object)
+    table.loc[row, column] = text
+    table.to_csv(path, index=False)
+
+
 def test_a_bad_number_in_the_boards_comparisons_is_named(tmp_path):
     plug = [{**r, "label": "m", "code": {"method": "h"}} for r in method_rows()]
     out = tmp_path / "board"
     lb.write_reports([write_run(tmp_path / "fullkv", full_rows()), write_run(tmp_path / "m", plug)], out)
     (out / "curves.csv").write_text("method,test_pr,score\nm,0.8,0.6\n")
-    table = pd.read_csv(out / "comparisons.csv")
-    table["wins"] = table["wins"].astype(object)
-    table.loc[0, "wins"] = "many"
-    table.to_csv(out / "comparisons.csv", index=False)
+    _spoil(out / "comparisons.csv", 0, "wins", "many")
     with pytest.raises(ReportError, match=r"comparisons.csv:2: column wins: 'many' is not a number"):
         lb.refresh_matched_column(out)
-    board = pd.read_csv(out / "leaderboard.csv")
-    board["peak_kv_bytes"] = board["peak_kv_bytes"].astype(object)
-    board.loc[1, "peak_kv_bytes"] = "big"
-    board.to_csv(out / "leaderboard.csv", index=False)
+    _spoil(out / "leaderboard.csv", 1, "peak_kv_bytes", "big")
     with pytest.raises(ReportError, match=r"leaderboard.csv:3: column peak_kv_bytes: 'big' is not a number"):
         lb.refresh_matched_column(out)
 
