@@ -315,6 +315,8 @@ def test_the_quality_plot_has_a_panel_per_metric_normalised_to_fullkv(tmp_path, 
     assert (dino.get_title(), iq.get_title()) == ("DINO (memory)", "imaging_quality")
     assert dino.get_ylabel() == "relative to FullKV (= 1)" and iq.get_ylabel() == ""
     assert dino.get_xlabel() == "realised PR (%)" == iq.get_xlabel()
+    assert [ax.xaxis.label.get_fontsize() for ax in (dino, iq)] == [8.0, 8.0]
+    assert dino.yaxis.label.get_fontsize() == 8.0 and dino.title.get_fontsize() == 8.0
     assert fig._suptitle.get_text() == "Tiny"
     assert dino.get_legend() is None and [t.get_text() for t in iq.get_legend().get_texts()] == ["fullkv", "a"]
     reference = {ax.get_title(): [(*xy(line), line.get_color()) for line in ax.get_lines()][:2] for ax in (dino, iq)}
