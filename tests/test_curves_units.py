@@ -167,6 +167,9 @@ def test_the_curves_plot_draws_each_method_its_band_and_the_reference(tmp_path, 
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert list(lines) == ["fullkv", "b", "a"]  # the reference, then methods as met
     assert xy(lines["b"]) == ([70.0, 90.0], [0.5, 0.5]) and xy(lines["a"]) == ([60.0, 80.0], [0.75, 0.25])
+    assert [(lines[m].get_marker(), lines[m].get_linestyle(), lines[m].get_markersize()) for m in "ba"] == [
+        ("o", "-", 3.0)] * 2  # points joined by a line
+    assert tuple(fig.get_size_inches()) == (6.4, 4.4) and fig.get_dpi() == 120
     assert xy(lines["fullkv"]) == ([0.0, 1.0], [1.25, 1.25])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fullkv", "b", "a"]
     # bands: the reference's 1.25 +- 0.5 clipped to [0, 1.25]; a's CI clipped to [0, 1.25] too
@@ -316,6 +319,7 @@ def test_the_quality_plot_has_a_panel_per_metric_normalised_to_fullkv(tmp_path, 
     assert dino.get_ylabel() == "relative to FullKV (= 1)" and iq.get_ylabel() == ""
     assert dino.get_xlabel() == "realised PR (%)" == iq.get_xlabel()
     assert [ax.xaxis.label.get_fontsize() for ax in (dino, iq)] == [8.0, 8.0]
+    assert {tick.label1.get_fontsize() for ax in (dino, iq) for tick in ax.xaxis.get_major_ticks()} == {7.0}
     assert dino.yaxis.label.get_fontsize() == 8.0 and dino.title.get_fontsize() == 8.0
     assert fig._suptitle.get_text() == "Tiny"
     assert dino.get_legend() is None and [t.get_text() for t in iq.get_legend().get_texts()] == ["fullkv", "a"]
