@@ -201,6 +201,9 @@ def test_the_curves_plot_without_a_reference_or_its_ci(tmp_path, figures, unsave
     assert noci.get_ylim() == pytest.approx((-0.03, 1.53))
     (band,) = low.patches  # 0.25 +- 0.5 clipped below at 0
     assert (band.get_y(), band.get_y() + band.get_height()) == pytest.approx((0.0, 0.75))
+    assert noci.get_lines()[0].get_color() == "black"  # FullKV's reference line
+    C.curves_plot(curves.assign(ci_low=NAN, ci_high=NAN), tmp_path / "point_without_ci.png")
+    assert [xy(line) for line in figures[-1].axes[0].get_lines()] == [([50.0], [0.5])]  # a point without its CI
 
 
 # ---------------------------------------------------------------- writing, board points, tables
