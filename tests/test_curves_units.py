@@ -169,6 +169,8 @@ def test_the_curves_plot_draws_each_method_its_band_and_the_reference(tmp_path, 
     assert xy(lines["b"]) == ([70.0, 90.0], [0.5, 0.5]) and xy(lines["a"]) == ([60.0, 80.0], [0.75, 0.25])
     assert [(lines[m].get_marker(), lines[m].get_linestyle(), lines[m].get_markersize()) for m in "ba"] == [
         ("o", "-", 3.0)] * 2  # points joined by a line
+    assert {text.get_fontsize() for text in ax.get_legend().get_texts()} == {7.0}
+    assert ax.title.get_fontsize() == 10.0
     assert tuple(fig.get_size_inches()) == (6.4, 4.4) and fig.get_dpi() == 120
     assert xy(lines["fullkv"]) == ([0.0, 1.0], [1.25, 1.25])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fullkv", "b", "a"]
