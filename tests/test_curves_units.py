@@ -180,6 +180,8 @@ def test_the_curves_plot_draws_each_method_its_band_and_the_reference(tmp_path, 
     # a: at PR 60% [0.5, 2.0] -> [0.5, 1.25]; at 80% [-0.5, 0.5] -> [0, 0.5]
     assert [corners(c) for c in ax.collections] == [{(70, 0.25), (70, 0.75), (90, 0.25), (90, 0.75)},
                                                     {(60, 0.5), (60, 1.25), (80, 0.0), (80, 0.5)}]
+    assert [c.get_alpha() for c in ax.collections] == [0.15, 0.15] and band.get_alpha() == 0.08
+    assert {gridline.get_alpha() for gridline in ax.xaxis.get_gridlines()} == {0.3}
 
 
 @pytest.fixture
