@@ -465,8 +465,9 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
 
     All files are written into a sibling folder first (``.<out>.tmp-<pid>``) and moved into ``out_dir``
     only when all of them exist, in place of an earlier leaderboard's report files (those this one does not
-    write are removed); a move that fails puts the earlier board back. When the leaderboard is refused or fails, the previous one in ``out_dir`` is kept as
-    it was, and stderr says so. Build folders of leaderboards that were killed are removed first.
+    write are removed); a move that fails puts the earlier board back. When the leaderboard is refused or
+    fails, the previous one in ``out_dir`` is kept as it was, and stderr says so. Build folders of
+    leaderboards that were killed are removed first.
 
     Parameters
     ----------
