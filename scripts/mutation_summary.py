@@ -26,6 +26,7 @@ from pathlib import Path
 CSV_FIELDS = ["module", "tests", "mutants", "killed", "survived", "no_tests", "equivalent", "score", "seconds", "commit",
               "population"]
 SAMPLE_FILE = "sample.txt"  # in a copy made with --sample: the mutants drawn, one name per line
+KILLED = ("killed", "timeout", "caught by type check", "segfault")  # mutmut's statuses of a mutant the tests caught
 
 
 def read_targets(path: Path) -> dict[str, list[str]]:
@@ -122,7 +123,7 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
               tests: list[str], commit: str) -> int:
     """Print the score of one module's mutmut run and each unexplained survivor's diff; 1 if any survived."""
     statuses = _statuses(copy, module)
-    killed = sum(s in ("killed", "timeout", "caught by type check", "segfault") for s in statuses.values())
+    killed = sum(s in KILLED for s in statuses.values())
     survivors = sorted(n for n, s in statuses.items() if s in ("survived", "no tests", "suspicious", "not checked"))
     listed = [n for n in survivors if n in equivalent]
     unexplained = [n for n in survivors if n not in equivalent]
@@ -225,8 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "survivors":
         statuses = _statuses(args.copy, args.module)
         listed = read_equivalent(args.equivalent) if args.equivalent else {}
-        print("\n".join(n for n, s in statuses.items()
-                        if s not in ("killed", "timeout", "caught by type check", "segfault") and n not in listed))
+        print("\n".join(n for n, s in statuses.items() if s not in KILLED and n not in listed))
     elif args.command == "sample":
         print("\n".join(draw_sample(_mutant_names(args.copy, args.module), args.size, args.seed)))
     else:
