@@ -19,6 +19,7 @@ whole config::
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,13 +44,44 @@ from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.hashing import config_hash
 from cmbench.methods.base import Method
 from cmbench.methods.registry import build_method, canonical_method_config, full_method_config
-from cmbench.runs.identity import CodeIdentity, code_identity, portable
-from cmbench.runs.labels import run_label
-from cmbench.runs.paths import path_component
-from cmbench.runs.runner import check_shard, shard_from_env
+from cmbench.identity.code import CodeIdentity, code_identity, portable
+from cmbench.identity.labels import run_label
+from cmbench.identity.paths import path_component
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
 SELECTION_KEYS = keys_with_role(ROOT_KEYS, "selection")
+
+
+def check_shard(count: int, index: int) -> None:
+    """Raise a :class:`ConfigError` unless ``count >= 1`` and ``0 <= index < count``."""
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
+
+
+def shard_from_env(count: int, index: int, sequence: int = 1) -> tuple[int, int]:
+    """torchrun's groups of ``sequence`` ranks as shards (``WORLD_SIZE / sequence``, ``RANK // sequence``)
+    when torchrun started the run and no shard was configured.
+
+    Raises
+    ------
+    ConfigError
+        A ``WORLD_SIZE`` ``sequence`` does not divide, or a configured shard as well as several groups
+        (a split run without torchrun is refused where it launches: :func:`cmbench.runs.ranks.launch_of`;
+        ``plan`` sizes one rank of a split run from a plain process).
+    """
+    if "WORLD_SIZE" not in os.environ:
+        return count, index
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
+    if world % sequence:
+        raise ConfigError(f"parallel.sequence={sequence} does not divide torchrun's {world} processes "
+                          f"(WORLD_SIZE): each model needs a whole group of {sequence} ranks")
+    if count == 1:
+        return world // sequence, rank // sequence
+    if world > sequence:
+        raise ConfigError(f"shard.count={count} and torchrun's {world // sequence} groups of parallel.sequence="
+                          f"{sequence} ranks both shard the tasks: set one of them")
+    return count, index
+
 
 
 @dataclass(frozen=True)
@@ -245,7 +277,7 @@ class RunSpec:
         return plan_inputs(self.backbone, self.data, self.scorer, self.generation, self.parallel.sequence)
 
     def code_identity(self, scorer_hash: str | None) -> CodeIdentity:
-        """The code identity of this run (:func:`cmbench.runs.identity.code_identity`); call once the data
+        """The code identity of this run (:func:`cmbench.identity.code.code_identity`); call once the data
         is present (the manifest is part of it)."""
         return code_identity(type(self.method), self.backbone, self.data.manifest_path, scorer_hash)
 

@@ -14,6 +14,16 @@ py="$work/venv/bin/python"
 # build from a clean copy of the tracked files, so nothing untracked (data, runs, caches) can leak in
 git -C "$repo" ls-files -z | (cd "$repo" && xargs -0 tar cf -) | (mkdir "$work/src" && cd "$work/src" && tar xf -)
 "$py" -m pip wheel -q --no-deps -w "$work/dist" "$work/src"
+# the wheel holds the product only: no development harness (the hostile pass, mutation bookkeeping: tests/devtools/),
+# no tests or scripts
+"$py" - "$work"/dist/cmbench-*.whl <<'PY'
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+harness = [n for n in names if any(w in n.lower() for w in ("hostile", "mutation", "devtools", "tests/", "scripts/"))]
+assert not harness, f"the wheel ships development files: {harness}"
+assert any(n.startswith("cmbench/paper/") for n in names), "the wheel lacks cmbench/paper/"
+print(f"wheel: {len(names)} files, no development harness")
+PY
 "$py" -m pip install -q "$work"/dist/cmbench-*.whl
 mkdir "$work/elsewhere" && cd "$work/elsewhere"
 "$py" - <<'PY'

@@ -9,7 +9,7 @@
 Builds its inputs in a fresh temporary folder (a small MiniWorld suite and one real run on it, copied
 for every probe that needs a run folder), runs each probe's ``python -m cmbench ...`` as a subprocess
 and prints one line per probe, ``held`` or ``FAILED: <why>``, then the counts. Exit status 1 when a
-probe failed. The probes: cmbench/benchmarks/hostile_probes.py; what they check: docs/testing.md.
+probe failed. The probes: tests/devtools/hostile_probes.py; what they check: docs/testing.md.
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from cmbench.benchmarks.hostile import REPO, markdown, run_probes, select, summary_line
-from cmbench.benchmarks.hostile_probes import PROBES, new_workspace
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the pass lives in tests/devtools/
+
+from devtools.hostile import REPO, markdown, run_probes, select, summary_line  # noqa: E402
+from devtools.hostile_probes import PROBES, new_workspace  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """Write results/paper_findings.md: one row per finding of the paper from the outputs of
-``scripts/reproduce_paper.sh`` (:mod:`cmbench.benchmarks.findings`).
+``scripts/reproduce_paper.sh`` (:mod:`cmbench.paper.findings`).
 
     python scripts/paper_findings.py --out runs/paper --results results/paper_findings.md \\
         --extra "limit=2" --note "subset run: ..."
@@ -12,7 +12,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from cmbench.benchmarks.findings import collect, markdown
+from cmbench.paper.findings import collect, markdown
 from cmbench.provenance import git_commit
 from cmbench.runs import atomic
 

@@ -372,7 +372,7 @@ def test_the_calibration_world_is_never_the_test_suite():
 
 
 def test_a_calibration_is_keyed_by_what_files_hold_not_where_cmbench_is_installed(monkeypatch):
-    import cmbench.runs.identity as identity
+    import cmbench.identity.code as identity
 
     def key(root: Path, weights: str = "backbones/weights/tiny_miniworld.safetensors") -> str:
         return calibration_probe_key({"method": {"name": "decoprune"}, "backbone": {"path": str(root / weights)},

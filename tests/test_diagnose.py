@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cmbench.backbones.tiny import CameraPlan
-from cmbench.benchmarks.diagnose import (
+from cmbench.paper.diagnose import (
     ARMS,
     COLUMNS,
     diagnose_context,

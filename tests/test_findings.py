@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from cmbench.benchmarks.findings import (
+from cmbench.paper.findings import (
     FAILS,
     HOLDS,
     INCONCLUSIVE,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from cmbench.benchmarks.hostile import (Outcome, Probe, ProbeFailed, Workspace, absent, markdown, refused, run_probes,
+from devtools.hostile import (Outcome, Probe, ProbeFailed, Workspace, absent, markdown, refused, run_probes,
                                         select, snapshot, succeeded, summary_line, unchanged)
-from cmbench.benchmarks.hostile_probes import PROBES
+from devtools.hostile_probes import PROBES
 
 REPO = Path(__file__).resolve().parents[1]
 TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nKeyError: \'name\'\n'
@@ -108,14 +108,14 @@ def test_the_peak_memory_of_a_command_is_measured(tmp_path):
     caller's resident size at the fork (see wait_measured), and this test process may hold gigabytes."""
     measure = textwrap.dedent(f"""
         from pathlib import Path
-        from cmbench.benchmarks.hostile import Workspace
+        from devtools.hostile import Workspace
         ws = Workspace(Path({str(tmp_path)!r}), [])
         small = ws.python("-c", "pass", measure=True)
         big = ws.python("-c", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])", measure=True)
         print(small.peak_bytes, big.peak_bytes, ws.python("-c", "pass").peak_bytes)
     """)
     run = subprocess.run([sys.executable, "-c", measure], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "PYTHONPATH": str(REPO / "tests")})
     assert run.returncode == 0, run.stderr
     small, big, unmeasured = run.stdout.split()
     assert unmeasured == "None"

@@ -17,9 +17,9 @@ from cmbench.config_paths import CONFIG_DIR, PACKAGE_ROOT
 from cmbench.errors import ConfigError
 from cmbench.methods import Method
 from cmbench.methods.decoprune import DeCoPrune
-from cmbench.runs import identity
+from cmbench.identity import code as identity
 from cmbench.spec import resolve_run, run_dir_for
-from cmbench.runs.labels import auto_label, run_label
+from cmbench.identity.labels import auto_label, run_label
 
 
 def test_every_module_of_the_package_is_declared_result_or_harness():

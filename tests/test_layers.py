@@ -104,3 +104,84 @@ def test_the_parser_sees_lazy_and_relative_imports(tmp_path, monkeypatch):
     (pkg / "x.py").write_text("def f():\n    from cmbench.runs import records\n    from ..methods import base\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     assert [n for _, n in imported(pkg / "x.py")] == ["cmbench.runs", "cmbench.methods"]
+
+
+def module_graph(root: Path | None = None) -> dict[str, set[str]]:
+    """``module -> the cmbench modules it imports`` (every import statement, lazy ones too). ``from a import b``
+    points at module ``a.b`` when that is a module of the package, else at ``a``; a package's ``__init__`` is
+    the package's own name."""
+    root = ROOT if root is None else root
+    package = root / "cmbench"
+    modules = {".".join(p.relative_to(root).with_suffix("").parts[:-1] if p.name == "__init__.py"
+                        else p.relative_to(root).with_suffix("").parts): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        own = name.split(".")
+        base_parts = own if path.name == "__init__.py" else own[:-1]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(base_parts[: len(base_parts) - node.level + 1]) if node.level else ""
+                stem = ".".join(p for p in (base, node.module or "") if p)
+                for alias in node.names:
+                    targets.add(f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in modules else stem)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_chain_comes_back_to_where_it_started():
+    found = cycles(module_graph())
+    assert not found, "import cycles (a module reaches itself through these):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_a_lazy_cycle_through_a_from_import(tmp_path):
+    """A planted circle as the leaderboard and the backbone gate once had: one side imports the other lazily."""
+    report = tmp_path / "cmbench" / "report"
+    report.mkdir(parents=True)
+    (tmp_path / "cmbench" / "__init__.py").write_text("")
+    (report / "__init__.py").write_text("from cmbench.report.board import write\n")
+    (report / "board.py").write_text("def write():\n    from cmbench.report import gate\n")
+    (report / "gate.py").write_text("from cmbench.report.board import write\nfrom . import text\n")
+    (report / "text.py").write_text("X = 1\n")
+    graph = module_graph(tmp_path)
+    assert graph["cmbench.report.gate"] == {"cmbench.report.board", "cmbench.report.text"}
+    assert cycles(graph) == [["cmbench.report.board", "cmbench.report.gate"]]
+    (report / "board.py").write_text("def write():\n    pass\n")
+    assert cycles(module_graph(tmp_path)) == []

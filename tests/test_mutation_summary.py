@@ -2,26 +2,16 @@
 repeatable, its score carries a 95% Wilson interval, and the baseline table says which rows are samples."""
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mutation_summary.py"
-
-
 @pytest.fixture(scope="module")
 def summary():
-    """The script loaded as a module (it is not part of the ``cmbench`` package)."""
-    spec = importlib.util.spec_from_file_location("mutation_summary", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["mutation_summary"] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["mutation_summary"]
+    """The bookkeeping module (tests/devtools/, outside the ``cmbench`` package)."""
+    from devtools import mutation_summary
+    return mutation_summary
 
 
 def test_a_sample_is_repeatable_sorted_without_repeats_and_capped_at_the_population(summary):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from cmbench.hashing import json_digest
-from cmbench.runs import identity
+from cmbench.identity import code as identity
 
 
 def _sha(data: bytes) -> str:
@@ -178,7 +178,7 @@ def test_which_modules_hold_plugin_code(plugins):
     assert identity._plugin_module(None, own=True) is False
     assert identity._plugin_module(sys.modules["builtins"], own=True) is False
     assert identity._plugin_module(sys.modules["cmbench"], own=True) is False
-    assert identity._plugin_module(sys.modules["cmbench.runs.identity"], own=True) is False
+    assert identity._plugin_module(sys.modules["cmbench.identity.code"], own=True) is False
     assert identity._plugin_module(json_module, own=False) is False  # a base class from the standard library
     assert identity._plugin_module(json_module, own=True) is True
     assert identity._plugin_module(mine, own=False) is True

@@ -21,14 +21,8 @@ from cmbench.lock import RunLock, RunLockedError
 from cmbench.runs import runner
 from cmbench.runs.progress import Progress
 from cmbench.runs.records import RecordsWriteError, RecordWriter, read_task_records, records_path
-from cmbench.runs.runner import (
-    check_shard,
-    finished_task_ids,
-    run_tasks,
-    select_tasks,
-    shard_from_env,
-    shard_tasks,
-)
+from cmbench.runs.runner import finished_task_ids, run_tasks, select_tasks, shard_tasks
+from cmbench.spec import check_shard, shard_from_env
 from fake_evaluator import FakeEvaluator
 
 

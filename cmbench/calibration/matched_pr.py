@@ -42,9 +42,9 @@ from cmbench.lock import RunLock
 from cmbench.methods.base import Method
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
-from cmbench.runs.identity import code_identity, portable
-from cmbench.runs.labels import resolve_method_class
-from cmbench.runs.paths import path_component
+from cmbench.identity.code import code_identity, portable
+from cmbench.identity.labels import resolve_method_class
+from cmbench.identity.paths import path_component
 
 CALIBRATION_DIR = "calibration"
 
@@ -253,7 +253,7 @@ def _write(path: Path, text: str) -> None:
 def calibration_probe_key(setting: dict[str, Any]) -> str:
     """The key of what a calibration's probes measured (method without its knob, knob, calibration data
     and tasks, backbone, generation, seed, code identity), with paths inside the installed package
-    written relative to it (:func:`cmbench.runs.identity.portable`), as run identities are: another
+    written relative to it (:func:`cmbench.identity.code.portable`), as run identities are: another
     checkout or a moved install reuses the calibrations, as it reuses the runs."""
     return config_hash(portable(setting))
 

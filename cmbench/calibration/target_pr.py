@@ -26,7 +26,7 @@ from cmbench.calibration.matched_pr import Calibration, calibrate_method, calibr
 from cmbench.calibration.progress import CalibrationProgress
 from cmbench.config_paths import editable_copy, to_dict
 from cmbench.errors import ConfigError
-from cmbench.runs.labels import auto_label
+from cmbench.identity.labels import auto_label
 
 TARGET_KEY = "target_pr"
 QUOTA_KEYS = ("quota_pr", "quota_tokens")

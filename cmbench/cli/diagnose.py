@@ -2,7 +2,7 @@
 
 For every context chunk of the selected tasks' contexts and every denoising step: the error of the
 ``x0`` prediction against the clean chunk under the full cache, the method's cache and no history
-(:mod:`cmbench.benchmarks.diagnose`), split on MiniWorld by whether what the chunk shows was seen before
+(:mod:`cmbench.paper.diagnose`), split on MiniWorld by whether what the chunk shows was seen before
 and is still cached, seen before but pruned, or new. Writes into ``out`` (default
 ``<out_dir>/<data>/diagnose/<label>``): ``diagnose.csv`` (one row per context, chunk, arm, step and
 group), ``diagnose_summary.csv`` (mean per arm, group and step with 95% CIs clustered by context),
@@ -19,10 +19,10 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from cmbench.benchmarks.diagnose import ARM_TITLES, Diagnosis, plot, run_diagnosis
+from cmbench.paper.diagnose import ARM_TITLES, Diagnosis, plot, run_diagnosis
 from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.runs import atomic
-from cmbench.runs.paths import path_component
+from cmbench.identity.paths import path_component
 from cmbench.spec import data_dir, resolve_run
 
 FILES = ("diagnose.csv", "diagnose_summary.csv", "diagnose.png", "diagnose.md")

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.config_paths import to_dict
 from cmbench.runs.experiment import ExperimentResult, run_experiment
-from cmbench.runs.identity import changed_parts, describe_changes
+from cmbench.identity.code import changed_parts, describe_changes
 from cmbench.spec import parallel_spec, resolve_run
 
 

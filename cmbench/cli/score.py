@@ -34,7 +34,7 @@ from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
 from cmbench.lock import RunFolderError
 from cmbench.runs import atomic
-from cmbench.runs.paths import videos_label
+from cmbench.identity.paths import videos_label
 from cmbench.runs.records import metric_name
 from cmbench.scoring.quality_names import QUALITY_LABELS
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, check_output, score_folder

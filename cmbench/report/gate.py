@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cmbench.report.leaderboard import REFERENCE_METHOD, comparisons, markdown_text
+from cmbench.report.comparisons import REFERENCE_METHOD, comparisons
 from cmbench.report.reading import ReportError, RunRecords, read_table
+from cmbench.report.text import markdown_text
 
 MARGIN = 0.05
 """FullKV must beat the no-context control by at least this much score, at the lower end of the 95% CI."""

@@ -34,7 +34,6 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from cmbench.registry import did_you_mean
 from cmbench.report.reading import (
     NUMERIC,
     UNNAMED_METRIC,
@@ -46,9 +45,19 @@ from cmbench.report.reading import (
     read_records,
     read_table,
 )
+from cmbench.report import gate
+from cmbench.report.comparisons import (
+    REFERENCE_METHOD,
+    both_finished,
+    comparison_pairs,
+    comparisons,
+    paired_deltas,
+    successful,
+)
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
-from cmbench.report.statistics import clustered_mean_ci, clustered_t_test, seed_spread
+from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.runs.atomic import dead_builds
+from cmbench.report.text import markdown_text
 from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
@@ -56,7 +65,6 @@ __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "Rep
            "leaderboard", "load_runs", "markdown_table", "paired_deltas", "pareto_plot", "read_records",
            "seed_breakdown", "write_reports"]
 
-REFERENCE_METHOD = "fullkv"
 MATCHED_COLUMN = "score_at_85pr"
 MATCHED_NOTE = ("Score @ 85% PR: the method's score-vs-PR curve (curves.csv from `python -m cmbench curves`: its own "
                 "knob calibrated to each target PR on calibration contexts, then run on the test suite: on as many of "
@@ -68,12 +76,8 @@ REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_
 """Every file :func:`write_reports` writes (an earlier board's files this one does not write are removed)."""
 
 
-def _ok(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["status"] == "ok"]
-
-
 def _summarise(frame: pd.DataFrame) -> dict[str, Any]:
-    ok = _ok(frame)
+    ok = successful(frame)
     mean, ci = clustered_mean_ci(ok["score"].to_numpy(dtype=np.float64), ok["context_id"].to_numpy())
     return {
         "score": mean,
@@ -93,19 +97,6 @@ def _mean(column: pd.Series) -> float:
     return float(column.mean()) if column.notna().any() else math.nan
 
 
-def _pair_keys(a: RunRecords, b: RunRecords) -> list[str]:
-    """Pair on (task_id, seed), or on task_id alone when either side's seeds are unknown."""
-    seeded = a.frame["seed"].notna().any() and b.frame["seed"].notna().any()
-    return ["task_id", "seed"] if seeded else ["task_id"]
-
-
-def _both(a: RunRecords, b: RunRecords) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The successful records of ``a`` and of ``b`` on the pairs both finished, in the same order."""
-    keys = _pair_keys(a, b)
-    a_ok, b_ok = _ok(a.frame), _ok(b.frame)
-    return a_ok.merge(b_ok[keys], on=keys), b_ok.merge(a_ok[keys], on=keys)
-
-
 def _interval_ns(frame: pd.DataFrame) -> tuple[float, float]:
     """When a run's continuations were measured: from the first one's start (its record's time minus
     its continuation seconds) to the last record."""
@@ -119,7 +110,7 @@ def measured_together(a: RunRecords, b: RunRecords) -> bool:
     either does not say where or when: records from before the ``machine`` field)."""
     if a is b:
         return True
-    fa, fb = _ok(a.frame), _ok(b.frame)
+    fa, fb = successful(a.frame), successful(b.frame)
     both = pd.concat([fa, fb])
     if both.empty or both["machine"].isna().any() or both["recorded_ns"].isna().any() \
             or both["machine"].nunique() != 1:
@@ -138,14 +129,14 @@ def _ratio(reference: pd.Series, entry: pd.Series) -> float:
 def quality_metrics(runs: Iterable[RunRecords]) -> list[str]:
     """The quality fields (VBench's names, :data:`QUALITY_FIELDS` order) that any entry's successful
     records carry."""
-    frames = [_ok(r.frame) for r in runs]
+    frames = [successful(r.frame) for r in runs]
     return [name for name in QUALITY_FIELDS if any(f[name].notna().any() for f in frames)]
 
 
 def quality_summary(frame: pd.DataFrame, names: Iterable[str]) -> dict[str, float]:
     """Each quality metric's mean over the successful records that carry it and its 95% CI
     (``<name>_ci95``, clustered by context like the score)."""
-    ok = _ok(frame)
+    ok = successful(frame)
     out: dict[str, float] = {}
     for name in names:
         have = ok[ok[name].notna()]
@@ -167,14 +158,14 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
     reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
     rows = []
     for run in runs:
-        ok = _ok(run.frame)
+        ok = successful(run.frame)
         row = {"method": run.label, "metric": run.metric, **_summarise(run.frame)}
         row["context_pr"] = _mean(ok["context_pr"])
         row["continuation_fps"] = _fps(ok)
         row["speedup_vs_fullkv"] = row["cost_speedup_vs_fullkv"] = math.nan
         row["fps_measured_together"] = None
         if reference is not None:
-            mine, ref = _both(run, reference)
+            mine, ref = both_finished(run, reference)
             row["speedup_vs_fullkv"] = _fps(mine) / _fps(ref) if len(mine) else math.nan
             row["cost_speedup_vs_fullkv"] = _ratio(ref["attention_flops"], mine["attention_flops"])
             row["fps_measured_together"] = measured_together(run, reference)
@@ -217,95 +208,10 @@ def seed_breakdown(runs: list[RunRecords]) -> pd.DataFrame:
     return breakdown(runs, "run_seed").rename(columns={"run_seed": "seed"})
 
 
-def _paired(a: RunRecords, b: RunRecords) -> dict[str, Any]:
-    """``a`` minus ``b`` over the pairs both finished: mean, clustered CI, p-value, wins/ties/losses."""
-    keys = _pair_keys(a, b)
-    pairs = _ok(a.frame).merge(_ok(b.frame)[[*keys, "score"]], on=keys, suffixes=("", "_other"))
-    delta = (pairs["score"] - pairs["score_other"]).to_numpy(dtype=np.float64)
-    clusters = pairs["context_id"].to_numpy()
-    mean, ci = clustered_mean_ci(delta, clusters)
-    return {"delta": mean, "delta_ci95": ci, "p_value": clustered_t_test(delta, clusters),
-            "wins": int((delta > 0).sum()), "ties": int((delta == 0).sum()), "losses": int((delta < 0).sum()),
-            "n_pairs": int(len(delta))}
-
-
-def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
-    """Per entry: mean paired score difference to FullKV (cluster-robust CI, paired t-test p-value) and
-    win/tie/loss counts over the (task_id, seed) pairs both finished (task_id alone when a side's
-    seeds are unknown)."""
-    reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
-    cols = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs", "p_value"]
-    if reference is None:
-        return pd.DataFrame(columns=cols)
-    rows = []
-    for run in runs:
-        if run is not reference:
-            stats = _paired(run, reference)
-            rows.append({"method": run.label, "metric": run.metric, "delta_vs_fullkv": stats.pop("delta"), **stats})
-    return pd.DataFrame(rows, columns=cols)
-
-
-def _label_of(runs: list[RunRecords], name: str, knob: str) -> str:
-    labels = [r.label for r in runs]
-    if name not in labels:
-        raise ReportError(f"leaderboard.{knob}: no method {name!r} on this board.{did_you_mean(name, labels)} "
-                          f"On it: {', '.join(labels)}")
-    return name
-
-
-def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
-                     compare: Sequence[Any] | None = None) -> list[tuple[str, str]]:
-    """The (method, versus) pairs to compare: each focus method against every other entry, then the
-    named pairs.
-
-    Parameters
-    ----------
-    runs : list of RunRecords
-    focus : list of str, optional
-        Labels; by default the entries whose method is a plug-in (its code is not CMBench's).
-    compare : list, optional
-        One pair ``[a, b]`` or a list of pairs ``[[a, b], [c, d]]`` of labels.
-
-    Raises
-    ------
-    ReportError
-        A label that is not on the board, or a pair that is not two labels.
-    """
-    chosen = [r.label for r in runs if r.plugin] if focus is None else \
-        [_label_of(runs, str(f), "focus") for f in ([focus] if isinstance(focus, str) else focus)]
-    pairs = [(f, r.label) for f in chosen for r in runs if r.label != f]
-    named = list(compare or [])
-    if len(named) == 2 and all(isinstance(x, str) for x in named):
-        named = [named]
-    for pair in named:
-        if isinstance(pair, str) or len(pair) != 2:
-            raise ReportError(f"leaderboard.compare: {pair!r} is not a pair of methods; write "
-                              f"leaderboard.compare=[a,b] or leaderboard.compare=[[a,b],[c,d]]")
-        pairs.append((_label_of(runs, str(pair[0]), "compare"), _label_of(runs, str(pair[1]), "compare")))
-    return list(dict.fromkeys(pairs))
-
-
-def comparisons(runs: list[RunRecords], pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
-    """Paired comparisons of ``method`` minus ``versus`` for each pair (see :func:`_paired`)."""
-    by_label = {r.label: r for r in runs}
-    rows = [{"method": a, "versus": b, "metric": by_label[a].metric, **_paired(by_label[a], by_label[b]),
-             "test": "cluster-robust paired t-test"} for a, b in pairs]
-    return pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins", "ties",
-                                       "losses", "n_pairs", "test"])
-
-
 # ------------------------------------------------------------------------------------------ markdown
 def _cell(value: float | None, fmt: str) -> str:
     """A number for a table cell, ``—`` when it is NaN (nothing measured)."""
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
-
-
-MARKDOWN_ESCAPES = {"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "&": "&amp;", "<": "&lt;", ">": "&gt;"}
-
-
-def markdown_text(text: object) -> str:
-    """A label as markdown text: table pipes, emphasis, code and HTML escaped (labels come from run folders)."""
-    return "".join(MARKDOWN_ESCAPES.get(c, c) for c in str(text))
 
 
 def board_metric(board: pd.DataFrame) -> str:
@@ -515,7 +421,6 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         }
         if len(compared):
             tables["comparisons.csv"] = compared
-        from cmbench.report import gate  # FullKV against the no-context control, per backbone
 
         gated = gate.backbone_gate(runs)
         if len(gated):
@@ -592,7 +497,6 @@ def refresh_matched_column(out_dir: str | Path, curves: str | Path | None = None
     ReportError
         No curves, or a missing, torn or foreign table in ``out_dir`` (one line naming the file).
     """
-    from cmbench.report import gate
     from cmbench.runs import atomic
 
     out = Path(out_dir)

@@ -28,9 +28,9 @@ import yaml
 
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
-from cmbench.runs.labels import knob_text
+from cmbench.identity.labels import knob_text
 from cmbench.lock import active_writer
-from cmbench.runs.paths import videos_label
+from cmbench.identity.paths import videos_label
 from cmbench.config_schema import REFERENCE_AGGREGATIONS
 from cmbench.runs.records import FIELD_NAMES, QUALITY_FIELDS, RUN_FILE, read_task_records
 from cmbench.scoring.aggregation import aggregate_references

@@ -36,7 +36,7 @@ from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
 from cmbench.methods.base import Method
 from cmbench.parallel import SequenceGroup, check_heads, split_backbone
-from cmbench.runs.paths import inside
+from cmbench.identity.paths import inside
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer

@@ -7,7 +7,7 @@ built, identity and run directory) -> :func:`run_experiment` (data, task selecti
 
 Identity (docs/runs.md): the run directory is named by the run's result config (every key that changes
 a number except the display ``label``), and every record carries the code identity that computed it
-(:mod:`cmbench.runs.identity`); ``run.json`` says the run's current label and code identity, written
+(:mod:`cmbench.identity.code`); ``run.json`` says the run's current label and code identity, written
 when each invocation starts.
 
 Everything that can refuse a run is checked before the run directory exists (every knob, by
@@ -33,7 +33,7 @@ from cmbench.data.adapter import build_adapter
 from cmbench.lock import RunFolderError
 from cmbench.provenance import git_commit, machine, versions
 from cmbench.runs import atomic
-from cmbench.runs.identity import CodeIdentity
+from cmbench.identity.code import CodeIdentity
 from cmbench.runs.records import RUN_FILE, read_task_records, records_files
 from cmbench.runs.runner import RunResult, run_tasks, select_tasks
 from cmbench.runs.summary import summarise

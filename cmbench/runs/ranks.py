@@ -3,7 +3,7 @@
 ``torchrun --nproc_per_node=N -m cmbench run ... parallel.sequence=P`` starts ``N`` processes. Ranks
 ``g P .. g P + P - 1`` form group ``g``: one model split by Ulysses sequence parallelism
 (:mod:`cmbench.parallel`), and one shard of the run (``N / P`` shards of whole contexts:
-:func:`cmbench.runs.runner.shard_from_env`).
+:func:`cmbench.spec.shard_from_env`).
 
 A group's rank 0, its *writer*, runs the task loop exactly as one process does (the shard's lock,
 resume, records, videos, ``summary.json``: :func:`cmbench.runs.runner.run_tasks`), through a

@@ -155,7 +155,7 @@ class TaskRecord:
     run_seed : int
         The run's global ``seed`` (``seed`` is the task's, derived from it and the task id).
     code, code_hash : dict, str
-        The code and files that computed the record (:mod:`cmbench.runs.identity`): CMBench's
+        The code and files that computed the record (:mod:`cmbench.identity.code`): CMBench's
         result-deciding modules, a plug-in method's sources, the backbone's files, the manifest; a
         rerun recomputes tasks whose ``code_hash`` differs from the current one.
     machine : str

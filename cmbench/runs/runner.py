@@ -7,7 +7,7 @@ killed at any moment (SIGKILL included) and restarted ends with the records of a
 Each shard's records file is written under an exclusive lock (:class:`cmbench.lock.RunLock`), so
 two processes never run the same shard of one run directory at once.
 
-Every record carries the ``code_hash`` of the code that computed it (:mod:`cmbench.runs.identity`): a
+Every record carries the ``code_hash`` of the code that computed it (:mod:`cmbench.identity.code`): a
 finished task counts as done only when its record's ``code_hash`` is the current one, so after an
 edit of the method, of CMBench or of the weights every task is computed again, unless the caller
 keeps records from other code (``keep_other_code``), which :class:`RunResult` then lists.
@@ -22,7 +22,6 @@ What happens to one context and its tasks is delegated to an :class:`Evaluator` 
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from collections import defaultdict
@@ -36,8 +35,9 @@ from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
 from cmbench.lock import RunLock
-from cmbench.runs.identity import changed_parts, describe_changes
+from cmbench.identity.code import changed_parts, describe_changes
 from cmbench.runs.progress import Progress
+from cmbench.spec import check_shard
 from cmbench.runs.records import RecordWriter, TaskRecord, latest_records, read_task_records, records_path
 
 class Evaluator(Protocol):
@@ -100,37 +100,6 @@ def shard_tasks(tasks: list[Task], count: int, index: int) -> list[Task]:
     contexts = list(dict.fromkeys(t.context_id for t in tasks))
     mine = set(contexts[index::count])
     return [t for t in tasks if t.context_id in mine]
-
-
-def check_shard(count: int, index: int) -> None:
-    """Raise a :class:`ConfigError` unless ``count >= 1`` and ``0 <= index < count``."""
-    if count < 1 or not 0 <= index < count:
-        raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
-
-
-def shard_from_env(count: int, index: int, sequence: int = 1) -> tuple[int, int]:
-    """torchrun's groups of ``sequence`` ranks as shards (``WORLD_SIZE / sequence``, ``RANK // sequence``)
-    when torchrun started the run and no shard was configured.
-
-    Raises
-    ------
-    ConfigError
-        A ``WORLD_SIZE`` ``sequence`` does not divide, or a configured shard as well as several groups
-        (a split run without torchrun is refused where it launches: :func:`cmbench.runs.ranks.launch_of`;
-        ``plan`` sizes one rank of a split run from a plain process).
-    """
-    if "WORLD_SIZE" not in os.environ:
-        return count, index
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
-    if world % sequence:
-        raise ConfigError(f"parallel.sequence={sequence} does not divide torchrun's {world} processes "
-                          f"(WORLD_SIZE): each model needs a whole group of {sequence} ranks")
-    if count == 1:
-        return world // sequence, rank // sequence
-    if world > sequence:
-        raise ConfigError(f"shard.count={count} and torchrun's {world // sequence} groups of parallel.sequence="
-                          f"{sequence} ranks both shard the tasks: set one of them")
-    return count, index
 
 
 def finished_task_ids(run_dir: Path, code_hash: str | None = None, keep_other_code: bool = False) -> set[str]:

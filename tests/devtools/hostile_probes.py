@@ -2,7 +2,7 @@
 
 Run folders, score folders, manifests and videos are data that may come from someone else (docs/runs.md,
 "Trust"); configs name code. Each probe below attacks the real command line as a subprocess and checks
-what must hold afterwards (:mod:`cmbench.benchmarks.hostile`): no payload ran (a marker file it would
+what must hold afterwards (:mod:`devtools.hostile`): no payload ran (a marker file it would
 create is absent), a link's target is unchanged, earlier records are kept, a bad input is refused with
 one line naming the file or key and no traceback.
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cmbench.benchmarks.hostile import (REPO, Outcome, Probe, ProbeFailed, Workspace, absent, contains, lacks, no_traceback,
+from devtools.hostile import (REPO, Outcome, Probe, ProbeFailed, Workspace, absent, contains, lacks, no_traceback,
                                         refused, same_bytes, snapshot, succeeded, unchanged, wait_for)
 
 SMALL_SUITE = [  # 3 contexts, 4 tasks: the suite the run tests use

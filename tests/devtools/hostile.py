@@ -6,7 +6,7 @@ would make it: it builds its hostile inputs in its own folder of a :class:`Works
 with the checks below. A check that does not hold raises :class:`ProbeFailed` with the reason; the
 runner reports every probe as ``held`` or ``FAILED: <why>`` (an unexpected exception inside a probe is
 a failure too, so a broken probe never passes silently). The probes themselves are in
-:mod:`cmbench.benchmarks.hostile_probes`; ``scripts/hostile_probes.py`` is the command line.
+:mod:`devtools.hostile_probes`; ``scripts/hostile_probes.py`` is the command line.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from cmbench.benchmarks.diagnose import verdict
+from cmbench.paper.diagnose import verdict
 from cmbench.report.gate import backbone_gate
 from cmbench.report.leaderboard import comparisons, leaderboard
 from cmbench.report.reading import ReportError, RunRecords, load_runs

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.config_paths import to_dict
-from cmbench.runs.paths import path_component
+from cmbench.identity.paths import path_component
 
 if TYPE_CHECKING:
     from cmbench.methods.base import Method

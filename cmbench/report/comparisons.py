@@ -1,0 +1,117 @@
+"""Paired comparisons between leaderboard entries: the same (task, seed) pairs, ``a`` minus ``b``.
+
+Pairs match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown); a comparison gives the
+mean difference with its cluster-robust 95% CI (contexts are the clusters: the tasks and seeds of one
+context video are not independent), wins / ties / losses and the p-value of the cluster-robust paired
+t-test (:mod:`cmbench.report.statistics`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cmbench.registry import did_you_mean
+from cmbench.report.reading import ReportError, RunRecords
+from cmbench.report.statistics import clustered_mean_ci, clustered_t_test
+
+REFERENCE_METHOD = "fullkv"
+"""The entry every other is compared with in ``paired_deltas.csv``."""
+
+
+def successful(frame: pd.DataFrame) -> pd.DataFrame:
+    """The records of a run that finished (``status == "ok"``)."""
+    return frame[frame["status"] == "ok"]
+
+
+def _pair_keys(a: RunRecords, b: RunRecords) -> list[str]:
+    """Pair on (task_id, seed), or on task_id alone when either side's seeds are unknown."""
+    seeded = a.frame["seed"].notna().any() and b.frame["seed"].notna().any()
+    return ["task_id", "seed"] if seeded else ["task_id"]
+
+
+def both_finished(a: RunRecords, b: RunRecords) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The successful records of ``a`` and of ``b`` on the pairs both finished, in the same order."""
+    keys = _pair_keys(a, b)
+    a_ok, b_ok = successful(a.frame), successful(b.frame)
+    return a_ok.merge(b_ok[keys], on=keys), b_ok.merge(a_ok[keys], on=keys)
+
+
+def _paired(a: RunRecords, b: RunRecords) -> dict[str, Any]:
+    """``a`` minus ``b`` over the pairs both finished: mean, clustered CI, p-value, wins/ties/losses."""
+    keys = _pair_keys(a, b)
+    pairs = successful(a.frame).merge(successful(b.frame)[[*keys, "score"]], on=keys, suffixes=("", "_other"))
+    delta = (pairs["score"] - pairs["score_other"]).to_numpy(dtype=np.float64)
+    clusters = pairs["context_id"].to_numpy()
+    mean, ci = clustered_mean_ci(delta, clusters)
+    return {"delta": mean, "delta_ci95": ci, "p_value": clustered_t_test(delta, clusters),
+            "wins": int((delta > 0).sum()), "ties": int((delta == 0).sum()), "losses": int((delta < 0).sum()),
+            "n_pairs": int(len(delta))}
+
+
+def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
+    """Per entry: mean paired score difference to FullKV (cluster-robust CI, paired t-test p-value) and
+    win/tie/loss counts over the (task_id, seed) pairs both finished (task_id alone when a side's
+    seeds are unknown)."""
+    reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
+    cols = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs", "p_value"]
+    if reference is None:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for run in runs:
+        if run is not reference:
+            stats = _paired(run, reference)
+            rows.append({"method": run.label, "metric": run.metric, "delta_vs_fullkv": stats.pop("delta"), **stats})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _label_of(runs: list[RunRecords], name: str, knob: str) -> str:
+    labels = [r.label for r in runs]
+    if name not in labels:
+        raise ReportError(f"leaderboard.{knob}: no method {name!r} on this board.{did_you_mean(name, labels)} "
+                          f"On it: {', '.join(labels)}")
+    return name
+
+
+def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
+                     compare: Sequence[Any] | None = None) -> list[tuple[str, str]]:
+    """The (method, versus) pairs to compare: each focus method against every other entry, then the
+    named pairs.
+
+    Parameters
+    ----------
+    runs : list of RunRecords
+    focus : list of str, optional
+        Labels; by default the entries whose method is a plug-in (its code is not CMBench's).
+    compare : list, optional
+        One pair ``[a, b]`` or a list of pairs ``[[a, b], [c, d]]`` of labels.
+
+    Raises
+    ------
+    ReportError
+        A label that is not on the board, or a pair that is not two labels.
+    """
+    chosen = [r.label for r in runs if r.plugin] if focus is None else \
+        [_label_of(runs, str(f), "focus") for f in ([focus] if isinstance(focus, str) else focus)]
+    pairs = [(f, r.label) for f in chosen for r in runs if r.label != f]
+    named = list(compare or [])
+    if len(named) == 2 and all(isinstance(x, str) for x in named):
+        named = [named]
+    for pair in named:
+        if isinstance(pair, str) or len(pair) != 2:
+            raise ReportError(f"leaderboard.compare: {pair!r} is not a pair of methods; write "
+                              f"leaderboard.compare=[a,b] or leaderboard.compare=[[a,b],[c,d]]")
+        pairs.append((_label_of(runs, str(pair[0]), "compare"), _label_of(runs, str(pair[1]), "compare")))
+    return list(dict.fromkeys(pairs))
+
+
+def comparisons(runs: list[RunRecords], pairs: Iterable[tuple[str, str]]) -> pd.DataFrame:
+    """Paired comparisons of ``method`` minus ``versus`` for each pair (see :func:`_paired`)."""
+    by_label = {r.label: r for r in runs}
+    rows = [{"method": a, "versus": b, "metric": by_label[a].metric, **_paired(by_label[a], by_label[b]),
+             "test": "cluster-robust paired t-test"} for a, b in pairs]
+    return pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins", "ties",
+                                       "losses", "n_pairs", "test"])
