@@ -6,13 +6,15 @@ is never opened for writing: the content goes into a new file created exclusivel
 (``.<name>.<random>.tmp``), which is flushed and then renamed over the target. The rename replaces a
 link itself, not what it points at, and readers see the old file or the new one, never half of one.
 A process killed in between leaves only the hidden temporary file, which :func:`remove_stale` clears.
+The new file gets the permissions ``open`` gives a new file (``0666`` less the umask), as the records
+files do, so teammates read a run's files whenever the umask lets them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,17 @@ class OutputError(CMBenchError):
 
 
 def new_sibling(path: Path) -> Path:
-    """Create an empty hidden file beside ``path`` (exclusively: never an existing file or link)."""
-    try:
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
-    except OSError as err:
-        raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
-    os.close(fd)
-    return Path(name)
+    """Create an empty hidden file beside ``path`` (exclusively: never an existing file or link), with the
+    mode ``open`` gives a new file (``0666`` less the umask; ``mkstemp`` would make it 0600)."""
+    while True:
+        name = path.parent / f".{path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:  # another writer's name, or a planted link: draw another
+            continue
+        except OSError as err:
+            raise OutputError(f"cannot write {path}: {err.strerror or err}") from err
+        return name
 
 
 def write_with(path: str | Path, write: Callable[[Path], Any]) -> Path:
