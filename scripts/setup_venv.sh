@@ -6,11 +6,25 @@
 # pulls a multi-GB CUDA build on a CPU-only machine. On a GPU machine, install the torch you want
 # into .venv before running this script (it then keeps it). CMBENCH_TORCH_VERSION and
 # CMBENCH_TORCH_INDEX (e.g. PyTorch's CPU wheel index) choose another CPU build.
+# Each step is announced on a line starting "setup_venv:" and pip shows its own progress (minutes on a
+# fresh machine: torch alone is a few hundred MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
-[ -x .venv/bin/python ] || python3 -m venv .venv
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  .venv/bin/pip install -q "torch==${CMBENCH_TORCH_VERSION:-2.13.0}" ${CMBENCH_TORCH_INDEX:+--index-url "$CMBENCH_TORCH_INDEX"}
+say() { echo "setup_venv: $*"; }
+if [ -x .venv/bin/python ]; then
+  say "using the existing .venv"
+else
+  say "creating .venv with $(python3 --version)"
+  python3 -m venv .venv
 fi
-.venv/bin/pip install -q -e ".${extras:+[$extras]}"
+torch="torch==${CMBENCH_TORCH_VERSION:-2.13.0}"
+if version=$(.venv/bin/python -c "import torch; print(torch.__version__)" 2>/dev/null); then
+  say "keeping torch $version (already in .venv)"
+else
+  say "installing $torch${CMBENCH_TORCH_INDEX:+ from $CMBENCH_TORCH_INDEX} (a few hundred MB)"
+  .venv/bin/pip install "$torch" ${CMBENCH_TORCH_INDEX:+--index-url "$CMBENCH_TORCH_INDEX"}
+fi
+say "installing CMBench (editable, extras: ${extras:-none}) and its dependencies"
+.venv/bin/pip install -e ".${extras:+[$extras]}"
+say "done: .venv/bin/python -m cmbench --help lists the commands"

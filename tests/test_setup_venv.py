@@ -1,0 +1,64 @@
+"""``bash scripts/setup_venv.sh`` says what it installs before each step and lets pip show its progress;
+run again, it keeps what is there. The script runs against a stand-in ``.venv`` whose ``python`` and
+``pip`` only log their arguments (nothing is installed)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "python $*" >> "$(dirname "$0")/../../calls.log"
+case "$*" in
+  *"import torch"*) [ -f "$(dirname "$0")/../torch" ] || exit 1; echo 2.13.0 ;;
+esac
+"""
+FAKE_PIP = """#!/usr/bin/env bash
+echo "pip $*" >> "$(dirname "$0")/../../calls.log"
+case "$*" in *torch==*) touch "$(dirname "$0")/../torch" ;; esac
+echo "Collecting from pip itself"
+"""
+
+
+def checkout(tmp_path: Path) -> Path:
+    """A folder with the script and a stand-in ``.venv`` (so ``python3 -m venv`` is not run)."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "setup_venv.sh", tmp_path / "scripts")
+    bin_ = tmp_path / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    for name, text in (("python", FAKE_PYTHON), ("pip", FAKE_PIP)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    return tmp_path
+
+
+def setup(folder: Path, *args: str) -> list[str]:
+    done = subprocess.run(["bash", str(folder / "scripts" / "setup_venv.sh"), *args], capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stdout.splitlines()
+
+
+def test_each_step_is_announced_and_pip_shows_its_progress(tmp_path):
+    folder = checkout(tmp_path)
+    out = setup(folder, "test")
+    pip = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pip ")]
+    assert len(pip) == 2 and not any(" -q" in call for call in pip)  # torch, then CMBench
+    assert "torch==2.13.0" in pip[0] and pip[1].endswith('install -e .[test]')
+    steps = [line for line in out if line.startswith("setup_venv: ")]
+    assert out.index(steps[0]) < out.index("Collecting from pip itself")  # said before pip starts
+    assert any("using the existing .venv" in s for s in steps)
+    assert any("installing torch==2.13.0" in s for s in steps)
+    assert any("installing CMBench (editable, extras: test)" in s for s in steps)
+    assert out[-1].startswith("setup_venv: done")
+
+
+def test_a_second_run_keeps_torch_and_says_so(tmp_path):
+    folder = checkout(tmp_path)
+    setup(folder)
+    out = setup(folder)
+    pip = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pip ")]
+    assert sum("torch==" in call for call in pip) == 1  # installed by the first run only
+    assert any(line.startswith("setup_venv: keeping torch 2.13.0") for line in out)
