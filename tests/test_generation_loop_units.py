@@ -498,23 +498,23 @@ def test_a_method_that_needs_poses_gets_the_tasks_and_is_refused_without_them():
 # --- refusals ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("step, ok", [(None, True), (0, True), (1, True), (2, False), (-1, False)])
-def test_the_probe_step_must_come_before_the_last_of_three_steps(step, ok):
+@pytest.mark.parametrize("step, ok", [(None, True), (0, True), (1, True), (2, True), (3, False), (-1, False)])
+def test_the_probe_step_must_name_one_of_three_steps(step, ok):
     method = Spy(want=Needs(probe_step=step))
     if ok:
         check_settings(method, SETTINGS)
         return
-    msg = (f"spy: probe_step={step} must name a step before the last of the 3 timesteps (900.0, 500.0, 100.0) "
-           f"(the last step's x0 is the final x0)")
+    msg = (f"spy: method.probe_step={step} names no step of the 3-step schedule (900.0, 500.0, 100.0): "
+           f"it must be 0 .. 2 (zero-based)")
     with pytest.raises(ConfigError) as err:
         check_settings(method, SETTINGS)
     assert str(err.value) == msg
     events: list = []
-    with pytest.raises(ConfigError, match="must name a step before the last"):
+    with pytest.raises(ConfigError, match="names no step of the 3-step schedule"):
         prefill(SpyBackbone(events), method, frames_valued(2), "COND", 0, SETTINGS)
     assert events == []  # refused before any model call
     pre = prefill(SpyBackbone(events), Spy(), frames_valued(2), "COND", 0, SETTINGS)
-    with pytest.raises(ConfigError, match="must name a step before the last"):
+    with pytest.raises(ConfigError, match="names no step of the 3-step schedule"):
         continue_task(SpyBackbone(events), pre, "COND", 2, 0, method=method)
 
 

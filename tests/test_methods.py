@@ -497,8 +497,8 @@ def test_non_finite_scores_and_knob_validation():
         build_method({"name": "decoprune", "score": "l1"})
     with pytest.raises(ConfigError, match="quota_pr or quota_tokens"):
         build_method({"name": "decoprune", "quota_pr": 0.5, "quota_tokens": 3})
-    with pytest.raises(ConfigError, match="probe_step=3 must name a step before the last"):
-        run(build_method({"name": "decoprune", "probe_step": 3}))
+    with pytest.raises(ConfigError, match="probe_step=4 names no step of the 4-step schedule"):
+        run(build_method({"name": "decoprune", "probe_step": 4}))
 
 
 def test_score_variants():

@@ -62,7 +62,7 @@ def test_every_job_resolves(experiment, path):
 
 def test_the_sweeps_are_the_papers_arms():
     probe = [(c.method.probe_step, c.method.target_pr) for c in jobs("paper_probe_step", "miniworld")]
-    assert sorted(probe) == [(s, t) for s in (0, 1, 2) for t in (0.75, 0.85, 0.9)]
+    assert sorted(probe) == [(s, t) for s in (1, 2, 3) for t in (0.75, 0.85, 0.9)]
     selection = [(c.method.name, c.method.get("target_pr")) for c in jobs("paper_selection", "real")]
     assert sorted(selection, key=str) == sorted([(m, t) for m in ("decoprune", "random", "decoprune_reverse")
                                                  for t in (None, 0.85)], key=str)

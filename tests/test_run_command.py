@@ -178,7 +178,7 @@ def in_process(tmp: Path, weights: Path, out_dir: Path, *args: str) -> int:
         ("method.quota_pr=1.5", "decoprune: quota_pr must be in [0, 1), got 1.5"),  # the method's own check
         ("method.target_pr=1.5", "method.target_pr=1.5: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85"),
         ("method.token_budget=3", "method 'decoprune' has no knob(s) token_budget"),  # the quota's old name
-        ("method.probe_step=9", "decoprune: probe_step=9 must name a step before the last of the 4 timesteps"),
+        ("method.probe_step=9", "decoprune: method.probe_step=9 names no step of the 4-step schedule"),
         ("method.gamma=-1", "method decoprune: gamma must be a number >= 0, got -1"),  # knob types and ranges
         ("method.gamma=abc", "method decoprune: gamma must be a number >= 0, got 'abc'"),
         ("method.probe_step=2.5", "method decoprune: probe_step must be a whole number >= 0, got 2.5"),

@@ -298,16 +298,20 @@ class _Loop:
 
 def check_settings(method: Method, settings: GenerationSettings) -> None:
     """Refuse, with a one-line :class:`ConfigError`, a method whose needs the settings cannot meet (a
-    ``probe_step`` that is not a step before the last of the sampler's timesteps).
+    ``probe_step`` that names no step of the sampler's timesteps).
+
+    Every step may probe, the last one included: a context chunk is re-noised to that step's level and
+    scored against the observed chunk; a generated chunk's ``x0`` at the last step is its final ``x0``,
+    so its score is 0 for every token (as in the authors' harness; docs/protocol.md).
 
     Called by :func:`prefill` and :func:`continue_task`, and by a run before it loads any data or model.
     """
     needs = method.needs()
     steps = len(settings.sampler.timesteps)
-    if needs.probe_step is not None and not 0 <= needs.probe_step < steps - 1:
+    if needs.probe_step is not None and not 0 <= needs.probe_step < steps:
         raise ConfigError(
-            f"{method.name}: probe_step={needs.probe_step} must name a step before the last of the "
-            f"{steps} timesteps {settings.sampler.timesteps} (the last step's x0 is the final x0)"
+            f"{method.name}: method.probe_step={needs.probe_step} names no step of the {steps}-step schedule "
+            f"{settings.sampler.timesteps}: it must be 0 .. {steps - 1} (zero-based)"
         )
 
 

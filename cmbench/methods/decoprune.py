@@ -9,6 +9,12 @@ their own trajectory (``x0`` at the probe step); observed context chunks are re-
 (noise seeded by the run seed and chunk index) and predicted once against the retained cache. One
 mask per chunk, shared by all layers and heads.
 
+The probe may be the last step (the paper's probe-step ablation runs steps 1, 2 and 3 of
+(999, 957, 899, 702)): a context chunk is then probed at 702 like at any level, while a generated
+chunk's ``x0`` at the last step *is* its final ``x0``, so every score is 0 (``cosine``: 1) and the
+threshold keeps none of its tokens once it leaves the dense window, as the authors' harness does
+(docs/protocol.md); with ``post_prune`` the probe is its own call against the pruned cache, not 0.
+
 Window timing (the paper's "after the recent-window delay"; the authors' harness compacts chunk
 ``i`` just before chunk ``i + 2w``'s ``t = 0`` pass): with ``w = recent_chunks``, chunk ``i`` is
 compacted in :meth:`DeCoPrune.before_clean` of chunk ``i + 2w``, so chunk ``i + 2w``'s denoising
@@ -119,7 +125,8 @@ class DeCoPrune(ScoredMethod):
         Keep threshold on the score. Its useful range depends on the backbone's latent scale; use budget
         mode (``quota_pr``) to compare methods at a matched pruning ratio.
     probe_step : int
-        Zero-based denoising step whose ``x0`` is the probe (``tau* = timesteps[probe_step]``).
+        Zero-based denoising step whose ``x0`` is the probe (``tau* = timesteps[probe_step]``); any step of
+        the schedule, the last included (a generated chunk then scores 0 everywhere, see above).
     score : {"mse", "mse_over_no_context", "chunk_normalised", "normalized_mse", "cosine"}
         ``mse``: the paper's score. ``mse_over_no_context``: divided by the same error of a prediction
         with no history (one extra call per chunk). ``chunk_normalised``: divided by the chunk's mean
