@@ -1,0 +1,98 @@
+"""The light scorer's texture block counts gradients inside the mask eroded by one pixel (a 3x3 square), so
+the silhouette's edge against the background does not count as the object's texture.
+
+The crops here are grey: a square object of horizontal bands (two rows dark, two rows light) on black.
+Inside the object every gradient is vertical (orientation 90 degrees, bin ``bins / 2``); the object's
+outline adds horizontal and diagonal gradients on its outermost ring of pixels only, which the erosion
+leaves out. With the weights ``(0, 0, 1)`` the descriptor is the texture block alone.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from cmbench.scoring.appearance import AppearanceEmbedder
+
+SIZE, TOP, SIDE = 24, 5, 14  # crop side, the object's first row and column, its side
+BINS = 8
+
+
+def banded_object(dark: int = 70, light: int = 190) -> tuple[np.ndarray, np.ndarray]:
+    """A grey crop with a square object of horizontal bands (period 4 rows) on black, and its mask.
+
+    Returns
+    -------
+    crop : ndarray, ``uint8 [SIZE, SIZE, 3]``
+    mask : ndarray, ``bool [SIZE, SIZE]``
+        The object's square, away from the crop's border.
+    """
+    mask = np.zeros((SIZE, SIZE), dtype=bool)
+    mask[TOP:TOP + SIDE, TOP:TOP + SIDE] = True
+    rows = np.where((np.arange(SIZE) // 2) % 2 == 0, dark, light)
+    grey = np.where(mask, rows[:, None], 0).astype(np.uint8)
+    return np.repeat(grey[..., None], 3, axis=2), mask
+
+
+def eroded(mask: np.ndarray) -> np.ndarray:
+    """``mask`` eroded by the 3x3 square: a pixel stays iff its eight neighbours are in the mask too (the
+    mask does not touch the crop's border)."""
+    out = mask.copy()
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            out &= np.roll(np.roll(mask, dy, 0), dx, 1)
+    return out
+
+
+def texture(crop: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The texture block of the descriptor (the other blocks weighted 0), ``[BINS]``."""
+    descriptor = AppearanceEmbedder(orientation_bins=BINS, weights=(0.0, 0.0, 1.0)).describe(crop, mask)
+    assert not descriptor[:-BINS].any()
+    return descriptor[-BINS:]
+
+
+def test_the_outline_of_a_banded_object_does_not_count_as_its_texture():
+    """Only the bands' vertical gradients count: the block is the unit vector on the 90-degree bin."""
+    crop, mask = banded_object()
+    assert eroded(mask).sum() == (SIDE - 2) ** 2
+    expected = np.zeros(BINS)
+    expected[BINS // 2] = 1.0
+    np.testing.assert_allclose(texture(crop, mask), expected, atol=1e-5)
+
+
+def test_the_texture_is_the_same_whatever_lies_outside_the_object():
+    """The same banded object on black, on white and on a checkerboard: the outline changes, the object
+    does not, and neither does its texture block."""
+    crop, mask = banded_object()
+    on_black = texture(crop, mask)
+    yy, xx = np.mgrid[:SIZE, :SIZE]
+    for background in (np.full((SIZE, SIZE), 255), np.where((yy // 3 + xx // 3) % 2 == 0, 20, 235)):
+        other = np.where(mask[..., None], crop, background[..., None]).astype(np.uint8)
+        np.testing.assert_allclose(texture(other, mask), on_black, atol=1e-5)
+
+
+def test_the_outline_has_horizontal_gradients_the_interior_lacks():
+    """Guard of the tests above: on the left and right columns of the object's outermost ring the
+    lightness changes across columns at least half as strongly as the bands change across rows, while
+    inside the eroded mask it never does, so counting the ring would move weight out of the 90-degree bin."""
+    crop, mask = banded_object()
+    lightness = cv2.cvtColor(crop.astype(np.float32) / 255.0, cv2.COLOR_RGB2Lab)[..., 0]
+    gx = np.abs(cv2.Sobel(lightness, cv2.CV_32F, 1, 0, ksize=3))
+    gy = np.abs(cv2.Sobel(lightness, cv2.CV_32F, 0, 1, ksize=3))
+    interior = eroded(mask)
+    sides = gx[TOP:TOP + SIDE, [TOP, TOP + SIDE - 1]]
+    assert gx[interior].max() == 0 and gy[interior].min() > 0
+    assert sides.min() > 0.5 * gy[interior].max()
+
+
+@pytest.mark.parametrize("thickness", [1, 2])
+def test_a_mask_without_interior_keeps_every_mask_pixel(thickness):
+    """A mask too thin to erode (one or two pixels) is described whole rather than not at all: the block
+    is not empty."""
+    crop, _ = banded_object()
+    mask = np.zeros((SIZE, SIZE), dtype=bool)
+    mask[TOP:TOP + SIDE, 10:10 + thickness] = True
+    assert not eroded(mask).any()
+    block = texture(crop, mask)
+    assert np.linalg.norm(block) == pytest.approx(1.0)
