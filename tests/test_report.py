@@ -319,9 +319,9 @@ def test_one_setup_cannot_hold_a_seed_twice_nor_seeds_of_different_tasks(seed_ru
 def test_method_vs_method_comparisons_by_hand(seed_runs):
     tmp, folders = seed_runs
     other = [write_run(tmp / f"other_{s}", [seeded("other", t, 0.6, s, "S_other") for t in TASKS]) for s in (2, 3)]
-    paths = write_reports([*folders, *other], tmp / "report")
+    paths = write_reports([*folders, *other], tmp / "report", focus=["mine"])
     compared = pd.read_csv(paths["comparisons.csv"]).set_index(["method", "versus"])
-    # by default the plug-in (records with a method code hash) against every other method on the board
+    # the focus against every other method on the board
     assert sorted(compared.index) == [("mine", "fullkv"), ("mine", "other")]
     row = compared.loc[("mine", "fullkv")]
     assert row["delta"] == pytest.approx(0.125) and row["p_value"] == pytest.approx(0.5)
@@ -341,7 +341,7 @@ def test_method_vs_method_comparisons_by_hand(seed_runs):
         write_reports(folders, tmp / "bad", focus=["mien"])
     with pytest.raises(ReportError, match="is not a pair of methods"):
         write_reports(folders, tmp / "bad", compare=[["mine", "fullkv", "other"]])
-    assert "comparisons.csv" not in write_reports(folders[1::2], tmp / "none")  # no plug-in: nothing to compare
+    assert "comparisons.csv" not in write_reports(folders[1::2], tmp / "none")  # FullKV alone: nothing to compare
 
 
 def test_the_headline_speed_up_is_the_attention_cost_and_fps_says_when_it_was_measured_apart(tmp_path):

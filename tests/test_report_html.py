@@ -463,12 +463,12 @@ def test_report_shows_the_leaderboards_paired_comparisons(made_runs):
         record("mine", "real_b_reappear_01", "b", 0.6, 4, pr=0.85, code={"method": "c0ffee"}),
     ])
     runs, compare = [full, deco, mine], [["deco", "fullkv"]]
-    text = build_report(runs, tmp / "report", compare=compare).index.read_text()
+    text = build_report(runs, tmp / "report", focus=["mine"], compare=compare).index.read_text()
     shown = table_rows(text, "comparisons")
     board = tmp / "board"
-    write_reports(runs, board, compare=compare)
+    write_reports(runs, board, focus=["mine"], compare=compare)
     csv = pd.read_csv(board / "comparisons.csv")
-    # the leaderboard's rows, in its order: the plug-in against every other entry, then the named pair
+    # the leaderboard's rows, in its order: the focus against every other entry, then the named pair
     assert [(r["method"], r["versus"]) for r in shown] == list(zip(csv["method"], csv["versus"])) == [
         ("mine", "fullkv"), ("mine", "deco"), ("deco", "fullkv")]
     for row, expected in zip(shown, csv.to_dict("records")):
@@ -481,8 +481,8 @@ def test_report_shows_the_leaderboards_paired_comparisons(made_runs):
         ("-0.3000", "0", "0", "3", "3"), ("0.3000", "2", "0", "0", "2"), ("-0.7000", "0", "0", "2", "2")]
     head = re.search(r'data-table="comparisons".*?</thead>', text, re.DOTALL).group(0)
     assert ">Versus<" in head and ">Δ score<" in head and ">Versus PR<" in head
-    # no plug-in and no pair named: the section says there is nothing to compare
-    plain = build_report([full, deco], tmp / "plain").index.read_text()
+    # no focus and no pair named: the section says there is nothing to compare
+    plain = build_report([full, deco], tmp / "plain", focus=[]).index.read_text()
     section = re.search(r'<section class="table-block" id="comparisons">.*?</section>', plain, re.DOTALL).group(0)
     assert "No rows." in section
 

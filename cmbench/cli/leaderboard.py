@@ -3,10 +3,10 @@
 ``runs=[dir, ...]`` names them (``run`` directories and ``score`` output folders alike); by default
 every run directory under ``<out_dir>/<data>/``. The runs of one setup that differ only in ``seed``
 are one row. ``leaderboard.out`` is the output folder (default ``<out_dir>/<data>/leaderboard``);
-``leaderboard.focus=[label,...]`` and ``leaderboard.compare=[a,b]`` choose the paired comparisons
-(default: every plug-in method against every other method on the board). With a ``curves.csv`` in the
-output folder (``python -m cmbench curves`` writes it there) or ``leaderboard.curves=PATH``, the
-headline table gains "Score @ 85% PR" (docs/matched_pr.md). ``leaderboard.reference_aggregation=max``
+``leaderboard.compare=[a,b]`` adds paired comparisons to the default (each entry against FullKV) and
+``leaderboard.focus=[label,...]`` compares those entries with every other instead of the default.
+With a ``curves.csv`` in the output folder (``python -m cmbench curves`` writes it there) or
+``leaderboard.curves=PATH``, the headline table gains "Score @ 85% PR" (docs/matched_pr.md). ``leaderboard.reference_aggregation=max``
 (or ``mean``) shows every score as that aggregation of the task's references (records carry both).
 ``leaderboard.refresh_curves=true`` refills only that column of the board already in ``leaderboard.out``
 from its curves (a curves rerun after the board was made), without the runs

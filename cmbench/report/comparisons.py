@@ -1,6 +1,8 @@
 """Paired comparisons between leaderboard entries: the same (task, seed) pairs, ``a`` minus ``b``.
 
-Pairs match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown); a comparison gives the
+By default each entry is compared with FullKV, one direction (:func:`comparison_pairs`): the paper's
+reference, so a board of ``n`` methods makes ``n - 1`` comparisons; other pairs are asked for. Pairs
+match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown); a comparison gives the
 mean difference with its cluster-robust 95% CI (contexts are the clusters: the tasks and seeds of one
 context video are not independent), wins / ties / losses and the p-value of the cluster-robust paired
 t-test (:mod:`cmbench.report.statistics`).
@@ -19,7 +21,7 @@ from cmbench.report.reading import ReportError, RunRecords
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test
 
 REFERENCE_METHOD = "fullkv"
-"""The entry every other is compared with in ``paired_deltas.csv``."""
+"""The entry every other is compared with in ``paired_deltas.csv`` and, by default, ``comparisons.csv``."""
 
 
 def successful(frame: pd.DataFrame) -> pd.DataFrame:
@@ -78,14 +80,15 @@ def _label_of(runs: list[RunRecords], name: str, knob: str) -> str:
 
 def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
                      compare: Sequence[Any] | None = None) -> list[tuple[str, str]]:
-    """The (method, versus) pairs to compare: each focus method against every other entry, then the
-    named pairs.
+    """The (method, versus) pairs to compare: by default each entry against FullKV (the entry labelled
+    :data:`REFERENCE_METHOD`; none when the board has no FullKV), or each focus entry against every other
+    entry; then the named pairs.
 
     Parameters
     ----------
     runs : list of RunRecords
     focus : list of str, optional
-        Labels; by default the entries whose method is a plug-in (its code is not CMBench's).
+        Labels compared with every other entry instead of the default pairs (``[]``: only the named pairs).
     compare : list, optional
         One pair ``[a, b]`` or a list of pairs ``[[a, b], [c, d]]`` of labels.
 
@@ -94,9 +97,13 @@ def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
     ReportError
         A label that is not on the board, or a pair that is not two labels.
     """
-    chosen = [r.label for r in runs if r.plugin] if focus is None else \
-        [_label_of(runs, str(f), "focus") for f in ([focus] if isinstance(focus, str) else focus)]
-    pairs = [(f, r.label) for f in chosen for r in runs if r.label != f]
+    if focus is None:
+        labels = [r.label for r in runs]
+        pairs = [(label, REFERENCE_METHOD) for label in labels if label != REFERENCE_METHOD] \
+            if REFERENCE_METHOD in labels else []
+    else:
+        chosen = [_label_of(runs, str(f), "focus") for f in ([focus] if isinstance(focus, str) else focus)]
+        pairs = [(f, r.label) for f in chosen for r in runs if r.label != f]
     named = list(compare or [])
     if len(named) == 2 and all(isinstance(x, str) for x in named):
         named = [named]

@@ -9,10 +9,10 @@ paper's scorer, the scorer's own name otherwise). Statistics (:mod:`cmbench.repo
   is cluster-robust over contexts (the tasks and seeds of one context video are not independent);
   with several seeds, ``score_seed_std`` is the sample standard deviation of the per-seed means (the
   spread across seeds) and ``leaderboard_by_seed.csv`` lists each seed's mean;
-- paired comparisons (against FullKV in ``paired_deltas.csv``; between any two entries in
-  ``comparisons.csv``) match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown),
-  give the mean difference with its clustered CI, wins / ties / losses and the p-value of the
-  cluster-robust paired t-test;
+- paired comparisons (against FullKV in ``paired_deltas.csv``; in ``comparisons.csv`` each entry
+  against FullKV by default, and the pairs asked for: :func:`comparison_pairs`) match
+  ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown), give the mean difference
+  with its clustered CI, wins / ties / losses and the p-value of the cluster-robust paired t-test;
 - the headline speed-up (``cost_speedup_vs_fullkv``) is FullKV's attention FLOPs over the entry's on
   the tasks both ran: deterministic, from each task's model calls. Measured speed stays beside it:
   ``speedup_vs_fullkv = FPS(entry) / FPS(FullKV)`` with ``FPS = sum of continuation frames / sum of
