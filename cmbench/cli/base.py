@@ -4,12 +4,15 @@ A subcommand is a module of :mod:`cmbench.cli` with an ``execute`` function: Hyd
 resolved root config (``configs/config.yaml`` plus overrides) and return an exit code; a command with
 ``hydra=False`` (``ls``) takes its raw arguments. A ``-m`` sweep runs ``execute`` once per job and then
 the command's ``after_sweep`` (``run``: the leaderboard of the runs the sweep wrote), which gets every
-job's config, so nothing passes between jobs through module state.
+job's config, so nothing passes between jobs through module state. ``<command> --help`` (or ``-h``)
+prints the command's own help from its registry entry (:meth:`Command.usage`): what it does and the keys
+a user sets for it, without importing the command or composing a config.
 """
 
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,26 +22,51 @@ from cmbench.errors import CMBenchError, ConfigError
 from cmbench.registry import Registry, import_object
 
 SWEEP_FLAGS = ("-m", "--multirun")
+HELP_FLAGS = ("-h", "--help")
+KEY_WIDTH = 34  # the key column of a command's help; a longer key pushes its line's text right
 
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: its name, one-line help and the module that implements it.
+    """A subcommand: its name, help and the module that implements it.
 
     Attributes
     ----------
     name : str
     help : str
+        One line, in the list of commands.
     module : str
         Imported on use (``cmbench.cli.<name>``), so listing commands stays cheap.
     hydra : bool
         ``execute(cfg) -> int`` under Hydra; ``False``: ``execute(args: list[str]) -> int``.
+    description : str
+        What the command does, for its ``--help``.
+    keys : tuple of (str, str)
+        The keys (``limit=N``) or, without Hydra, the arguments a user sets, each with one line.
+    synopsis : str
+        What follows the command's name on its usage line.
     """
 
     name: str
     help: str
     module: str
     hydra: bool = True
+    description: str = ""
+    keys: tuple[tuple[str, str], ...] = ()
+    synopsis: str = "[key=value ...]"
+
+    def usage(self) -> str:
+        """The command's ``--help``: usage, what it does, its keys one per line."""
+        heading = "keys" if self.hydra else "arguments"
+        width = min(KEY_WIDTH, max((len(key) for key, _ in self.keys), default=0))
+        lines = [f"usage: python -m cmbench {self.name} {self.synopsis}", "", *textwrap.wrap(self.description, 100),
+                 "", f"{heading}:"]
+        lines += [f"  {key.ljust(width)}  {text}" for key, text in self.keys]
+        if self.hydra:
+            lines += ["", *textwrap.wrap("Overrides use Hydra's grammar; any key of configs/config.yaml and of the "
+                                         "chosen groups can be set; `python -m cmbench ls` lists each group's "
+                                         "options.", 100)]
+        return "\n".join(lines)
 
     def function(self, attr: str = "execute") -> Callable[..., Any] | None:
         """``execute`` (or another attribute, e.g. ``after_sweep``) of the command's module, if defined."""
