@@ -1,60 +1,88 @@
-"""Write results/paper_findings.md: one row per finding of the paper from the outputs of
-``scripts/reproduce_paper.sh`` (:mod:`cmbench.paper.findings`).
+"""Write the findings table: one row per finding of the paper, rebuilt from run records
+(:mod:`cmbench.paper.findings`; each criterion from :mod:`cmbench.paper.criteria`).
 
-    python scripts/paper_findings.py --out runs/paper --results results/paper_findings.md \\
-        --extra "limit=2" --note "subset run: ..."
+    python scripts/paper_findings.py --out results/paper/world0 --second results/paper/world2 \\
+        --results results/paper_findings.md            # the committed table, from the committed records
+    python scripts/paper_findings.py --out runs/paper/world0 --results runs/paper/paper_findings.md \\
+        --extra "limit=2" --note "subset run: ..."     # what scripts/reproduce_paper.sh writes
+    python scripts/paper_findings.py --realised-pr runs/paper/world0/selection
+                                                       # DeCoPrune's PR at its default threshold there
+    python scripts/paper_findings.py --docs            # rewrite docs/findings.md's criteria from the code
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
-from cmbench.paper.findings import collect, markdown
-from cmbench.provenance import git_commit
+from cmbench.paper.findings import collect, criteria_section, entries, markdown, realised_pr
 from cmbench.runs import atomic
 
-GPU = ("The GPU reproduction is the same script with `SETUP=\"data=cmbench backbone=lingbot_world_v2_14b "
-       "scorer=owl_sam_dino\"` (every command above with those overrides); it has not been run here.")
+GPU = ("The GPU reproduction is `bash scripts/reproduce_paper.sh --setup \"data=cmbench backbone=lingbot_world_v2_14b "
+       "scorer=owl_sam_dino\"` (every command with those overrides); it has not been run here.")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/paper"), help="the script's OUT folder")
-    parser.add_argument("--results", type=Path, default=Path("results/paper_findings.md"))
+    parser.add_argument("--out", type=Path, default=Path("runs/paper/world0"), help="the reference world's outputs")
+    parser.add_argument("--second", type=Path, default=None, help="the second world's outputs (its verdict column)")
+    parser.add_argument("--second-name", default="world_seed 2", help="how the table names the second world")
+    parser.add_argument("--results", type=Path, default=None, help="where to write the table (required)")
     parser.add_argument("--setup", default="", help="overrides every command ran with (data, backbone, scorer)")
     parser.add_argument("--extra", default="", help="overrides for a quicker look (limit=..., calibration.tasks=...)")
     parser.add_argument("--extra-for", action="append", default=[], metavar="N=OVERRIDES",
-                        help="overrides finding N ran with beyond --extra (repeatable), e.g. 3='limit=2 method.target_pr=null'")
+                        help="overrides finding N ran with beyond --extra (repeatable)")
     parser.add_argument("--note", default="", help="a sentence on what this run is (e.g. a subset run)")
+    parser.add_argument("--realised-pr", type=Path, default=None, metavar="FOLDER",
+                        help="print DeCoPrune's realised PR at its default threshold in FOLDER's runs and exit")
+    parser.add_argument("--docs", action="store_true", help="rewrite docs/findings.md's criteria section and exit")
     args = parser.parse_args()
+    if args.docs:
+        docs = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
+        head, rest = docs.read_text().split("<!-- criteria -->\n", 1)
+        tail = rest.split("<!-- /criteria -->", 1)[1]
+        docs.write_text(f"{head}<!-- criteria -->\n{criteria_section('###')}\n<!-- /criteria -->{tail}")
+        print(f"wrote {docs}")
+        return 0
+    if args.realised_pr is not None:
+        pr = realised_pr(entries(args.realised_pr), "decoprune")
+        if pr is None:
+            print(f"no DeCoPrune run at its default threshold under {args.realised_pr}", file=sys.stderr)
+            return 1
+        print(f"{pr:.4f}")
+        return 0
+    if args.results is None:
+        parser.error("--results: where to write the table (results/paper_findings.md only when you mean to)")
     extra_for = {}
     for item in args.extra_for:
         number, _, overrides = item.partition("=")
         if not number.strip().isdigit():
             parser.error(f"--extra-for {item!r}: expected N=OVERRIDES with N the finding's number")
         extra_for[int(number)] = overrides
-    findings = collect(args.out, " ".join(s for s in (args.setup, args.extra) if s.strip()), extra_for)
+    overrides = " ".join(s for s in (args.setup, args.extra) if s.strip())
+    findings = collect(args.out, overrides, extra_for)
+    second = collect(args.second, overrides, extra_for) if args.second is not None else None
     setup = args.setup.strip() or "MiniWorld, tiny backbone, light scorer (the defaults)"
     preamble = "\n".join([
-        f"Generated by `bash scripts/reproduce_paper.sh` (`scripts/paper_findings.py`) from `{args.out}` on "
-        f"{datetime.date.today().isoformat()}, commit {git_commit() or 'unknown'}. Setup: {setup}"
-        + (f"; extra overrides: `{args.extra.strip()}`" if args.extra.strip() else "")
+        f"Generated by `python scripts/paper_findings.py` from the run records under `{args.out}`"
+        + (f" and, for the second-world column, `{args.second}` ({args.second_name})" if args.second else "")
+        + f". Setup: {setup}" + (f"; extra overrides: `{args.extra.strip()}`" if args.extra.strip() else "")
         + "".join(f"; finding {n} also `{o.strip()}`" for n, o in sorted(extra_for.items()) if o.strip()) + ".",
         "",
         *([f"**{args.note.strip()}**", ""] if args.note.strip() else []),
-        "Scores are the light scorer's (not DINO); CIs are 95%, clustered by context; differences are paired by "
-        "task and seed. A finding holds when its CI shows it, does not hold when the CI rules it out (by more than "
-        "0.05 of score), and is inconclusive otherwise (too few tasks); \"not run\": its experiment was not part of "
-        "this run; the criterion of each is in its row. " + GPU,
+        "Scores on MiniWorld are the light scorer's (not DINO); CIs are 95%, clustered by context; differences are "
+        "paired by task and seed. Each finding's criterion (its metric, what is compared, where, and when it holds, "
+        "does not hold or is inconclusive) is stated once, below the table; \"cannot be tested here\": the "
+        "criterion needs what this setup lacks (the row says what, and shows what was measured); \"not run\": "
+        "its outputs are absent. " + GPU,
     ])
-    text = markdown(findings, title="The paper's findings on CMBench", preamble=preamble)
+    text = markdown(findings, title="The paper's findings on CMBench", preamble=preamble, second=second,
+                    second_name=args.second_name if args.second else "")
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_with(args.results, lambda tmp: tmp.write_text(text))
     for f in findings:
-        print(f"{f.number}. {f.name}: {f.status}", file=sys.stderr)
+        print(f"{f.number}. {f.criterion.name}: {f.verdict}", file=sys.stderr)
     print(f"wrote {args.results}")
     return 0
 

@@ -121,10 +121,10 @@ def test_verdict_reads_the_paired_differences():
     assert said == "holds" and [c.b for c in comparisons] == ["seen_pruned", "new"]
     assert comparisons[0].difference == pytest.approx(-0.4, abs=0.03) and comparisons[0].contexts == 4
     assert verdict(_rows(0.5, 0.1, 0.6), probe_step=2)[0] == "does not hold"
-    assert verdict(_rows(0.5, 0.5, 0.5), probe_step=2)[0].startswith("not decided")
-    assert verdict(_rows(0.1, 0.5, 0.6, contexts=1), probe_step=2)[0].startswith("not decided")
+    assert verdict(_rows(0.5, 0.5, 0.5), probe_step=2)[0] == "inconclusive"
+    assert verdict(_rows(0.1, 0.5, 0.6, contexts=1), probe_step=2)[0] == "inconclusive"  # one context: no CI
     no_truth = _rows(0.1, 0.5, 0.6).assign(group="all")
-    assert verdict(no_truth, probe_step=2)[0].startswith("cannot be tested")
+    assert verdict(no_truth, probe_step=2)[0] == "cannot be tested here"
     assert math.isnan(verdict(_rows(0.1, 0.5, 0.6), probe_step=1)[1][0].difference)  # no rows at that step
 
 

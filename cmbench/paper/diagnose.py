@@ -45,6 +45,7 @@ from cmbench.hashing import seeded_generator
 from cmbench.methods.base import Method
 from cmbench.methods.decoprune import token_mse
 from cmbench.methods.fullkv import FullKV
+from cmbench.paper.criteria import INCONCLUSIVE, UNTESTABLE, combined, deficit
 from cmbench.report.statistics import clustered_mean_ci
 
 ARMS = ("full", "method", "none")
@@ -241,9 +242,10 @@ class Comparison:
     contexts: int
 
     @property
-    def below(self) -> bool:
-        """``a``'s error is below ``b``'s and the interval excludes 0."""
-        return bool(self.contexts >= 2 and self.difference + self.ci95 < 0)
+    def verdict(self) -> str:
+        """``a``'s error below ``b``'s, by the deficit rule (:func:`cmbench.paper.criteria.deficit`); a
+        comparison over fewer than two contexts has no CI and is inconclusive."""
+        return deficit(self.difference, self.ci95) if self.contexts >= 2 else INCONCLUSIVE
 
 
 def compare_groups(rows: pd.DataFrame, arm: str, step: int, a: str, b: str) -> Comparison:
@@ -260,21 +262,14 @@ def compare_groups(rows: pd.DataFrame, arm: str, step: int, a: str, b: str) -> C
 
 
 def verdict(rows: pd.DataFrame, probe_step: int) -> tuple[str, list[Comparison]]:
-    """Whether the hypothesis holds here, and the paired comparisons behind it.
-
-    It holds when, under the method's cache at ``probe_step``, tokens whose place is still cached are
-    predicted better than both pruned and new ones (each paired difference's 95% CI below 0); it does
-    not hold when either difference's CI lies above 0 or at 0 with the other below; otherwise it is
-    not decided (too few contexts with both groups, or intervals that include 0).
-    """
+    """Whether the hypothesis holds here, and the paired comparisons behind it: the first finding's criterion
+    (:data:`cmbench.paper.criteria.CRITERIA`), under the method's cache at ``probe_step``, tokens whose place is
+    still cached against pruned and against new ones. Data without ground truth of what each chunk shows
+    cannot be tested."""
     if not (rows["group"] != NO_TRUTH).any():
-        return "cannot be tested (no ground truth of what each chunk shows)", []
+        return UNTESTABLE, []
     comparisons = [compare_groups(rows, "method", probe_step, "seen_cached", other) for other in ("seen_pruned", "new")]
-    if all(c.below for c in comparisons):
-        return "holds", comparisons
-    if any(c.contexts >= 2 and c.difference - c.ci95 > 0 for c in comparisons):
-        return "does not hold", comparisons
-    return "not decided (intervals include 0 or too few contexts have both groups)", comparisons
+    return combined(c.verdict for c in comparisons), comparisons
 
 
 def plot(summary: pd.DataFrame, path: Path, title: str) -> None:
