@@ -25,7 +25,7 @@ MAIN_KEYS = {
     "calibrate": ["method=NAME", "target_pr=P", "calibration.tasks=N", "calibration.root=DIR"],
     "curves": ["methods=[A,B,...]", "target_prs=[P,...]", "limit=N"],
     "diagnose": ["method=NAME", "limit=N", "subset=NAME", "experiment=paper_diagnose", "out=DIR"],
-    "plan": ["backbone=NAME", "method=NAME", "method.quota_pr=P", "backbone.memory.device_gib=G",
+    "plan": ["backbone=NAME", "method=NAME", "method.quota_pr=P", "method.target_pr=P", "backbone.memory.device_gib=G",
              "backbone.memory.assume_pr=P"],
 }
 

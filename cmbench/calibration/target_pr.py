@@ -63,6 +63,35 @@ def _label(method_cfg: dict[str, Any], knob: str, target: float) -> str:
     return f"{base}{',' if '@' in base else '@'}{pr_tag(target)}"
 
 
+def requested_target(cfg: DictConfig) -> float | None:
+    """``cfg.method.target_pr``, checked: a pruning ratio in [0, 1) with no quota beside it (None: not set).
+
+    Raises
+    ------
+    ConfigError
+        One line: a target outside [0, 1), or ``target_pr`` together with a quota.
+    """
+    target = cfg.method.get(TARGET_KEY)
+    if target is None:
+        return None
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target < 1:
+        raise ConfigError(f"method.target_pr={target!r}: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85")
+    quota = [k for k in QUOTA_KEYS if cfg.method.get(k) is not None]
+    if quota:
+        name = str(cfg.method.get("name") or cfg.method.get("_target_"))
+        raise ConfigError(f"method {name}: method.target_pr runs its own rule at a calibrated knob and "
+                          f"method.{quota[0]} replaces that rule by a per-chunk quota: give one of them")
+    return float(target)
+
+
+def without_target(cfg: DictConfig) -> DictConfig:
+    """A copy of ``cfg`` without ``method.target_pr``."""
+    out = editable_copy(cfg)
+    with open_dict(out):
+        del out.method[TARGET_KEY]
+    return out
+
+
 def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
     """Resolve ``cfg.method.target_pr`` into the method's calibrated knob (calibrating it if not cached).
 
@@ -84,32 +113,19 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
         One line: a target outside [0, 1), ``target_pr`` together with a quota, a method that declares no
         knob, a target its knob cannot reach on the calibration contexts, bad calibration options or data.
     """
-    target = cfg.method.get(TARGET_KEY)
-    if target is None:
-        if TARGET_KEY not in cfg.method:
-            return ResolvedTarget(cfg)
-        out = editable_copy(cfg)  # method.target_pr=null (e.g. a sweep's default arm): no target
-        with open_dict(out):
-            del out.method[TARGET_KEY]
-        return ResolvedTarget(out)
+    target = requested_target(cfg)
+    if target is None:  # not set, or method.target_pr=null (e.g. a sweep's default arm): no target
+        return ResolvedTarget(without_target(cfg) if TARGET_KEY in cfg.method else cfg)
     name = str(cfg.method.get("name") or cfg.method.get("_target_"))
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target < 1:
-        raise ConfigError(f"method.target_pr={target!r}: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85")
-    quota = [k for k in QUOTA_KEYS if cfg.method.get(k) is not None]
-    if quota:
-        raise ConfigError(f"method {name}: method.target_pr runs its own rule at a calibrated knob and "
-                          f"method.{quota[0]} replaces that rule by a per-chunk quota: give one of them")
-    out = editable_copy(cfg)
-    with open_dict(out):
-        del out.method[TARGET_KEY]
+    out = without_target(cfg)
     method_cfg = to_dict(out.method)
     knob = method_knob(method_cfg).name
 
     options = calibration_options(cfg)
     shown = CalibrationProgress(knob, int(options["max_probes"]), header=(  # no line before a refusal: one line
-        f"{name}: method.target_pr={float(target):g}: calibrating its {knob} on calibration contexts (once; later "
+        f"{name}: method.target_pr={target:g}: calibrating its {knob} on calibration contexts (once; later "
         f"runs reuse it)"))
-    cal = calibrate_method(out, float(target), **options,  # type: ignore[arg-type]
+    cal = calibrate_method(out, target, **options,  # type: ignore[arg-type]
                            on_probe=shown.probe if verbose else None, on_task=shown.task if verbose else None)
     if verbose:
         print(f"{name}: {knob}={cal.value} ({'reused' if cal.cached else 'found'}): calibration PR "
@@ -118,5 +134,5 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
     with open_dict(out):
         out.method[knob] = cal.value
         if not out.get("label"):
-            out.label = _label(method_cfg, knob, float(target))
+            out.label = _label(method_cfg, knob, target)
     return ResolvedTarget(out, cal)

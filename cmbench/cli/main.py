@@ -146,6 +146,7 @@ for _command in (
             keys=(("backbone=NAME", "the model (lingbot_world_v2_14b, lingbot_world_v2_1_3b, ...)"),
                   ("method=NAME", "the method whose cache is sized (default decoprune)"),
                   ("method.quota_pr=P", "quota mode: exactly this PR"),
+                  ("method.target_pr=P", "the PR the method's own rule is sized for (as backbone.memory.assume_pr)"),
                   ("data=NAME", "its contexts' length (data=cmbench: one minute)"),
                   ("scorer=NAME", "owl_sam_dino shares the GPU; light runs on the CPU"),
                   ("parallel.sequence=P", "one rank's memory of a model split over P GPUs"),

@@ -122,7 +122,7 @@ def retention(method, assume_pr: float | None = None, geometry=None) -> Retentio
     if not hasattr(method, "quota_mode"):  # not score-based: keeps every token its rule does not drop
         return Retention(note="every token kept", **common)
     pr = PAPER_PR.get(name, 0.0) if assume_pr is None else float(assume_pr)
-    source = "assumed (memory.assume_pr)" if assume_pr is not None else (
+    source = "assumed (backbone.memory.assume_pr)" if assume_pr is not None else (
         "the paper's realised PR" if name in PAPER_PR else "unknown retention: planned as FullKV")
     return Retention(keep_fraction=1.0 - pr, exact=False, note=f"data-dependent: PR {100 * pr:.2f}% {source}",
                      **common)
