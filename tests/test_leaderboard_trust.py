@@ -99,8 +99,10 @@ def test_a_sweeps_board_covers_the_tasks_the_sweep_ran(setup, tmp_path):  # noqa
     assert first.returncode == 0, first.stderr
     sweep = cmbench(tmp, weights, "-m", "method=fullkv,streaming", "task_ids=[syn_001_reappear_01]", runs)
     assert sweep.returncode == 0, sweep.stderr
-    board = pd.read_csv(tmp_path / "runs" / "miniworld" / "leaderboard" / "leaderboard.csv").set_index("method")
+    (csv,) = (tmp_path / "runs" / "miniworld" / "leaderboard" / "sweeps").glob("*/leaderboard.csv")
+    board = pd.read_csv(csv).set_index("method")
     assert board.loc["streaming", "n_tasks"] == 1 and board.loc["fullkv", "n_tasks"] == 1
+    assert "the full leaderboard in" in sweep.stderr and "runs differ in task set" in sweep.stderr  # over 1 and 2
 
 
 def test_a_run_folders_config_is_read_as_text_never_resolved(tmp_path, monkeypatch, capsys):

@@ -15,12 +15,14 @@ from its curves (a curves rerun after the board was made), without the runs
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cmbench.errors import ConfigError
+from cmbench.hashing import config_hash
 from cmbench.spec import RunSpec
 
 
@@ -60,28 +62,86 @@ def selected_task_ids(specs: list[RunSpec]) -> list[str]:
     return list(chosen)
 
 
-def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids: list[str] | None = None) -> int:
-    """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``);
-    with ``task_ids``, over the records of those tasks only (a sweep's board: :func:`selected_task_ids`)."""
-    from cmbench.report import write_reports
+def board_dir(cfg: DictConfig) -> Path:
+    """``leaderboard.out``, default ``<out_dir>/<data>/leaderboard``: where the board over every run goes."""
     from cmbench.spec import data_dir
 
-    runs = runs or find_run_dirs(cfg)
-    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
-    paths = write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=comparison_labels(cfg, "focus"),
-                          compare=comparison_labels(cfg, "compare"), curves=cfg.leaderboard.get("curves"),
-                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids)
+    return Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
+
+
+def _write(cfg: DictConfig, runs: list[Path], out: Path, task_ids: list[str] | None = None,
+           curves: Path | None = None) -> dict[str, Path]:
+    """Every report over ``runs`` into ``out``, with the options of ``cfg.leaderboard`` (``curves``:
+    instead of ``leaderboard.curves``)."""
+    from cmbench.report import write_reports
+
+    return write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=comparison_labels(cfg, "focus"),
+                         compare=comparison_labels(cfg, "compare"), curves=curves or cfg.leaderboard.get("curves"),
+                         reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids)
+
+
+def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids: list[str] | None = None,
+                      out: Path | None = None, curves: Path | None = None) -> int:
+    """Write every report over ``runs`` (default: ``cfg.runs``, else every run under ``out_dir/<data>``)
+    into ``out`` (default: :func:`board_dir`) and print the board; with ``task_ids``, over the records
+    of those tasks only (a sweep's board: :func:`selected_task_ids`)."""
+    out = out or board_dir(cfg)
+    paths = _write(cfg, runs or find_run_dirs(cfg), out, task_ids, curves)
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} to {out}")
+    return 0
+
+
+def sweep_name(runs: list[Path], task_ids: list[str]) -> str:
+    """The folder of a sweep's board: the methods its run directories name (the first three and how
+    many more, past four) and a hash of those directories and the tasks, ``fullkv+decoprune__<hash>``;
+    the same sweep again names the same folder."""
+    names = sorted(Path(r).name for r in runs)
+    methods = list(dict.fromkeys(name.split("__")[0] for name in names))
+    shown = methods if len(methods) <= 4 else [*methods[:3], f"{len(methods) - 3}-more"]
+    return f"{'+'.join(shown)}__{config_hash([names, sorted(task_ids)])}"
+
+
+def write_sweep_leaderboards(cfg: DictConfig, runs: list[Path], task_ids: list[str]) -> int:
+    """A sweep's boards: its own, over its ``runs`` on the tasks it ran, in
+    ``<board_dir>/sweeps/<sweep_name>/`` (printed), and the board over every run (what ``leaderboard``
+    writes) refreshed in :func:`board_dir`, so an earlier sweep's rows stay on it.
+
+    A refused board over every run (runs of other task sets beside the sweep's) keeps the previous one,
+    saying why on stderr; the sweep's own board is written either way.
+
+    Returns
+    -------
+    int
+        0 (the exit code).
+
+    Raises
+    ------
+    ReportError
+        The sweep's own board is refused or cannot be written.
+    """
+    from cmbench.report import ReportError
+    from cmbench.report.curves import CURVES_FILE
+
+    full = board_dir(cfg)
+    curves = full / CURVES_FILE  # a sweep's board shows "Score @ 85% PR" from the curves of the full board
+    write_leaderboard(cfg, runs, task_ids, out=full / "sweeps" / sweep_name(runs, task_ids),
+                      curves=curves if curves.is_file() else None)
+    every = find_run_dirs(cfg)
+    try:
+        _write(cfg, every, full)
+    except ReportError as err:
+        print(f"run: the full leaderboard in {full} is not refreshed: {err}", file=sys.stderr)
+    else:
+        print(f"refreshed the full leaderboard ({len(every)} runs) in {full}")
     return 0
 
 
 def refresh_leaderboard(cfg: DictConfig) -> int:
     """Refill "Score @ 85% PR" of the board in ``leaderboard.out`` from its curves; print the board."""
     from cmbench.report.leaderboard import refresh_matched_column
-    from cmbench.spec import data_dir
 
-    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
+    out = board_dir(cfg)
     paths = refresh_matched_column(out, cfg.leaderboard.get("curves"))
     print(paths["leaderboard.md"].read_text(), end="")
     print(f"refilled Score @ 85% PR from the curves; wrote {', '.join(sorted(paths))} to {out} (runs not read)")

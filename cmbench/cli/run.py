@@ -1,4 +1,4 @@
-"""``python -m cmbench run``: one method over the selected tasks; ``-m`` sweeps end with the leaderboard.
+"""``python -m cmbench run``: one method over the selected tasks; ``-m`` sweeps end with their leaderboard.
 
 The composed config is resolved and checked once (:func:`cmbench.spec.resolve_run`: every knob, the
 method, selection, sharding (``shard.count`` / ``shard.index`` or torchrun's ``WORLD_SIZE`` / ``RANK``)
@@ -62,10 +62,11 @@ def execute(cfg: DictConfig) -> int:
 
 
 def after_sweep(configs: list[DictConfig]) -> int:
-    """A ``-m`` sweep ends with the leaderboard over the run directories its jobs wrote, on the tasks the
-    sweep ran (a run directory may hold more from earlier runs); the seeds of one setup, ``-m
-    seed=2,3,4``, are one row."""
-    from cmbench.cli.leaderboard import selected_task_ids, write_leaderboard
+    """A ``-m`` sweep ends with its leaderboard over the run directories its jobs wrote, on the tasks the
+    sweep ran (a run directory may hold more from earlier runs), in a folder of its own, and refreshes
+    the leaderboard over every run (:func:`cmbench.cli.leaderboard.write_sweep_leaderboards`); the seeds
+    of one setup, ``-m seed=2,3,4``, are one row."""
+    from cmbench.cli.leaderboard import selected_task_ids, write_sweep_leaderboards
     from cmbench.runs.ranks import launch_of
 
     launch = launch_of(parallel_spec({"parallel": to_dict(configs[-1].get("parallel") or {})}))
@@ -73,5 +74,4 @@ def after_sweep(configs: list[DictConfig]) -> int:
         return 0
     # calibrations are cached by the jobs, so resolving each target again measures nothing
     specs = [resolve_run(t.cfg, t.record_fields()) for t in (resolve_target_pr(c, verbose=False) for c in configs)]
-    return write_leaderboard(configs[-1], runs=list(dict.fromkeys(s.run_dir for s in specs)),
-                             task_ids=selected_task_ids(specs))
+    return write_sweep_leaderboards(configs[-1], list(dict.fromkeys(s.run_dir for s in specs)), selected_task_ids(specs))
