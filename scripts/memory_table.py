@@ -1,5 +1,7 @@
-"""Print the memory table of docs/real_backbones.md: LingBot World v2 14B / 1.3B x FullKV / DeCoPrune at 85%
-PR over a one-minute context, against one H200, 4xH200 and an 80 GB GPU (no GPU and no weights needed).
+"""Print the memory table of docs/real_backbones.md: LingBot World v2 14B / 1.3B x FullKV / DeCoPrune (its
+own rule, and quota mode at 85% PR) over a one-minute context, against one H200, 4xH200 and an 80 GB GPU
+(no GPU and no weights needed). Each row holds what its ``python -m cmbench plan`` command prints
+(tests/test_memory_table.py runs them and compares).
 
     python scripts/memory_table.py            # the markdown table
     python scripts/memory_table.py --details  # and every plan, phase by phase

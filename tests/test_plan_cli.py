@@ -48,3 +48,20 @@ def test_what_target_pr_cannot_size_is_one_line_naming_the_key(capsys, overrides
 def test_a_method_without_a_knob_is_refused_as_calibrate_refuses_it(capsys):
     code, out, err = plan(capsys, "method=fullkv", "method.target_pr=0.85")
     assert code == 1 and out == "" and "method 'fullkv' declares no knob that sets its pruning ratio" in err
+
+
+def test_without_a_gpu_the_device_planned_for_is_said_to_be_assumed(capsys, monkeypatch):
+    """Where no GPU is visible, the 139 GiB the plan checks against is an H200 assumed, not this machine's;
+    ``backbone.memory.device_gib`` is a device the user named, and nothing is said."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = ["plan", "backbone=lingbot_world_v2_1_3b", "method=decoprune", "backbone.memory.context_seconds=60",
+            "backbone.memory.host_gib=1024"]
+    assert main(args) == 0
+    [device] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  device: ")]
+    assert device.endswith(" GiB fits 139.00 GiB: an assumed H200, as no GPU is visible here "
+                           "(backbone.memory.device_gib=G plans for another device)")
+    assert main([*args, "backbone.memory.device_gib=139"]) == 0
+    [named] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  device: ")]
+    assert named == device.split(": an assumed")[0]

@@ -123,6 +123,9 @@ class MemoryPlan:
         What the plan was checked against (``None``: not checked).
     reserve : int
         Device bytes kept free.
+    device_note : str
+        Where ``device_bytes`` came from when it is not a device's own (an assumed H200 where no GPU is
+        visible), printed with it.
     """
 
     shape: RunShape
@@ -132,6 +135,7 @@ class MemoryPlan:
     device_bytes: int | None = None
     host_bytes: int | None = None
     reserve: int = 0
+    device_note: str = ""
 
     @property
     def peak(self) -> int:
@@ -179,8 +183,9 @@ class MemoryPlan:
                          + ", ".join(f"{k} {v / GIB:.2f}" for k, v in self.host.items()) + ")")
         if self.device_bytes is not None:
             verdict = "fits" if self.fits_device() else "does NOT fit"
+            note = f": {self.device_note}" if self.device_note else ""
             lines.append(f"  device: peak {self.peak / GIB:.2f} GiB + reserve {self.reserve / GIB:.2f} GiB "
-                         f"{verdict} {self.device_bytes / GIB:.2f} GiB")
+                         f"{verdict} {self.device_bytes / GIB:.2f} GiB{note}")
         if self.host_bytes is not None and self.host:
             verdict = "fits" if self.fits_host() else "does NOT fit"
             lines.append(f"  host: {self.host_need / GIB:.2f} GiB {verdict} {self.host_bytes / GIB:.2f} GiB")

@@ -257,14 +257,16 @@ def configured_offloads(backbone: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def capacities(backbone: Any) -> tuple[int | None, int | None, int]:
-    """(device bytes, host bytes, reserve bytes) to plan against."""
+def capacities(backbone: Any) -> tuple[int | None, int | None, int, str]:
+    """(device bytes, host bytes, reserve bytes) to plan against, and a note when the device's bytes are
+    assumed (no GPU visible and no ``backbone.memory.device_gib``: :data:`DEFAULT_DEVICE_GIB`, an H200)."""
     memory = backbone["memory"]
     device = torch.device(str(backbone.get("device", "cuda")))
     if memory.get("host_gib") is not None:
         host_bytes = int(float(memory["host_gib"]) * GIB)
     else:
         host_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    note = ""
     if memory.get("device_gib") is not None:
         device_bytes = int(float(memory["device_gib"]) * GIB)
     elif device.type == "cpu":
@@ -273,7 +275,9 @@ def capacities(backbone: Any) -> tuple[int | None, int | None, int]:
         device_bytes = int(torch.cuda.get_device_properties(device).total_memory)
     else:
         device_bytes = int(DEFAULT_DEVICE_GIB * GIB)
-    return device_bytes, host_bytes, int(float(memory.get("reserve_gib", DEFAULT_RESERVE_GIB)) * GIB)
+        note = ("an assumed H200, as no GPU is visible here (backbone.memory.device_gib=G plans for another "
+                "device)")
+    return device_bytes, host_bytes, int(float(memory.get("reserve_gib", DEFAULT_RESERVE_GIB)) * GIB), note
 
 
 def plan_for(cfg: Any, method: Any, context_frames: int | None = None) -> MemoryPlan:
@@ -282,11 +286,13 @@ def plan_for(cfg: Any, method: Any, context_frames: int | None = None) -> Memory
     mode = str(backbone["memory"].get("offloads", "auto"))
     if mode not in ("auto", "off"):
         raise ConfigError(f"backbone.memory.offloads must be 'auto' or 'off', got {mode!r}")
-    device_bytes, host_bytes, reserve = capacities(backbone)
+    device_bytes, host_bytes, reserve, device_note = capacities(backbone)
     shape = run_shape(cfg, method, context_frames)
     on_host = torch.device(str(backbone.get("device", "cuda"))).type == "cpu"  # nothing to offload to
-    return choose_plan(shape, device_bytes, None if on_host else host_bytes, reserve, configured_offloads(backbone),
+    plan = choose_plan(shape, device_bytes, None if on_host else host_bytes, reserve, configured_offloads(backbone),
                        auto=mode == "auto" and not on_host)
+    plan.device_note = device_note
+    return plan
 
 
 @dataclass
