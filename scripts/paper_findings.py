@@ -8,19 +8,49 @@
     python scripts/paper_findings.py --realised-pr runs/paper/world0/selection
                                                        # DeCoPrune's PR at its default threshold there
     python scripts/paper_findings.py --docs            # rewrite docs/findings.md's criteria from the code
+    python scripts/paper_findings.py --copy-evidence runs/paper/world0 results/paper/world0
+                                                       # the records behind the rows, without videos
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from cmbench.paper.findings import collect, criteria_section, entries, markdown, realised_pr
 from cmbench.runs import atomic
 
+EVIDENCE = ("records*.jsonl", "run.json", "config.yaml", "summary.json", "diagnose*.csv", "diagnose.md",
+            "quality_vs_memory.csv", "curves.csv", "curves_reference.csv", "auc.csv", "leaderboard.csv",
+            "comparisons.csv", "backbone_gate.csv")
+"""The files a row is rebuilt from (records and summaries, the diagnosis, the curves' tables): no videos."""
+
 GPU = ("The GPU reproduction is `bash scripts/reproduce_paper.sh --setup \"data=cmbench backbone=lingbot_world_v2_14b "
        "scorer=owl_sam_dino\"` (every command with those overrides); it has not been run here.")
+
+
+def copy_evidence(source: Path, dest: Path) -> int:
+    """Copy the :data:`EVIDENCE` files under ``source`` into ``dest``, keeping their paths; ``dest`` is replaced
+    as a whole (built beside it, then renamed). Returns the number of files copied."""
+    if not source.is_dir():
+        raise SystemExit(f"--copy-evidence: {source} is not a folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    copied = 0
+    for pattern in EVIDENCE:
+        for file in sorted(source.rglob(pattern)):
+            if file.is_file() and not file.is_symlink() and "videos" not in file.relative_to(source).parts:
+                target = build / file.relative_to(source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(file, target)
+                copied += 1
+    if dest.exists():
+        shutil.rmtree(dest)
+    build.rename(dest)
+    return copied
 
 
 def main() -> int:
@@ -37,7 +67,13 @@ def main() -> int:
     parser.add_argument("--realised-pr", type=Path, default=None, metavar="FOLDER",
                         help="print DeCoPrune's realised PR at its default threshold in FOLDER's runs and exit")
     parser.add_argument("--docs", action="store_true", help="rewrite docs/findings.md's criteria section and exit")
+    parser.add_argument("--copy-evidence", nargs=2, type=Path, metavar=("SOURCE", "DEST"),
+                        help="copy the records behind the rows from SOURCE into DEST (replaced) and exit")
     args = parser.parse_args()
+    if args.copy_evidence:
+        source, dest = args.copy_evidence
+        print(f"copied {copy_evidence(source, dest)} files from {source} into {dest}")
+        return 0
     if args.docs:
         docs = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
         head, rest = docs.read_text().split("<!-- criteria -->\n", 1)
