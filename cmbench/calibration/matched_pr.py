@@ -16,7 +16,9 @@ the calibration tasks (:mod:`cmbench.calibration.pruning_ratio`) is within ``tol
 The method then runs with its own rule, decided once per chunk, at that knob (unlike quota mode,
 ``quota_pr`` / ``quota_tokens``, which overrides the rule); ``method.target_pr=p`` on a run does all
 this itself (:mod:`cmbench.calibration.target_pr`). A calibration whose key (method setting, target, tolerance, calibration
-data and tasks, backbone, generation, seed, code identity) matches the JSON's is reused, not redone.
+data and tasks, backbone, generation, seed, code identity) matches the JSON's is reused, not redone; one
+that does not (another setting gives another knob value) is made again, saying which settings differ from
+the last calibration to that target (the log keeps them by the keys a user sets: ``setting``).
 """
 
 from __future__ import annotations
@@ -135,6 +137,10 @@ class Calibration:
         Probes of those other calibrations the search started from (not measured again).
     cached : bool
         Read from an earlier calibration, not measured now (not written into the log).
+    setting : dict
+        What decided ``key`` besides the code and the target, flat by the keys a user sets
+        (``calibration.tasks``, ``method.<knob>``, ``backbone.<key>``, ...): the next calibration to the
+        target that is not this one names what differs (:func:`not_reused`). Not compared: the key is.
     """
 
     method: str
@@ -155,6 +161,7 @@ class Calibration:
     probe_key: str = ""
     reused_probes: list[list[float]] = field(default_factory=list)
     cached: bool = field(default=False, compare=False)
+    setting: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if k != "cached"}, indent=2) + "\n"
@@ -272,6 +279,62 @@ def _cached(log_path: Path, key: str) -> "Calibration | None":
     return earlier
 
 
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"<prefix>.a.b": 1}`` (lists are values)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}").items()}
+
+
+def calibration_setting(cfg: DictConfig, method_setting: dict[str, Any], root: str, n_tasks: int, tolerance: float,
+                        max_probes: int) -> dict[str, Any]:
+    """What decides a calibration besides its code and target, flat by the keys a user sets
+    (:attr:`Calibration.setting`): the method without its knob, the data (the calibration folder
+    ``root`` among them), backbone, generation, seeds and the calibration options."""
+    values = {"calibration": {"tasks": n_tasks, "tolerance": tolerance, "max_probes": max_probes, "root": root},
+              "sample_seed": OmegaConf.select(cfg, "sample_seed"), "seed": int(cfg.seed), "method": method_setting,
+              "data": to_dict(cfg.data), "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation)}
+    return {k: v for key, value in portable(values).items() for k, v in _flat(value, key).items()}
+
+
+def _shown(value: Any) -> str:
+    text = "unset" if value is None else value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def not_reused(log_path: Path, key: str, setting: dict[str, Any], code: dict[str, Any], task_ids: list[str]) -> str | None:
+    """Why the calibration logged at ``log_path`` (the last one to this target in its folder) is not this one,
+    of ``key`` (``setting``: :func:`calibration_setting`; ``code``: the code identity's parts; ``task_ids``):
+    the settings that differ with both values, up to three, else other code, else other tasks. None when
+    there is no such log or it is this calibration's (redone because its own files are gone or damaged).
+
+    A log written before settings were logged gives its task count, calibration folder and tolerance.
+    """
+    try:
+        earlier = json.loads(log_path.read_text())
+        before = {"calibration.tasks": len(earlier["data"]["task_ids"]), "calibration.root": earlier["data"]["root"],
+                  "calibration.tolerance": earlier["tolerance"], **earlier.get("setting", {})}
+        earlier_code, earlier_tasks = dict(earlier["code"]), earlier["data"]["task_ids"]
+    except (OSError, ValueError, TypeError, KeyError):  # no log, or not one: nothing to compare with
+        return None
+    if earlier.get("key") == key:
+        return None
+    keys = set(before) | set(setting) if "setting" in earlier else set(before)
+    changed = sorted(k for k in keys if before.get(k) != setting.get(k))
+    parts = sorted(p for p in set(code) | set(earlier_code) if code.get(p) != earlier_code.get(p))
+    head = f"calibration log {log_path} was made"
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        was, now = (", ".join(f"{k}={_shown(values.get(k))}" for k in changed[:3]) + more for values in (before, setting))
+        return f"{head} with {was}, this one with {now}"
+    if parts:
+        return f"{head} by other code (its {', '.join(parts)} part{'s' if len(parts) > 1 else ''})"
+    if earlier_tasks != task_ids:
+        return f"{head} on other calibration tasks (the calibration data changed)"
+    why = "what differs is not logged" if "setting" in earlier else "its log predates the settings it records"
+    return f"{head} with other settings than this one ({why})"
+
+
 def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
                      max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None,
                      on_task: Callable[[int, int], None] | None = None) -> Calibration:
@@ -324,6 +387,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
                                        "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
                                        "seed": int(cfg.seed), "code": code.hash})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
+    logged = calibration_setting(cfg, setting, data["root"], n_tasks, tolerance, max_probes)
     keyed = keyed_log_path(log_path, key)
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)
@@ -351,6 +415,10 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         if earlier is not None:
             publish(earlier)
             return earlier
+        why = not_reused(log_path, key, logged, code.parts, data["task_ids"])
+        if why is not None:
+            print(f"calibrate: {why}: calibrating again (another setting gives another {knob.name})",
+                  file=sys.stderr, flush=True)
 
         meter = PRMeter(cal_cfg, tasks, on_task)
 
@@ -382,7 +450,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
                              note=_note(knob, found.value, found.pr, target_pr, tolerance, [*known.items(), *found.log]),
                              probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
                              yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
-                             reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())])
+                             reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())],
+                             setting=logged)
         _write(keyed, result.to_json())
         publish(result)
         return result
