@@ -8,12 +8,15 @@ and is still cached, seen before but pruned, or new. Writes into ``out`` (defaul
 group), ``diagnose_summary.csv`` (mean per arm, group and step with 95% CIs clustered by context),
 ``diagnose.png`` (error vs step, one line per group, CI bands) and ``diagnose.md`` (whether DeCoPrune's
 hypothesis holds here, with the paired comparisons). Selection as for ``run`` (``limit``, ``subset``,
-``task_ids``); data and backbone swappable; ``method.target_pr=p`` diagnoses the method at the knob
-calibrated to PR ``p``.
+``task_ids``: ``limit=N`` probes the contexts of a seeded sample of N tasks, each context once); data and
+backbone swappable; ``method.target_pr=p`` diagnoses the method at the knob calibrated to PR ``p``. A line
+per context says where it is, the time so far and the time left (:class:`ContextProgress`).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -22,10 +25,35 @@ from omegaconf import DictConfig
 from cmbench.paper.diagnose import ARM_TITLES, Diagnosis, plot, run_diagnosis
 from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.runs import atomic
+from cmbench.runs.progress import _duration as duration
 from cmbench.identity.paths import path_component
 from cmbench.spec import data_dir, resolve_run
 
 FILES = ("diagnose.csv", "diagnose_summary.csv", "diagnose.png", "diagnose.md")
+
+
+class ContextProgress:
+    """The diagnosis's progress on stdout: a line as each context starts, with the time so far and the time
+    left estimated from the contexts done (as ``run``'s progress lines), and a last line with the total.
+
+    Parameters
+    ----------
+    clock : callable, optional
+        Seconds (default :func:`time.monotonic`); tests pass their own.
+    """
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self.clock = clock or time.monotonic
+        self.start = self.clock()
+
+    def __call__(self, done: int, total: int, context_id: str) -> None:
+        """Before context ``done + 1`` of ``total``."""
+        elapsed = self.clock() - self.start
+        left = f", ~{duration(elapsed / done * (total - done))} left" if done else ""
+        print(f"[{done + 1}/{total}] {context_id}: {duration(elapsed)} elapsed{left}", flush=True)
+
+    def finish(self, total: int) -> None:
+        print(f"diagnosed {total} contexts in {duration(self.clock() - self.start)}", flush=True)
 
 
 def markdown(found: Diagnosis, label: str, command: str) -> str:
@@ -54,7 +82,9 @@ def execute(cfg: DictConfig) -> int:
     spec = resolve_run(target.cfg, target.record_fields())
     label = spec.identity.label
     out = Path(str(cfg.out)) if cfg.get("out") else data_dir(cfg) / "diagnose" / path_component(label, "label")
-    found = run_diagnosis(spec, on_context=lambda i, n, c: print(f"[{i + 1}/{n}] {c}", flush=True))
+    shown = ContextProgress()
+    found = run_diagnosis(spec, on_context=shown)
+    shown.finish(found.rows["context_id"].nunique())
     out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m cmbench diagnose", *(o for o in HydraConfig.get().overrides.task
                                                           if not o.startswith("hydra."))])

@@ -131,11 +131,12 @@ for _command in (
                         "contexts and every denoising step, the error of the x0 prediction under the full cache, "
                         "the method's cache and no history, split on MiniWorld by whether what the chunk shows is "
                         "still cached, was pruned, or is new. Writes diagnose.csv, diagnose_summary.csv, "
-                        "diagnose.png and diagnose.md (the verdict) into out (docs/findings.md).",
+                        "diagnose.png and diagnose.md (the verdict) into out, printing a line per context with the "
+                        "time so far and the time left (docs/findings.md).",
             keys=(("method=NAME", "the method whose cache is diagnosed (default decoprune)"),
                   ("method.target_pr=P", "... at its knob calibrated to pruning ratio P"),
                   ("experiment=paper_diagnose", "the paper's setup: DeCoPrune on MiniWorld's miniworld_diagnostic8"),
-                  ("limit=N", "the contexts of a seeded sample of N tasks (stratified; default every task's)"),
+                  ("limit=N", "the contexts of a seeded sample of N tasks (stratified, sample_seed=2); default all"),
                   *SELECTION[1:], *MODEL, ("seed=N", "the probes' noise (default 2)"),
                   ("out=DIR", "where the outputs go (default <out_dir>/<data>/diagnose/<label>)"))),
     Command("plan", "predicted device memory per phase and the offloads a run would use", "cmbench.cli.plan",
