@@ -18,6 +18,7 @@ from cmbench.methods import BeforeChunk, ChunkSignals, build_method
 from cmbench.methods.fullkv import FullKV
 from cmbench.methods.streaming import Streaming
 from cmbench.methods.worldkv import WorldKV, anchor_novelty_keep, pose_distance
+from cmbench.methods.worldkv_fixed_window import WorldKVFixedWindow
 from fakes import AttentionBackbone, fake_geometry
 
 G = fake_geometry(num_layers=2, num_heads=2, head_dim=12)  # chunks of 2 frames x 4 tokens = 8
@@ -229,7 +230,7 @@ def test_pose_distance_mixes_normalised_position_and_angle():
 
 
 def test_worldkv_brings_back_the_stored_chunks_nearest_the_camera_pose():
-    method = WorldKV(recent_chunks=1, retrieval_frames=2 * G.chunk_frames)  # two chunks back per chunk
+    method = WorldKVFixedWindow(recent_chunks=1, retrieval_frames=2 * G.chunk_frames)  # two chunks back per chunk
     yaw = torch.tensor([0.0, 0.0, 2.0, 2.0, 1.0, 1.0, 0.1, 0.1, 3.0, 3.0, 0.05, 0.05])  # chunks 0..5
     poses = torch.eye(4, dtype=torch.float64).repeat(len(yaw), 1, 1)
     poses[:, 0, 0], poses[:, 0, 2], poses[:, 2, 0], poses[:, 2, 2] = yaw.cos(), yaw.sin(), -yaw.sin(), yaw.cos()

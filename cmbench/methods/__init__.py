@@ -16,6 +16,7 @@ from cmbench.methods import (  # noqa: F401  (importing registers each method)
     streaming,
     tempdiff,
     worldkv,
+    worldkv_fixed_window,
 )
 from cmbench.methods.base import BeforeChunk, ChunkSignals, Method, Needs, ScoredMethod
 from cmbench.methods.registry import build_method, describe_methods, method_class, method_names, register

@@ -11,7 +11,7 @@ from cmbench.methods.registry import describe_methods
 
 # order of the table: the reference, the baselines, then DeCoPrune and its controls
 ORDER = ("fullkv", "streaming", "decoprune", "decoprune_reverse", "decoprune_hs", "random", "tempdiff", "forcingkv",
-         "dummyforcing", "worldkv", "key_retrieval")
+         "dummyforcing", "worldkv", "worldkv_fixed_window", "key_retrieval")
 MARKERS = ("<!-- methods -->", "<!-- /methods -->")
 
 

@@ -1,7 +1,7 @@
 """Key retrieval: WorldKV's store and compression, with chunks brought back by query-key similarity.
 
-The pose-free counterpart of :mod:`cmbench.methods.worldkv` (the retrieval signal of InfLLM- and
-Quest-style LLM methods): before each chunk, its first denoising call is run once in a probe to read
+The pose-free counterpart of :mod:`cmbench.methods.worldkv_fixed_window`, on its device window (the
+retrieval signal of InfLLM- and Quest-style LLM methods): before each chunk, its first denoising call is run once in a probe to read
 each layer's queries, and every bank brings back the stored chunks whose keys the chunk's queries
 score highest: ``mean over heads of <q_h, k_h>``, with ``q_h`` the chunk's mean query and ``k_h`` the
 stored chunk's mean key of head ``h``, i.e. the mean attention logit between the chunk's queries and
@@ -18,27 +18,26 @@ import torch
 
 from cmbench.cache import Bank, KVCache
 from cmbench.methods.base import BeforeChunk, Needs
-from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
-from cmbench.methods.worldkv import WorldKV
+from cmbench.methods.worldkv_fixed_window import WorldKVFixedWindow
 from cmbench.parallel.cache import head_sums, model_totals
 
 
 @register
 @dataclass
-class KeyRetrieval(WorldKV):
-    """WorldKV's device window, store and compression; stored chunks retrieved per layer by the mean
-    attention logit of the chunk's queries (measured in a probe of its first call) to their keys.
+class KeyRetrieval(WorldKVFixedWindow):
+    """The fixed-window WorldKV's device window, store and compression; stored chunks retrieved per layer
+    by the mean attention logit of the chunk's queries (measured in a probe of its first call) to their keys.
 
-    Parameters are :class:`WorldKV`'s; ``retrieval_frames`` is the device budget knob.
+    Parameters are :class:`~cmbench.methods.worldkv_fixed_window.WorldKVFixedWindow`'s; ``retrieval_frames``
+    is the device budget knob.
     """
 
     name = "key_retrieval"
-    description = ("WorldKV's store and compression without poses: each layer brings back the stored chunks "
-                   "whose keys the chunk's queries (probe of its first call) score highest")
+    description = ("`worldkv_fixed_window`'s window, store and compression without poses: each layer brings back the "
+                   "stored chunks whose keys the chunk's queries (probe of its first call) score highest")
     paper = ""
     paper_title = ""
-    knob = Knob("retrieval_frames", 0, 512, increasing=False, integer=True)
 
     def needs(self) -> Needs:
         return Needs(query_probe=True)

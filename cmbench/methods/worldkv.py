@@ -1,20 +1,33 @@
-"""WorldKV: evicted chunks kept in a host store, compressed, and brought back by camera pose.
+"""WorldKV: a fixed device budget of sink, pose-retrieved chunks and a recent window; history in a host store.
 
-The rule as WorldKV's public code runs it (cvlab-kaist/WorldKV, ``wan/image2video_fast.py`` and
-``wan/modules/model_fast.py``; docs/protocol.md lists the facts and CMBench's readings):
+The rule as WorldKV's public code runs it (cvlab-kaist/WorldKV: ``wan/image2video_fast.py``,
+``WanI2VFast.generate``, and ``wan/modules/model_fast.py``, ``CausalWanSelfAttention.forward`` and
+``_compress_retrieval_kv``; docs/protocol.md lists the facts and CMBench's readings):
 
-- the device holds the sink, the recent window and the retrieved chunks;
-- every chunk that leaves the recent window is compressed against its first (anchor) frame and kept
-  in a host bank: the anchor frame whole, and of the other frames the tokens whose key is least
-  similar (cosine over all heads) to the anchor frame's mean key, ``ceil(keep_ratio * tokens per
-  frame)`` per non-anchor frame, chosen jointly over those frames ("pooled");
-- before each chunk, the stored chunks (sink and recent window excluded) nearest the chunk's camera
-  pose are retrieved: ``retrieval_frames // chunk_frames`` chunks with the smallest
-  ``0.5 * d_t / max d_t + 0.5 * d_r / max d_r``, ``d_t`` the squared distance of the chunks' mean camera
-  positions and ``d_r`` the geodesic angle between their mean rotation matrices.
+- the device holds a fixed budget of ``sink + retrieval_frames + recent`` latent frames, the chunk being
+  generated included (WorldKV: ``window_size = sink_size + retrieval_frames + recent_size`` frames, the
+  rolling cache the current chunk is written into);
+- while no stored chunk can be retrieved (the first chunks), the whole budget is a rolling window: the
+  sink and the newest frames, up to the budget;
+- once one can, a chunk sees the sink, the retrieved chunks and a recent window of ``recent_chunks``
+  chunks plus itself (WorldKV's ``recent_size`` of 6 frames: its own 3-frame chunk and the one before).
+  Retrieval slots left unfilled and the tokens compression removed stay free: the recent window does not
+  grow into them. Candidates end one chunk before the recent window, so the chunk just before it is
+  neither seen nor retrievable (WorldKV excludes ``max(1, recent_size // chunk_size)`` chunks, its recent
+  window reads one);
+- every chunk that leaves the device is kept in a host store, compressed against its first (anchor) frame:
+  the anchor frame whole, and of the other frames the tokens whose key is least similar (cosine over all
+  heads) to the anchor frame's mean key, ``ceil(keep_ratio * tokens per frame)`` per non-anchor frame,
+  chosen jointly over those frames ("pooled");
+- before each chunk, the stored candidates nearest the chunk's camera pose are retrieved:
+  ``retrieval_frames // chunk_frames`` chunks with the smallest ``0.5 * d_t / max d_t + 0.5 * d_r / max d_r``,
+  ``d_t`` the squared distance of the chunks' mean camera positions and ``d_r`` the geodesic angle between
+  their mean rotation matrices.
 
 Retrieved keys keep their own temporal positions (WorldKV's RoPE correction is off by default), as a
-kept key would: CMBench restores them at their original places.
+kept key would: CMBench restores them at their original places. :class:`StoreRetrieval` holds what this
+rule shares with the fixed-window reading (:mod:`cmbench.methods.worldkv_fixed_window`) and key
+retrieval (:mod:`cmbench.methods.key_retrieval`).
 """
 
 from __future__ import annotations
@@ -27,6 +40,8 @@ from typing import Callable, ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, HostStore, KVCache, uniform_layout
+from cmbench.cache.kv_cache import BankSelector
+from cmbench.cache.store import Segment
 from cmbench.errors import ConfigError
 from cmbench.methods.base import BeforeChunk, ChunkSignals, Method, Needs
 from cmbench.methods.knobs import Knob
@@ -103,35 +118,30 @@ def pose_distance(current: torch.Tensor, candidates: torch.Tensor) -> torch.Tens
     return 0.5 * scaled(d_t) + 0.5 * scaled(d_r)
 
 
-@register
 @dataclass
-class WorldKV(Method):
-    """Sink + recent window on the device; older chunks compressed into a host store and retrieved by
-    camera pose before each chunk.
+class StoreRetrieval(Method):
+    """History off the device: chunks leaving the device banks are compressed into a host store, and
+    chosen stored chunks are restored before each chunk's first model call (not registered: the base of
+    ``worldkv``, ``worldkv_fixed_window`` and ``key_retrieval``).
+
+    Subclasses say what the device keeps after each chunk (:meth:`device_keep`), how large a bank may
+    grow (:meth:`layout`) and where the candidates end (:meth:`candidate_stop`); the chooser is by camera
+    pose (:meth:`chooser`).
 
     Parameters
     ----------
-    recent_chunks : int
-        Dense recent window (WorldKV: 6 latent frames, two of its 3-frame chunks).
     retrieval_frames : int
-        Retrieval budget in latent frames: ``retrieval_frames // chunk_frames`` stored chunks are
-        brought back per chunk (WorldKV's run script: 18). The device budget knob.
+        Retrieval budget in latent frames: ``retrieval_frames // chunk_frames`` stored chunks are brought
+        back per chunk. The device budget knob.
     keep_ratio : float
         Share of each non-anchor frame's tokens a stored chunk keeps (WorldKV: 0.5).
     store_max_bytes : int or None
         Bound of the host store (oldest chunks dropped first); ``None``: unbounded, as WorldKV's bank.
     """
 
-    name = "worldkv"
-    description = ("sink + recent window; older chunks compressed against their anchor frame into a host store, "
-                   "the chunks nearest the camera pose brought back before each chunk")
-    paper = "https://arxiv.org/abs/2605.22718"
-    paper_title = "WorldKV, arXiv 2605.22718"
-    knob = Knob("retrieval_frames", 0, 512, increasing=False, integer=True)
-
+    knob: ClassVar[Knob | None] = Knob("retrieval_frames", 0, 512, increasing=False, integer=True)
     knob_minimums: ClassVar[dict[str, float]] = {"retrieval_frames": 0, "keep_ratio": 0, "store_max_bytes": 0}
 
-    recent_chunks: int = 2
     retrieval_frames: int = 18
     keep_ratio: float = 0.5
     store_max_bytes: int | None = None
@@ -148,7 +158,7 @@ class WorldKV(Method):
         return HostStore("cpu", self.store_max_bytes)
 
     def retrieved_chunks(self, geometry) -> int:
-        """Stored chunks brought back per chunk."""
+        """Stored chunks brought back per chunk (retrieval slots)."""
         return self.retrieval_frames // geometry.chunk_frames
 
     def stored_tokens_per_chunk(self, geometry) -> int:
@@ -157,18 +167,23 @@ class WorldKV(Method):
         per_frame = max(1, math.ceil(self.keep_ratio * T))
         return f * T if per_frame >= T or f == 1 else T + (f - 1) * per_frame
 
-    def layout(self, geometry) -> list[list[HeadGroup]]:
-        """One bank per layer sized for the sink, the recent window and the retrieved chunks."""
-        size = (self.sink_chunks + self.recent_chunks + self.retrieved_chunks(geometry)) * geometry.tokens_per_chunk
+    def bank_layout(self, geometry, history_tokens: int) -> list[list[HeadGroup]]:
+        """One bank per layer of at most ``history_tokens`` (capped by ``max_history_tokens``)."""
         if self.max_history_tokens is not None:
-            size = min(size, self.max_history_tokens)
-        return uniform_layout(geometry.num_layers, geometry.num_heads, "all", size)
+            history_tokens = min(history_tokens, self.max_history_tokens)
+        return uniform_layout(geometry.num_layers, geometry.num_heads, "all", history_tokens)
 
     # ------------------------------------------------------------------ retrieval
+    def candidate_stop(self, index: int) -> int:
+        """Stored chunks below this index (and not in the sink) may be retrieved for chunk ``index``
+        (default: up to the recent window)."""
+        return index - self.recent_chunks
+
     def candidates(self, cache: KVCache, chunk: ChunkInfo) -> list[int]:
-        """Stored chunks that may be retrieved for ``chunk``: outside the sink and the recent window."""
+        """Stored chunks that may be retrieved for ``chunk``: from the sink's end to :meth:`candidate_stop`."""
         assert cache.store is not None
-        return [c for c in cache.store.stored_chunks() if self.sink_chunks <= c < chunk.index - self.recent_chunks]
+        stop = self.candidate_stop(chunk.index)
+        return [c for c in cache.store.stored_chunks() if self.sink_chunks <= c < stop]
 
     def chooser(self, cache: KVCache, sig: BeforeChunk, candidates: list[int]) -> Callable[[Bank], list[int]]:
         """``bank -> candidates to bring back into it``: the nearest by camera pose, one choice for every
@@ -194,24 +209,88 @@ class WorldKV(Method):
         cache.restore(lambda bank: store.gids((bank.layer, bank.group), choice(bank)))
 
     # ------------------------------------------------------------------ eviction
+    def device_keep(self, sig: ChunkSignals) -> BankSelector:
+        """The history rows the device keeps once ``sig.chunk`` is committed (default: sink + recent window)."""
+        return lambda bank: self.protected(bank, sig.chunk)
+
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
-        """Compress the chunk leaving the recent window, then move every unprotected row (that chunk and
-        the retrieved ones) to the store."""
+        """Store a compressed copy of every chunk that starts leaving the device, drop what
+        :meth:`device_keep` does not keep (restored rows included: the store holds them), then enforce
+        ``max_history_tokens``."""
         newest = sig.chunk
-        leaving = newest.index - self.recent_chunks
-        if leaving >= self.sink_chunks and self.keep_ratio < 1.0:
-            info = cache.chunk(leaving)
-            g = sig.geometry
-            masks: dict[int, torch.Tensor] = {}
-            for bank in cache.all_banks():
-                rows = (bank.field("chunk") == leaving).nonzero().squeeze(1)
-                if len(rows) != info.length:  # already compressed (or never stored whole)
+        keep = self.device_keep(sig)
+        store = cache.store
+        assert store is not None
+        T = sig.geometry.tokens_per_frame
+        masks: dict[int, torch.Tensor] = {}
+        for bank in cache.all_banks():
+            mask = masks[id(bank)] = keep(bank)
+            chunk = bank.field("chunk")
+            for c in torch.unique(chunk[~mask]).tolist():
+                info = cache.chunk(c)
+                rows = (chunk == c).nonzero().squeeze(1)
+                if len(rows) != info.length:  # stored when its first rows left (or restored compressed)
                     continue
                 keys = bank.gather(rows)[0]
-                keys = keys.reshape(keys.shape[0], info.num_frames, g.tokens_per_frame, *keys.shape[2:])
-                keep = torch.ones(bank.n, dtype=torch.bool)
-                keep[rows] = anchor_novelty_keep(keys, self.keep_ratio, partial(head_sums, cache))
-                masks[id(bank)] = keep
-            cache.compact(lambda bank: masks.get(id(bank), torch.ones(bank.n, dtype=torch.bool)))
-        cache.compact(lambda bank: self.protected(bank, newest), to_store=True)
+                keys = keys.reshape(keys.shape[0], info.num_frames, T, *keys.shape[2:])
+                kept = rows[anchor_novelty_keep(keys, self.keep_ratio, partial(head_sums, cache))]
+                store.put((bank.layer, bank.group), Segment(*bank.extract(kept)))
+        cache.compact(lambda bank: masks[id(bank)])
         self._enforce_limits(cache, newest)
+
+
+@register
+@dataclass
+class WorldKV(StoreRetrieval):
+    """A fixed device budget as WorldKV fills it: sink + pose-retrieved chunks + recent window, the chunk
+    being generated included; a rolling window of the whole budget while nothing can be retrieved.
+
+    Parameters
+    ----------
+    recent_chunks : int
+        Committed chunks of the recent window once retrieval runs; with the chunk being generated, WorldKV's
+        ``recent_size`` (6 frames: two of its 3-frame chunks, its own and the one before). Default 1.
+    retrieval_frames : int
+        Retrieval budget in latent frames (``retrieval_frames // chunk_frames`` slots). Default 24: the
+        run script's 18 frames are 6 of WorldKV's 3-frame chunks, 6 of CMBench's 4-frame chunks are 24.
+    keep_ratio, store_max_bytes
+        As :class:`StoreRetrieval`.
+
+    The device budget (:meth:`budget_frames`) is ``sink_chunks * chunk_frames + retrieval_frames +
+    (recent_chunks + 1) * chunk_frames`` latent frames: 36 by default, WorldKV's 27 frames (9 chunks of 3)
+    as 9 chunks of 4.
+    """
+
+    name = "worldkv"
+    description = ("a fixed device budget (current chunk included): sink + recent window + the stored chunks nearest "
+                   "the camera pose, compressed against their anchor frame in a host store; a rolling window of the "
+                   "whole budget until a chunk can be retrieved")
+    paper = "https://arxiv.org/abs/2605.22718"
+    paper_title = "WorldKV, arXiv 2605.22718"
+
+    retrieval_frames: int = 24
+
+    def budget_frames(self, geometry) -> int:
+        """Latent frames on the device while a chunk is denoised, that chunk included."""
+        return (self.sink_chunks + self.recent_chunks + 1) * geometry.chunk_frames + self.retrieval_frames
+
+    def layout(self, geometry) -> list[list[HeadGroup]]:
+        """One bank per layer sized for the budget less the chunk being generated."""
+        return self.bank_layout(geometry, (self.budget_frames(geometry) - geometry.chunk_frames) * geometry.tokens_per_frame)
+
+    def candidate_stop(self, index: int) -> int:
+        """One chunk before the recent window: the chunk just before it is neither seen nor retrieved."""
+        return index - self.recent_chunks - 1
+
+    def retrieves(self, index: int, geometry) -> bool:
+        """Whether chunk ``index`` retrieves: it has retrieval slots and a chunk index to retrieve."""
+        return self.retrieved_chunks(geometry) > 0 and self.candidate_stop(index) > self.sink_chunks
+
+    def device_keep(self, sig: ChunkSignals) -> BankSelector:
+        """For the next chunk: sink + recent window when it retrieves, else sink + the newest frames up to
+        the budget less that chunk (a rolling window)."""
+        g, newest = sig.geometry, sig.chunk
+        if self.retrieves(newest.index + 1, g):
+            return super().device_keep(sig)
+        first = newest.frame_end - (self.budget_frames(g) - (self.sink_chunks + 1) * g.chunk_frames)
+        return lambda bank: (bank.field("chunk") < self.sink_chunks) | (bank.field("frame") >= first)
