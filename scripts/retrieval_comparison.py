@@ -1,6 +1,6 @@
 """Retrieval methods against eviction methods at a matched device budget, by task type, with the store beside.
 
-    python -m cmbench curves "methods=[worldkv,key_retrieval,decoprune,random,streaming]" \
+    python -m cmbench curves "methods=[worldkv,worldkv_fixed_window,key_retrieval,decoprune,random,streaming]" \
         "target_prs=[0.85]" limit=4 calibration.tasks=2 out_dir=runs_cmp
     python scripts/retrieval_comparison.py runs_cmp/miniworld/leaderboard/curves.csv \
         runs_cmp/miniworld/<fullkv run> --out results/miniworld/retrieval_comparison.csv
@@ -8,7 +8,9 @@
 For each point of the curves (one method at one target device PR, its knob calibrated on the
 calibration world) and for FullKV: the realised device PR, the mean score over all tasks and per task
 type (Reappear, Revisit), the peak device KV, the peak host-store bytes and the bytes moved host <->
-device per generated chunk (retrieval methods only), read from the runs' records. Writes the CSV and
+device per generated chunk (retrieval methods only: ``worldkv``, WorldKV's fixed device budget, beside
+``worldkv_fixed_window``, CMBench's earlier fixed-window reading, and ``key_retrieval``), read from the
+runs' records. Writes the CSV and
 prints it as a markdown table, with the number of tasks: a small subset is a small subset.
 """
 
