@@ -2,6 +2,11 @@
 
 Checks what a user relies on: the run directory and its files, resume after SIGKILL, a failing task
 recorded while the run goes on, and a -m sweep ending with its leaderboard.
+
+The command runs in a real subprocess where the process is what is tested (the run directory written by
+``python -m cmbench run``, a SIGKILL mid-run, a user's plugin edited between runs, ``leaderboard`` on odd
+names); elsewhere it runs in this process (:func:`run_here`: the same ``main`` the command line calls,
+without paying Python, torch and Hydra's start-up again).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cmbench.cli.main import main
 from cmbench.runs.records import read_all_records
 from test_tiny_backbone import random_model
 
@@ -45,6 +52,21 @@ def setup(tmp_path_factory):
     return tmp, weights
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """The small suite as ``prepare`` builds it, once for the module: the tests that damage a suite copy it
+    (what they check is how run and validate read a damaged suite; the builder's own tests are
+    tests/test_miniworld_suite.py)."""
+    suite = tmp_path_factory.mktemp("prepared") / "suite"
+    assert main(["prepare", "data=miniworld", f"data.root={suite}", *SMALL_SUITE, "data.check_counts=false"]) == 0
+    return suite
+
+
+def copy_of(suite: Path, where: Path) -> Path:
+    shutil.copytree(suite, where)
+    return where
+
+
 def cmbench(tmp: Path, weights: Path, *args: str, data_root: Path | None = None, background: bool = False):
     cmd = [sys.executable, "-m", "cmbench", "run", f"data.root={data_root or tmp / 'suite'}", *SMALL_SUITE,
            f"backbone.path={weights}", f"out_dir={tmp / 'runs'}", "progress=false", *args]
@@ -52,6 +74,18 @@ def cmbench(tmp: Path, weights: Path, *args: str, data_root: Path | None = None,
     if background:
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def run_here(capsys, tmp: Path, weights: Path, *args: str, data_root: Path | None = None,
+             command: str = "run") -> subprocess.CompletedProcess:
+    """What :func:`cmbench` does (the same arguments, ``out_dir`` last wins), in this process: the exit code
+    and what it printed, as a finished process."""
+    argv = [command, f"data.root={data_root or tmp / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
+            f"out_dir={tmp / 'runs'}", "progress=false", *args]
+    capsys.readouterr()
+    code = main(argv)
+    printed = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, printed.out, printed.err)
 
 
 def stable(records):
@@ -63,11 +97,19 @@ def only_run_dir(root: Path) -> Path:
     return run_dir
 
 
-def test_run_writes_a_complete_run_directory_and_resumes(setup):
+@pytest.fixture(scope="module")
+def decoprune_run(setup):
+    """``python -m cmbench run method=decoprune method.quota_pr=0.8`` on the small suite, in a real process,
+    once: the run directory the first test checks and the last test rescores (neither writes into it)."""
     tmp, weights = setup
-    out = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8")
+    return cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8", f"out_dir={tmp / 'decoprune'}")
+
+
+def test_run_writes_a_complete_run_directory_and_resumes(setup, decoprune_run, capsys):
+    tmp, weights = setup
+    out = decoprune_run
     assert out.returncode == 0, out.stderr
-    run_dir = only_run_dir(tmp / "runs")
+    run_dir = only_run_dir(tmp / "decoprune")
     assert run_dir.name.startswith("decoprune__tiny__light__")
     assert (run_dir / "config.yaml").is_file()
     records = read_all_records(run_dir)
@@ -87,7 +129,7 @@ def test_run_writes_a_complete_run_directory_and_resumes(setup):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tasks_ok"] == 4 and summary["tasks_failed"] == 0
     assert summary["pr"] == pytest.approx(sum(r["pr"] for r in records) / 4)
-    again = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8")
+    again = run_here(capsys, tmp, weights, "method=decoprune", "method.quota_pr=0.8", f"out_dir={tmp / 'decoprune'}")
     assert again.returncode == 0 and "(0 run now, 4 cached)" in again.stdout
     assert len(read_all_records(run_dir)) == 4
 
@@ -104,9 +146,9 @@ def first_record(out_dir: Path, proc: subprocess.Popen, seconds: float = 300) ->
     return None
 
 
-def test_sigkill_then_rerun_equals_an_uninterrupted_run(setup, tmp_path):
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(setup, tmp_path, capsys):
     tmp, weights = setup
-    clean = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'clean'}")
+    clean = run_here(capsys, tmp, weights, "method=streaming", f"out_dir={tmp_path / 'clean'}")
     assert clean.returncode == 0, clean.stderr
     proc = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'killed'}", background=True)
     records_file = first_record(tmp_path / "killed", proc)
@@ -114,22 +156,19 @@ def test_sigkill_then_rerun_equals_an_uninterrupted_run(setup, tmp_path):
     proc.wait(timeout=60)
     assert records_file is not None, "the run finished no task before the deadline"
     assert 1 <= len(read_all_records(records_file.parent)) < 4
-    resumed = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'killed'}")
+    resumed = run_here(capsys, tmp, weights, "method=streaming", f"out_dir={tmp_path / 'killed'}")
     assert resumed.returncode == 0, resumed.stderr
     got = read_all_records(records_file.parent)
     assert len(got) == 4
     assert stable(got) == stable(read_all_records(only_run_dir(tmp_path / "clean")))
 
 
-def test_a_failing_task_is_recorded_and_the_run_goes_on(setup, tmp_path):
+def test_a_failing_task_is_recorded_and_the_run_goes_on(setup, prepared, tmp_path, capsys):
     tmp, weights = setup
-    suite = tmp_path / "suite"
-    build = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", f"data.root={suite}",
-                            *SMALL_SUITE, "data.check_counts=false"], cwd=REPO, capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
+    suite = copy_of(prepared, tmp_path / "suite")
     for npz in (suite / "context").glob("*/syn_002.npz"):
         npz.write_bytes(b"corrupt")
-    out = cmbench(tmp, weights, "method=streaming", f"out_dir={tmp_path / 'runs'}", data_root=suite)
+    out = run_here(capsys, tmp, weights, "method=streaming", f"out_dir={tmp_path / 'runs'}", data_root=suite)
     assert out.returncode == 3
     assert "failed: syn_002_reappear_01" in out.stderr
     records = {r["task_id"]: r for r in read_all_records(only_run_dir(tmp_path / "runs"))}
@@ -141,10 +180,10 @@ def test_a_failing_task_is_recorded_and_the_run_goes_on(setup, tmp_path):
     assert summary["tasks_failed"] == 1 and summary["tasks_ok"] == 3
 
 
-def test_sweep_ends_with_a_leaderboard(setup, tmp_path):
+def test_sweep_ends_with_a_leaderboard(setup, tmp_path, capsys):
     tmp, weights = setup
     one_context = "task_ids=[syn_001_revisit_01,syn_001_reappear_01]"
-    out = cmbench(tmp, weights, "-m", "method=fullkv,streaming", one_context, f"out_dir={tmp_path / 'runs'}")
+    out = run_here(capsys, tmp, weights, "-m", "method=fullkv,streaming", one_context, f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
     board = tmp_path / "runs" / "miniworld" / "leaderboard"
     for name in ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "paired_deltas.csv",
@@ -157,8 +196,6 @@ def test_sweep_ends_with_a_leaderboard(setup, tmp_path):
 
 def in_process(tmp: Path, weights: Path, out_dir: Path, *args: str) -> int:
     """``python -m cmbench run ...`` in this process (for refusals and simulated file-system faults)."""
-    from cmbench.cli.main import main
-
     return main(["run", f"data.root={tmp / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
                  f"out_dir={out_dir}", "progress=false", *args])
 
@@ -249,25 +286,25 @@ def test_an_unwritable_out_dir_or_a_full_disk_is_one_line(setup, tmp_path, capsy
     assert [r["status"] for r in read_all_records(only_run_dir(out_dir))] == ["ok"]
 
 
-def test_a_changed_miniworld_knob_rebuilds_the_suite(setup, tmp_path):
+def test_a_changed_miniworld_knob_rebuilds_the_suite(setup, tmp_path, capsys):
     """data.world_seed=1 on a world_seed=0 suite must not reuse it (it did, recording world_seed 1)."""
     tmp, weights = setup
     suite = tmp_path / "suite"
     one = ["task_ids=[syn_001_revisit_01]", "method=streaming", f"out_dir={tmp_path / 'runs'}"]
-    first = cmbench(tmp, weights, *one, data_root=suite)
+    first = run_here(capsys, tmp, weights, *one, data_root=suite)
     assert first.returncode == 0, first.stderr
     manifest = (suite / "metadata.jsonl").read_text()
-    second = cmbench(tmp, weights, *one, "data.world_seed=1", data_root=suite)
+    second = run_here(capsys, tmp, weights, *one, "data.world_seed=1", data_root=suite)
     assert second.returncode == 0, second.stderr
     assert "rebuilding" in second.stderr and "world_seed: 0 -> 1" in second.stderr
     assert (suite / "metadata.jsonl").read_text() != manifest
     assert json.loads((suite / "build.json").read_text())["config"]["world_seed"] == 1
 
 
-def test_run_and_leaderboard_agree_on_odd_data_names(setup, tmp_path):
+def test_run_and_leaderboard_agree_on_odd_data_names(setup, tmp_path, capsys):
     tmp, weights = setup
-    out = cmbench(tmp, weights, "task_ids=[syn_001_revisit_01]", "method=streaming", "data.name=mini world",
-                  f"out_dir={tmp_path / 'runs'}")
+    out = run_here(capsys, tmp, weights, "task_ids=[syn_001_revisit_01]", "method=streaming", "data.name=mini world",
+                   f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mini-world"]
     board = subprocess.run([sys.executable, "-m", "cmbench", "leaderboard", "data.name=mini world",
@@ -276,18 +313,16 @@ def test_run_and_leaderboard_agree_on_odd_data_names(setup, tmp_path):
     assert "| streaming |" in board.stdout and (tmp_path / "runs" / "mini-world" / "leaderboard").is_dir()
 
 
-def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup, tmp_path):
+def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup, decoprune_run, tmp_path, capsys):
     tmp, weights = setup
-    out = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8", f"out_dir={tmp_path / 'runs'}")
+    out = decoprune_run
     assert out.returncode == 0, out.stderr
-    run_dir = only_run_dir(tmp_path / "runs")
+    run_dir = only_run_dir(tmp / "decoprune")
     ran = {r["task_id"]: r for r in read_all_records(run_dir)}
     assert all((run_dir / r["video"]).suffix == ".mkv" for r in ran.values())  # the lossless copies
     scored_dir = tmp_path / "rescored"
-    rescore = subprocess.run(
-        [sys.executable, "-m", "cmbench", "score", f"videos={run_dir / 'videos'}", f"data.root={tmp / 'suite'}",
-         *SMALL_SUITE, f"out={scored_dir}", "scorer.cache_dir=null"],  # no cache: really recomputed
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    rescore = in_this_process(capsys, "score", f"videos={run_dir / 'videos'}", f"data.root={tmp / 'suite'}",
+                              *SMALL_SUITE, f"out={scored_dir}", "scorer.cache_dir=null")  # no cache: really recomputed
     assert rescore.returncode == 0, rescore.stdout + rescore.stderr
     assert "warning" not in rescore.stderr  # 16 frames of 32x32, as MiniWorld expects
     rescored = {r["task_id"]: r for r in read_all_records(scored_dir)}
@@ -298,25 +333,20 @@ def test_scoring_a_runs_saved_continuations_reproduces_its_scores_exactly(setup,
         assert rescored[task_id]["best_frame"] == r["best_frame"] and rescored[task_id]["best_box"] == r["best_box"]
     skipped = [line for line in rescore.stdout.splitlines() if ".mp4: " in line]
     assert len(skipped) == 4 and all(".mkv is scored instead" in line for line in skipped)
-    board = subprocess.run([sys.executable, "-m", "cmbench", "leaderboard", f"runs=[{run_dir},{scored_dir}]",
-                            f"leaderboard.out={tmp_path / 'board'}"], cwd=REPO, capture_output=True, text=True,
-                           timeout=300)
+    board = in_this_process(capsys, "leaderboard", f"runs=[{run_dir},{scored_dir}]",
+                            f"leaderboard.out={tmp_path / 'board'}")
     assert board.returncode == 0, board.stderr
     assert "| Method | light (95% CI) |" in board.stdout
     rows = {line.split("|")[1].strip(): line for line in board.stdout.splitlines() if line.startswith("| ")}
     assert rows["decoprune@quota_pr=0.8"].split("|")[2] == rows[run_dir.name].split("|")[2]  # same mean and CI
 
 
-def test_validate_checks_miniworld_npz_files_as_run_reads_them(tmp_path):
-    suite = tmp_path / "suite"
+def test_validate_checks_miniworld_npz_files_as_run_reads_them(prepared, tmp_path, capsys):
+    suite = copy_of(prepared, tmp_path / "suite")
     args = [f"data.root={suite}", *SMALL_SUITE, "data.check_counts=false"]
-    build = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", *args], cwd=REPO,
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr
     (suite / "context" / "synthetic" / "syn_002.npz").write_bytes(b"corrupt")
     (suite / "ground_truth" / "real_001_reappear_01.npz").unlink()
-    out = subprocess.run([sys.executable, "-m", "cmbench", "validate", "data=miniworld", *args], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = in_this_process(capsys, "validate", "data=miniworld", *args)
     assert out.returncode == 1
     assert "miniworld.context_frames: task syn_002_reappear_01: cannot read" in out.stderr
     assert "miniworld.ground_truth: task real_001_reappear_01:" in out.stderr and "not found" in out.stderr
@@ -339,12 +369,15 @@ class MyPress(DeCoPrune):
 ONE_CONTEXT = "task_ids=[syn_001_revisit_01,syn_001_reappear_01]"
 
 
-def leaderboard_of(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cmbench", "leaderboard", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def in_this_process(capsys, *argv: str) -> subprocess.CompletedProcess:
+    """``python -m cmbench <argv>`` in this process: its exit code and what it printed, as a finished process."""
+    capsys.readouterr()
+    code = main(list(argv))
+    printed = capsys.readouterr()
+    return subprocess.CompletedProcess(list(argv), code, printed.out, printed.err)
 
 
-def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kept_only_loudly(setup, tmp_path):
+def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kept_only_loudly(setup, tmp_path, capsys):
     tmp, weights = setup
     code, conf = tmp_path / "code", tmp_path / "conf"
     (conf / "method").mkdir(parents=True)
@@ -376,7 +409,7 @@ def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kep
     assert "(0 run now, 2 cached)" in run().stdout  # a docstring is not code
     relabelled = run("label=mine")
     assert "\nmine: 2/2 tasks ok (0 run now, 2 cached)" in relabelled.stdout
-    board = leaderboard_of(f"runs=[{run_dir}]", f"leaderboard.out={tmp_path / 'board'}")
+    board = in_this_process(capsys, "leaderboard", f"runs=[{run_dir}]", f"leaderboard.out={tmp_path / 'board'}")
     assert board.returncode == 0, board.stderr
     assert "| mine |" in board.stdout and "my_press" not in board.stdout  # the current label
     (code / "my_press.py").write_text(PLUGIN.replace("gamma: float = 0.1", "gamma: float = 0.5"))
@@ -386,7 +419,7 @@ def test_an_edited_plugin_is_recomputed_a_relabel_is_not_and_old_records_are_kep
             "results are not this code's: syn_001_") in kept.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tasks_other_code"] == 2 and len(summary["other_code_task_ids"]) == 2
-    board = leaderboard_of(f"runs=[{run_dir}]", f"leaderboard.out={tmp_path / 'board'}")
+    board = in_this_process(capsys, "leaderboard", f"runs=[{run_dir}]", f"leaderboard.out={tmp_path / 'board'}")
     assert "| mine † |" in board.stdout and "computed by other code" in board.stdout
     records = read_all_records(run_dir)
     assert len(records) == 4 and len({r["code_hash"] for r in records}) == 2
@@ -401,9 +434,10 @@ def main_table(stdout):
     return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
 
 
-def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_deterministic_cost(setup, tmp_path):
+def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_deterministic_cost(setup, tmp_path,
+                                                                                               capsys):
     tmp, weights = setup
-    out = cmbench(tmp, weights, "-m", "method=decoprune", "method.quota_pr=0.8,0.9", "seed=2,3", ONE_CONTEXT,
+    out = run_here(capsys, tmp, weights, "-m", "method=decoprune", "method.quota_pr=0.8,0.9", "seed=2,3", ONE_CONTEXT,
                   f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
     rows = {line.split("|")[1].strip(): line.split("|") for line in main_table(out.stdout) if line.startswith("| d")}
@@ -411,8 +445,8 @@ def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_dete
     assert all(cells[8].strip().startswith("2 (sd ") and cells[9].strip() == "4" for cells in rows.values())
     board = pd.read_csv(tmp_path / "runs" / "miniworld" / "leaderboard" / "leaderboard_by_seed.csv")
     assert sorted(board["seed"]) == [2, 2, 3, 3]
-    again = cmbench(tmp, weights, "method=decoprune", "method.quota_pr=0.8", "seed=2", ONE_CONTEXT,
-                    f"out_dir={tmp_path / 'again'}")
+    again = run_here(capsys, tmp, weights, "method=decoprune", "method.quota_pr=0.8", "seed=2", ONE_CONTEXT,
+                     f"out_dir={tmp_path / 'again'}")
     assert again.returncode == 0, again.stderr
     first = {r["task_id"]: r for run_dir in (tmp_path / "runs" / "miniworld").glob("decoprune__*")
              for r in read_all_records(run_dir) if r["run_seed"] == 2 and r["label"] == "decoprune@quota_pr=0.8"}
@@ -424,12 +458,12 @@ def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_dete
         assert r["attention_keys_per_token"] == first[task_id]["attention_keys_per_token"]
 
 
-def test_a_seed_sweep_with_a_limit_runs_the_same_tasks_for_every_seed(setup, tmp_path):
+def test_a_seed_sweep_with_a_limit_runs_the_same_tasks_for_every_seed(setup, tmp_path, capsys):
     """``limit=N`` draws its sample with ``sample_seed``, not the run's seed: a ``seed=2,6`` sweep is one
     leaderboard row over the same tasks (the run's seed drawing it made the seeds cover different tasks,
     and the sweep's leaderboard refused them: on this suite seeds 2 and 6 draw different pairs)."""
     tmp, weights = setup
-    out = cmbench(tmp, weights, "-m", "method=streaming", "seed=2,6", "limit=2", f"out_dir={tmp_path / 'runs'}")
+    out = run_here(capsys, tmp, weights, "-m", "method=streaming", "seed=2,6", "limit=2", f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
     runs = sorted((tmp_path / "runs" / "miniworld").glob("streaming__*"))
     tasks = [sorted(r["task_id"] for r in read_all_records(run_dir)) for run_dir in runs]
