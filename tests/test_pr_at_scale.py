@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cmbench.benchmarks.pr_at_scale import PLAN, UNIFORM, Scale, measure, proportional_head_map
+from cmbench.benchmarks.pr_at_scale import PAPER_PR, PLAN, TOLERANCE, UNIFORM, Scale, measure, proportional_head_map
 
 
 SMALL = Scale(token_rows=6, token_cols=13, pixel_frames=161)  # 41 latent frames -> 44; 78 tokens per frame
@@ -88,13 +88,18 @@ def test_random_runs_at_decoprunes_pr_on_the_same_signal():
 
 @pytest.mark.slow
 def test_command_writes_the_table_at_lingbot_scale(tmp_path):
+    """The command's table for the two cheap rows (each row is the same three measurements); ForcingKV's PR at
+    LingBot's scale is its row's first measurement (its two others, another layer-head count and drifting keys,
+    cost a minute of CPU each and are not what this checks), measured as the command measures it."""
     out, md = tmp_path / "pr.csv", tmp_path / "pr.md"
-    done = subprocess.run([sys.executable, str(SCRIPT), "--methods", "streaming,tempdiff,forcingkv", "--out", str(out),
+    done = subprocess.run([sys.executable, str(SCRIPT), "--methods", "streaming,tempdiff", "--out", str(out),
                            "--markdown", str(md)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["method"]: r for r in csv.DictReader(out.open())}
     assert rows["streaming"]["pr"] == "95.20" and rows["streaming"]["within_1pt"] == "yes"
     assert rows["tempdiff"]["pr"] == "85.90" and rows["tempdiff"]["pr_drift_keys"] == "85.90"
     assert "| tempdiff | 86.36% | 85.90% | -0.46 | yes |" in md.read_text()
-    assert rows["forcingkv"]["pr"] == "80.58" and rows["forcingkv"]["within_1pt"] == "yes"  # paper 80.62
+    (layers, heads), _ = PLAN["forcingkv"]
+    forcingkv = measure("forcingkv", Scale(), layers, heads, "iid")
+    assert f"{forcingkv:.2f}" == "80.58" and abs(forcingkv - PAPER_PR["forcingkv"]) <= TOLERANCE  # paper 80.62
     assert "target streaming: 95.20% vs the paper's 94.37% (+0.83): within 1 point" in done.stdout
