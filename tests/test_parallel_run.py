@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from cmbench.cli.main import main
 from cmbench.runs.records import read_all_records
 from test_run_command import REPO, SMALL_SUITE, TIMING, first_record, in_process, only_run_dir, stable
 from test_tiny_backbone import random_model
@@ -37,23 +38,22 @@ def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("split")
     weights = tmp / "tiny.safetensors"
     random_model(seed=3).save_pretrained(weights)
-    built = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", f"data.root={tmp / 'suite'}",
-                            *SMALL_SUITE, "data.check_counts=false"], cwd=REPO, capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
+    # the suite is data here, built in this process (tests/test_run_command.py runs prepare in a real one)
+    assert main(["prepare", "data=miniworld", f"data.root={tmp / 'suite'}", *SMALL_SUITE, "data.check_counts=false"]) == 0
     return tmp, weights
 
 
 @pytest.fixture(scope="module")
 def one_process(setup, tmp_path_factory):
-    """The run directory of a method's one-process run (run once per module)."""
+    """The run directory of a method's one-process run (run once per module, in this process: the reference the
+    torchrun runs are compared with; the subprocesses under test are torchrun's)."""
     tmp, weights = setup
     runs: dict[tuple[str, ...], Path] = {}
 
     def run(method: tuple[str, ...]) -> Path:
         if method not in runs:
             out = tmp_path_factory.mktemp("one")
-            done = command(tmp, weights, out, *method)
-            assert done.returncode == 0, done.stderr
+            assert in_process(tmp, weights, out, ONE_CONTEXT, SHORT, *method) == 0
             runs[method] = only_run_dir(out)
         return runs[method]
 

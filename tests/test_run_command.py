@@ -54,11 +54,14 @@ def setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    """The small suite as ``prepare`` builds it, once for the module: the tests that damage a suite copy it
-    (what they check is how run and validate read a damaged suite; the builder's own tests are
-    tests/test_miniworld_suite.py)."""
+    """The small suite as ``python -m cmbench prepare`` builds it (a real process), once for the module: the tests
+    that damage a suite copy it (what they check is how run and validate read a damaged suite; the builder's own
+    tests are tests/test_miniworld_suite.py)."""
     suite = tmp_path_factory.mktemp("prepared") / "suite"
-    assert main(["prepare", "data=miniworld", f"data.root={suite}", *SMALL_SUITE, "data.check_counts=false"]) == 0
+    build = subprocess.run([sys.executable, "-m", "cmbench", "prepare", "data=miniworld", f"data.root={suite}",
+                            *SMALL_SUITE, "data.check_counts=false"], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+    assert build.returncode == 0, build.stderr
     return suite
 
 
