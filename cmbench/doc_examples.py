@@ -28,6 +28,9 @@ VOLATILE = [
     (re.compile(r"\d+(\.\d+)? s/task"), "<t> s/task"),
     (re.compile(r"(\d+[hm])?\d+[ms] elapsed"), "<t> elapsed"),
     (re.compile(r"~(\d+[hm])?\d+[ms] left"), "~<t> left"),
+    (re.compile(r"(task \d+/\d+), (\d+[hm])?\d+[ms]\b"), r"\1, <t>"),  # a calibration probe's tasks
+    (re.compile(r"\((\d+[hm])?\d+[ms]; at most"), "(<t>; at most"),  # ... and the probe
+    (re.compile(r"~(\d+[hm])?\d+[ms] each\)"), "~<t> each)"),
     (re.compile(r"[\d.]+ MB, [\d.]+ s\)"), "<size> MB, <t> s)"),
     (re.compile(r"__[0-9a-f]{10}\b"), "__<hash>"),
 ]

@@ -63,6 +63,8 @@ def test_the_guide_walks_the_whole_loop(page):
     for step in ("cmbench ls method", "cmbench check method=key_norm", "cmbench run -m method=decoprune,key_norm",
                  "python evaluate.py", "key_norm.py", "cmbench leaderboard", "cmbench report"):
         assert any(step in line for line in lines), step
+    sweep = next(line for line in lines if "cmbench run -m" in line)  # the comparison: each method's own rule
+    assert "method.target_pr=0.8" in sweep and "quota" not in sweep  # at a matched PR, not under a quota
     silent = ("export ", "sed ")  # commands that print nothing
     assert all(c.output.strip() for c in page.commands if not c.line.startswith(silent)), "a command without its output"
 
@@ -80,11 +82,11 @@ def test_the_guide_runs_as_printed_and_prints_what_it_shows(page, tmp_path):
     rerun = next(r for r in results if r.command.startswith("python -m cmbench run method=key_norm"))
     assert "2 task(s) recomputed" in rerun.output and "(2 run now, 0 cached)" in rerun.output
     sweep = next(r for r in results if r.command.startswith("python -m cmbench run -m"))
-    before, after = (float(re.findall(r"key_norm@quota_pr=0.8: .*; light ([\d.]+),", r.output)[0])
+    before, after = (float(re.findall(r"key_norm@pr80: .*; light ([\d.]+),", r.output)[0])
                      for r in (sweep, rerun))
     assert after < before  # the page says the edit made the method worse
-    board = next(r for r in results if r.command == "python -m cmbench leaderboard").output
-    assert "| key_norm@quota_pr=0.8 | decoprune@quota_pr=0.8 |" in board
+    board = next(r for r in results if r.command.startswith("python -m cmbench leaderboard")).output
+    assert "| key_norm@pr80 | decoprune@pr80 |" in board and "| key_norm@pr80 | fullkv |" in board
     assert (tmp_path / "my_method/runs/miniworld/report/index.html").is_file()
 
 
