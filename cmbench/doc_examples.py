@@ -7,6 +7,8 @@ command there, in page order, in one bash session (so ``export`` carries over), 
 command's output and exit status. :func:`stable` masks what changes from one run to the next (timings,
 measured FPS, config hashes), so a page's printed output can be compared with a fresh run's, and
 :func:`with_outputs` writes fresh outputs into the page (``scripts/update_doc_examples.py``).
+:func:`task_seconds` reads the seconds per task of the runs a page's commands made, and
+:func:`timings_paragraph` is the README's sentence of them, between :data:`TIMINGS_MARKERS`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import re
 import subprocess
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,10 @@ VOLATILE_COLUMNS = ("FPS speed-up", "FPS")  # measured speed in markdown tables
 # a run's progress line between its first ("N to run") and its last ("; done"): printed every
 # ``progress_seconds``, so how many there are depends on the machine's speed
 INTERIM_PROGRESS = re.compile(r"^\S+: \d+/\d+ tasks \(\d+ cached, \d+ failed\), mean score \S+, .* left$")
+# a run's last progress line when it ran every task (none cached): its run directory's method and seconds per task
+RAN_ALL = re.compile(r"^(?P<method>\S+?)__\S+: (?P<n>\d+)/(?P=n) tasks \(0 cached, 0 failed\), mean score \S+, "
+                     r"(?P<seconds>[\d.]+) s/task, .*; done$")
+TIMINGS_MARKERS = ("<!-- timings -->", "<!-- /timings -->")
 
 
 @dataclass(frozen=True)
@@ -198,3 +205,50 @@ def with_outputs(text: str, page: Page, results: list[Result]) -> str:
         start, end = command.lines
         lines[start:end] = result.output.splitlines()
     return "\n".join(lines) + "\n"
+
+
+def task_seconds(outputs: list[str]) -> dict[str, float]:
+    """Seconds per task of each method's first run that computed every task of its selection, from the
+    progress lines (``progress=false``) of ``outputs``, keyed by the method its run directory names."""
+    seconds: dict[str, float] = {}
+    for output in outputs:
+        for line in output.splitlines():
+            ran = RAN_ALL.match(line.rstrip())
+            if ran:
+                seconds.setdefault(ran.group("method"), float(ran.group("seconds")))
+    return seconds
+
+
+def timings_paragraph(seconds: dict[str, float], load: float, cores: int, tasks: int = 116, width: int = 104) -> str:
+    """The README's time per task: DeCoPrune's and FullKV's seconds per task (:func:`task_seconds` of
+    docs/writing_a_method.md) with the machine's 15-minute load average and cores when measured, and
+    what DeCoPrune's ``tasks`` take at that pace, wrapped at ``width`` columns.
+
+    Raises
+    ------
+    KeyError
+        No DeCoPrune or FullKV run among ``seconds``.
+    """
+    deco, full = seconds["decoprune"], seconds["fullkv"]
+    return textwrap.fill(
+        f"On one CPU thread (`threads=1`, the default) a task takes about {deco:.1f} s with DeCoPrune and "
+        f"{full:.1f} s with FullKV (the runs of docs/writing_a_method.md, DeCoPrune at PR 80%, measured by "
+        f"`scripts/update_doc_examples.py` on {cores} cores at a 15-minute load average of {load:.1f}; a "
+        f"loaded machine is slower), so DeCoPrune's {tasks} tasks take roughly {tasks * deco / 60:.0f} "
+        f"minutes; a rerun skips finished tasks, and `limit=8` is a one-minute look.",
+        width, break_long_words=False, break_on_hyphens=False)
+
+
+def with_timings(text: str, paragraph: str) -> str:
+    """``text`` (the README) with the paragraph between :data:`TIMINGS_MARKERS` replaced.
+
+    Raises
+    ------
+    ValueError
+        ``text`` has no such section.
+    """
+    start, end = TIMINGS_MARKERS
+    if start not in text or end not in text:
+        raise ValueError(f"no {start} ... {end} section")
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{paragraph}\n{end}{rest.split(end, 1)[1]}"
