@@ -13,6 +13,7 @@ import os
 import re
 
 import matplotlib.pyplot as plt
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pandas as pd
 import pytest
 
@@ -274,13 +275,16 @@ def test_which_pairs_are_compared(tmp_path):
     plug = [{**record("plug", t, 0.5), "code": {"method": "h"}} for t in TASKS]
     runs = [entry(tmp_path, "a", [record("a", t, 0.5) for t in TASKS]), entry(tmp_path, "plug", plug),
             entry(tmp_path, "b", [record("b", t, 0.5) for t in TASKS])]
-    assert lb.comparison_pairs(runs) == [("plug", "a"), ("plug", "b")]  # by default: plug-ins against the rest
+    assert lb.comparison_pairs(runs) == []  # by default each entry against FullKV: none on this board
+    with_full = [*runs, entry(tmp_path, "fullkv", [record("fullkv", t, 0.5) for t in TASKS])]
+    assert lb.comparison_pairs(with_full) == [("a", "fullkv"), ("plug", "fullkv"), ("b", "fullkv")]  # one way
     assert lb.comparison_pairs(runs, focus="b") == [("b", "a"), ("b", "plug")]  # one label as a string
     assert lb.comparison_pairs(runs, focus=["a", "b"]) == [("a", "plug"), ("a", "b"), ("b", "a"), ("b", "plug")]
     assert lb.comparison_pairs(runs, focus=[], compare=["a", "b"]) == [("a", "b")]  # one pair
     assert lb.comparison_pairs(runs, focus=[], compare=[["b", "a"], ["plug", "b"]]) == [("b", "a"), ("plug", "b")]
-    # a named pair already made by the focus is listed once, in its first place
-    assert lb.comparison_pairs(runs, compare=[["plug", "b"], ["a", "b"]]) == [("plug", "a"), ("plug", "b"), ("a", "b")]
+    # a named pair already made by the default or the focus is listed once, in its first place
+    assert lb.comparison_pairs(with_full, compare=[["b", "fullkv"], ["a", "b"]]) == [
+        ("a", "fullkv"), ("plug", "fullkv"), ("b", "fullkv"), ("a", "b")]
     assert lb.comparison_pairs(runs, focus=[]) == []
 
 
@@ -478,11 +482,21 @@ def test_the_pareto_plot_places_each_measured_entry_with_clipped_error_bars(tmp_
     assert ax.get_ylim() == pytest.approx((-0.13, 1.03))
     spans = [c.lines[2][0].get_segments()[0][:, 1].tolist() for c in ax.containers]
     assert spans == [pytest.approx([0.6, 1.0]), pytest.approx([0.4, 0.4]), pytest.approx([-0.1, 0.4])]
-    assert [[cap.get_markersize() for cap in c.lines[1]] for c in ax.containers] == [[6.0, 6.0]] * 3  # capsize 3
+    # one point per placed entry at (100 PR, score): the bars above are its CI, a zero-length one without it
+    assert [(c.lines[0].get_xdata().tolist(), c.lines[0].get_ydata().tolist()) for c in ax.containers] == [
+        ([50.0], [0.9]), ([80.0], [0.4]), ([25.0], [-0.1])]
+    assert all(c.lines[0].get_marker() not in (None, "", " ", "None") for c in ax.containers)  # a visible point
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the figure is closed: lay it out again
+    for text in ax.texts:  # each name beside its point (an offset of a few points, not a place in data space)
+        x, y = ax.transData.transform(text.xy)
+        box = text.get_window_extent(renderer)
+        assert abs(box.x0 - x) < 20 and abs(box.y0 - y) < 20, text.get_text()
     assert ax.get_xlabel() == "pruning ratio PR (%)" and ax.get_ylabel() == "DINO (mean max-similarity)"
     assert ax.get_title() == "CMBench: DINO score vs pruning ratio"
     lb.pareto_plot(board, tmp_path / "q.png", title="mine")
     assert made[-1][1].get_title() == "mine"
+    lb.pareto_plot(board.iloc[::-1], tmp_path / "r.png")  # the entries with nothing to place first
+    assert [t.get_text() for t in made[-1][1].texts] == ["neg", "noci", "hi"]
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -499,7 +513,7 @@ def test_a_board_is_written_best_first_in_six_digit_csvs_with_every_file(tmp_pat
             write_run(tmp_path / "low", [{**r, "label": "low", "score": r["score"] - 0.5} for r in full_rows()])]
     out = tmp_path / "board"
     paths = lb.write_reports(runs, out)
-    assert sorted(paths) == sorted(set(lb.REPORT_FILES) - {"comparisons.csv", "backbone_gate.csv"})
+    assert sorted(paths) == sorted(set(lb.REPORT_FILES) - {"backbone_gate.csv"})  # comparisons: each vs FullKV
     assert all(p == out / name and p.is_file() for name, p in paths.items())
     board = pd.read_csv(paths["leaderboard.csv"])
     assert board["method"].tolist() == ["m", "tie", "fullkv", "low"]  # 0.667, then 0.65 twice in the given order
