@@ -1,7 +1,9 @@
-"""The bookkeeping behind scripts/mutation_test.sh: which modules to mutate, mutmut's configuration for one
+"""The bookkeeping behind scripts/mutation_test.sh: which modules to mutate (and that every module the run
+identity counts as result code is one, or is skipped for a stated reason), mutmut's configuration for one
 module, and the score of a finished mutmut run (killed / (mutants - equivalent), with every survivor shown).
 
 Usage (scripts/mutation_test.sh calls these; see docs/testing.md):
+    python scripts/mutation_summary.py check --targets scripts/mutation_targets.txt   (every result module placed)
     python scripts/mutation_summary.py select --targets scripts/mutation_targets.txt (--all | CHANGED_FILE...)
     python scripts/mutation_summary.py tests --targets scripts/mutation_targets.txt MODULE
     python scripts/mutation_summary.py configure COPY/pyproject.toml MODULE TEST...
@@ -14,6 +16,7 @@ Usage (scripts/mutation_test.sh calls these; see docs/testing.md):
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import math
@@ -29,17 +32,141 @@ SAMPLE_FILE = "sample.txt"  # in a copy made with --sample: the mutants drawn, o
 KILLED = ("killed", "timeout", "caught by type check", "segfault")  # mutmut's statuses of a mutant the tests caught
 
 
-def read_targets(path: Path) -> dict[str, list[str]]:
-    """``scripts/mutation_targets.txt``: module -> its test files, in file order."""
+ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/devtools/ is two folders down
+SKIP = "skip:"  # "skip: <reason>" opens a group of modules not mutated, listed below it one per indented line
+REEXPORTS = "re-exports only"  # a skip reason checked against the module's code (imports and __all__, nothing else)
+
+
+def _parse_targets(path: Path) -> tuple[dict[str, list[str]], dict[str, str], list[str]]:
+    """Read ``scripts/mutation_targets.txt``.
+
+    Two kinds of entry: a target line ``<module> <test file>...`` and a skip group, a line
+    ``skip: <reason>`` followed by the modules it excludes, one per indented line (the group ends at the
+    next line that is not indented). ``#`` starts a comment; blank lines are ignored.
+
+    Parameters
+    ----------
+    path : Path
+        The targets file.
+
+    Returns
+    -------
+    targets : dict
+        Module -> its test files, in file order.
+    skipped : dict
+        Module -> the reason it is not mutated.
+    problems : list of str
+        ``file:line: ...`` for each malformed line and each module listed twice.
+    """
     targets: dict[str, list[str]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        words = line.split("#", 1)[0].split()
+    skipped: dict[str, str] = {}
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    reason: str | None = None
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.split("#", 1)[0].rstrip()
+        words = line.split()
         if not words:
             continue
-        if len(words) < 2:
-            sys.exit(f"{path}:{number}: module {words[0]}: no test file, expected '<module> <test file>...'")
-        targets[words[0]] = words[1:]
+        where = f"{path}:{number}"
+        if line[0].isspace():
+            if reason is None:
+                problems.append(f"{where}: {words[0]}: an indented line outside a skip group, expected "
+                                f"'{SKIP} <reason>' above it")
+                continue
+            if len(words) > 1:
+                problems.append(f"{where}: {' '.join(words)}: one module per line in a skip group")
+                continue
+        elif line.startswith(SKIP):
+            reason = line[len(SKIP):].strip()
+            if not reason:
+                problems.append(f"{where}: a skip group without its reason, expected '{SKIP} <reason>'")
+            continue
+        else:
+            reason = None
+            if len(words) < 2:
+                problems.append(f"{where}: module {words[0]}: no test file, expected '<module> <test file>...'")
+                continue
+        module = words[0]
+        if module in seen:
+            problems.append(f"{where}: {module}: listed again (first at line {seen[module]})")
+        seen.setdefault(module, number)
+        if reason is None:
+            targets.setdefault(module, words[1:])
+        else:
+            skipped.setdefault(module, reason)
+    return targets, skipped, problems
+
+
+def read_targets(path: Path) -> dict[str, list[str]]:
+    """``scripts/mutation_targets.txt``: module -> its test files, in file order (skipped modules left out)."""
+    targets, _, problems = _parse_targets(path)
+    if problems:
+        sys.exit(problems[0])
     return targets
+
+
+def read_skipped(path: Path) -> dict[str, str]:
+    """``scripts/mutation_targets.txt``'s skip groups: module -> why it is not mutated."""
+    return _parse_targets(path)[1]
+
+
+def result_modules() -> list[str]:
+    """The modules the run identity counts as result code (:func:`cmbench.identity.code.code_role`), as
+    repository paths (``cmbench/cache/store.py``), sorted."""
+    from cmbench.identity.code import code_role, package_modules
+
+    return [f"cmbench/{m}" for m in package_modules() if code_role(m) == "result"]
+
+
+def only_reexports(source: str) -> bool:
+    """Whether a module's code is imports, its docstring and ``__all__`` only."""
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and [ast.unparse(t) for t in getattr(
+                node, "targets", [getattr(node, "target", None)])] == ["__all__"]:
+            continue
+        return False
+    return True
+
+
+def check_targets(path: Path, result: list[str], root: Path) -> list[str]:
+    """What is wrong with a targets file: every ``result`` module must be a target or skipped (not both),
+    every listed module and test file must exist under ``root``, and a module skipped as "re-exports only"
+    must be one.
+
+    Parameters
+    ----------
+    path : Path
+        The targets file (``scripts/mutation_targets.txt`` or a copy).
+    result : list of str
+        The result-code modules (:func:`result_modules`).
+    root : Path
+        The repository root the file's paths are relative to.
+
+    Returns
+    -------
+    list of str
+        One line per problem; empty when the file is complete.
+    """
+    targets, skipped, problems = _parse_targets(path)
+    for module in result:
+        if module not in targets and module not in skipped:
+            problems.append(f"{path}: {module}: result code (cmbench/identity/code.py RESULT_CODE) but neither a "
+                            f"target ('<module> <test file>...') nor in a '{SKIP} <reason>' group")
+    for module in sorted(set(targets) & set(skipped)):
+        problems.append(f"{path}: {module}: both a target and skipped ({skipped[module]})")
+    for module in [*targets, *skipped]:
+        if not (root / module).is_file():
+            problems.append(f"{path}: {module}: no such module")
+        elif skipped.get(module, "").startswith(REEXPORTS) and not only_reexports((root / module).read_text()):
+            problems.append(f"{path}: {module}: skipped as '{REEXPORTS}' but has code beside its imports")
+    for module, tests in targets.items():
+        problems.extend(f"{path}: {module}: no such test file {t}" for t in tests if not (root / t).is_file())
+    return problems
 
 
 def read_equivalent(path: Path) -> dict[str, str]:
@@ -180,6 +307,9 @@ def table(path: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check")
+    p.add_argument("--targets", type=Path, required=True)
+    p.add_argument("--root", type=Path, default=ROOT)
     p = sub.add_parser("select")
     p.add_argument("--targets", type=Path, required=True)
     p.add_argument("--all", action="store_true")
@@ -211,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("table")
     p.add_argument("csv", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "check":
+        problems = check_targets(args.targets, result_modules(), args.root)
+        print("\n".join(problems) if problems else f"{args.targets}: every result module is a target or skipped")
+        return 1 if problems else 0
     if args.command == "select":
         print("\n".join(select(read_targets(args.targets), args.changed, args.all)))
     elif args.command == "tests":
