@@ -10,7 +10,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 py="$work/venv/bin/python"
-"$py" -m pip install -q "torch==${CMBENCH_TORCH_VERSION:-2.13.0}" ${CMBENCH_TORCH_INDEX:+--index-url "$CMBENCH_TORCH_INDEX"}
+"$py" -m pip install -q --no-compile "torch==${CMBENCH_TORCH_VERSION:-2.13.0}" ${CMBENCH_TORCH_INDEX:+--index-url "$CMBENCH_TORCH_INDEX"}
 # build from a clean copy of the tracked files, so nothing untracked (data, runs, caches) can leak in
 git -C "$repo" ls-files -z | (cd "$repo" && xargs -0 tar cf -) | (mkdir "$work/src" && cd "$work/src" && tar xf -)
 "$py" -m pip wheel -q --no-deps -w "$work/dist" "$work/src"
@@ -24,7 +24,7 @@ assert not harness, f"the wheel ships development files: {harness}"
 assert any(n.startswith("cmbench/paper/") for n in names), "the wheel lacks cmbench/paper/"
 print(f"wheel: {len(names)} files, no development harness")
 PY
-"$py" -m pip install -q "$work"/dist/cmbench-*.whl
+"$py" -m pip install -q --no-compile "$work"/dist/cmbench-*.whl  # bytecode compiled on import (scripts/setup_venv.sh)
 mkdir "$work/elsewhere" && cd "$work/elsewhere"
 "$py" - <<'PY'
 import pathlib, cmbench
