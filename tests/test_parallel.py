@@ -32,6 +32,28 @@ METHODS = [{"name": "fullkv"}, {"name": "decoprune"}, {"name": "decoprune_hs", "
 SHAPE = {"context_chunks": 2, "continuation_chunks": 2}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ranks_from_a_warm_fork_server():
+    """spawn_split's ranks forked from one fork server that imported torch and CMBench once, instead of each
+    rank a fresh interpreter importing them again (~3 s of CPU per rank, 10 ranks in this file). What the tests
+    compare, every rank's records against the one-process run, is the same however a rank's process starts;
+    ``torchrun`` launches real runs' ranks (tests/test_parallel_run.py)."""
+    import multiprocessing
+
+    import torch.multiprocessing as mp
+
+    from cmbench.benchmarks import split_runs
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["cmbench.benchmarks.split_runs"])
+
+    def spawn(fn, args=(), nprocs=1, join=True, daemon=False):
+        return mp.start_processes(fn, args, nprocs, join, daemon, start_method="forkserver")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(split_runs.mp, "spawn", spawn)
+        yield
+
+
 @pytest.fixture(scope="module")
 def reference():
     return run_methods(METHODS, **SHAPE)
