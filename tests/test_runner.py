@@ -19,6 +19,7 @@ from cmbench.runs.records import RecordWriter, read_all_records, read_task_recor
 from cmbench.hashing import task_seed
 from cmbench.runs.runner import select_tasks, shard_tasks, run_tasks
 from cmbench.runs.summary import summarise
+import fake_evaluator
 from fake_evaluator import FakeEvaluator
 from official_fixture import build_official_layout
 
@@ -132,7 +133,7 @@ def test_sigkill_mid_run_then_resume_equals_clean_run(official, tmp_path):
     script = str(HERE / "fake_evaluator.py")
     env = child_env()
     clean = tmp_path / "clean"
-    subprocess.run([sys.executable, script, str(root), str(clean), "0"], check=True, env=env, timeout=120)
+    fake_evaluator.main([str(root), str(clean), "0"])  # the script's run, in this process: only the killed one needs its own
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, script, str(root), str(killed), "0.03"], env=env)
     deadline = time.monotonic() + 60
@@ -145,7 +146,7 @@ def test_sigkill_mid_run_then_resume_equals_clean_run(official, tmp_path):
     proc.wait(timeout=30)
     partial = len(read_all_records(killed))
     assert 20 <= partial < len(tasks)
-    subprocess.run([sys.executable, script, str(root), str(killed), "0"], check=True, env=env, timeout=120)
+    fake_evaluator.main([str(root), str(killed), "0"])  # resumed in this process
     records = read_all_records(killed)
     assert len(records) == len(tasks) == 116  # no duplicates
     assert canonical(records) == canonical(read_all_records(clean))
