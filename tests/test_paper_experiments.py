@@ -72,7 +72,8 @@ def test_the_sweeps_are_the_papers_arms():
                                                                       "streaming") for r in (True, False)}
     assert {resolved(c).generation.settings.reindex for c in rope} == {True, False}
     short = jobs("paper_short_context", "miniworld")
-    assert {c.method.name for c in short} == {"fullkv", "decoprune"}
+    assert {c.method.name for c in short} == {"decoprune", "tempdiff", "forcingkv", "streaming", "random"}
+    assert {c.method.target_pr for c in short} == {0.5725}  # the paper's PR, each method at its own knob
     assert {(c.data.name, c.data.clip_frames, c.data.fps) for c in short} == {("miniworld_short", 26, 16)}
     sources = OmegaConf.to_container(short[0].data.sources)
     assert sum(s["reappear"] + s["revisit"] for s in sources.values()) == 18
