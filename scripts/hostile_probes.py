@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the pass lives in tests/devtools/
 
 from devtools.hostile import REPO, markdown, run_probes, select, summary_line  # noqa: E402
-from devtools.hostile_probes import PROBES, new_workspace  # noqa: E402
+from devtools.hostile_pass import PROBES, new_workspace  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

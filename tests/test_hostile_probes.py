@@ -13,7 +13,7 @@ import pytest
 
 from devtools.hostile import (Outcome, Probe, ProbeFailed, Workspace, absent, markdown, refused, run_probes,
                                         select, snapshot, succeeded, summary_line, unchanged)
-from devtools.hostile_probes import PROBES
+from devtools.hostile_pass import PROBES
 
 REPO = Path(__file__).resolve().parents[1]
 TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nKeyError: \'name\'\n'
