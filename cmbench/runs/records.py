@@ -129,7 +129,11 @@ class TaskRecord:
     best_box : list of 4 float or None
         ``boxes[best_frame]``.
     n_frames : int
-        Frames scored.
+        Frames scored: the frames the task defines (:mod:`cmbench.scoring.frame_count`), 0 when the
+        continuation had fewer (a failed record: scored as missing).
+    frames_received : int or None
+        Frames the continuation had (None in records written before the frame-count rule); a record
+        whose ``frames_received`` differs from ``n_frames`` is flagged on the leaderboard.
     subject_consistency, background_consistency, temporal_flickering, motion_smoothness : float or None
         VBench's quality metrics of the scored video (docs/scoring.md, "Quality metrics"), in [0, 1];
         None when not selected or absent (``quality_absent`` says why).
@@ -216,6 +220,7 @@ class TaskRecord:
     best_frame: int | None = None
     best_box: list[float] | None = None
     n_frames: int | None = None
+    frames_received: int | None = None
     video: str | None = None
     # quality (VBench's names)
     subject_consistency: float | None = None
@@ -300,7 +305,8 @@ REQUIRED = ("task_id", "status")
 _FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr")
 _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "peak_store_bytes", "moved_bytes_per_chunk",
                  "prefill_seconds", "continuation_seconds",
-                 "continuation_frames", "continuation_fps", "n_frames", "attention_flops", "attention_keys_per_token",
+                 "continuation_frames", "continuation_fps", "n_frames", "frames_received", "attention_flops",
+                 "attention_keys_per_token",
                  "run_seed")
 
 
@@ -335,6 +341,8 @@ def record_problem(record: TaskRecord) -> str | None:
             return f"{name}: is {value!r}, expected a finite number >= 0"
     if record.seed is not None and not isinstance(record.seed, (int, np.integer)):
         return f"seed: is {record.seed!r}, expected an integer"
+    if record.frames_received is not None and record.n_frames is not None and record.n_frames > record.frames_received:
+        return f"n_frames: is {record.n_frames}, more than the {record.frames_received} frames_received"
     if record.best_frame is not None and record.n_frames is not None and not 0 <= record.best_frame < record.n_frames:
         return f"best_frame: is {record.best_frame}, expected an index below n_frames={record.n_frames}"
     for f in dataclasses.fields(record):
@@ -442,6 +450,7 @@ def scored_fields(task_score: Any) -> dict[str, Any]:
         "best_frame": best,
         "best_box": None if best is None else task_score.boxes[best],
         "n_frames": task_score.n_frames,
+        "frames_received": getattr(task_score, "frames_received", None),
         "scorer": task_score.scorer,
         "scorer_hash": task_score.scorer_config_hash,
         **quality_fields(task_score),
