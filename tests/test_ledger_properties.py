@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -67,7 +68,15 @@ def test_ledger_identities_hold_for_any_compaction(layout, chunks, seed):
     assert ledger.peak_stored_bytes == max(stored_after_commit)
     summary = ledger.summary()
     assert set(summary) == {"phase", "pruning_ratio", "visible_tokens", "full_tokens", "peak_stored_bytes", "chunks",
-                            "peak_store_bytes", "moved_bytes", "moved_bytes_per_chunk"}
+                            "peak_store_bytes", "moved_bytes", "moved_bytes_per_chunk", "mean_stored_bytes",
+                            "peak_full_bytes", "mean_full_bytes", "kv_bytes_ratio"}
+    # full-precision banks: a chunk's bytes are its visible head-tokens at FullKV's bytes per head-token
+    per = 2 * G.head_dim * 4
+    assert [e.stored_bytes for e in ledger.entries] == [e.visible_total * per for e in ledger.entries]
+    assert [e.full_bytes for e in ledger.entries] == [e.full_total * per for e in ledger.entries]
+    if ledger.full_total:
+        assert summary["kv_bytes_ratio"] == pytest.approx(ledger.visible_total / ledger.full_total, rel=1e-12)
+    assert ledger.peak_full_bytes == committed * heads * per  # every committed token, after the last commit
     assert summary["peak_store_bytes"] == summary["moved_bytes"] == summary["moved_bytes_per_chunk"] == 0  # no store
     assert summary["phase"] == "generation"
     assert summary["pruning_ratio"] == pr or (math.isnan(pr) and math.isnan(summary["pruning_ratio"]))
