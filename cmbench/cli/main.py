@@ -20,7 +20,7 @@ MODEL = (("data=NAME", "the dataset (default miniworld; cmbench: the official se
          ("backbone=NAME", "the video model (default tiny; lingbot_world_v2_14b, lingbot_world_v2_1_3b, ...)"))
 RUNS = (("runs=[DIR,...]", "run directories and score output folders (default: every run under <out_dir>/<data>/)"),
         ("data=NAME, out_dir=DIR", "whose runs/<data>/ is read by default (default miniworld, runs)"),
-        ("leaderboard.focus=[LABEL,...]", "methods compared with every other on the board (default: plug-in methods)"),
+        ("leaderboard.focus=[LABEL,...]", "methods compared with every other on the board (default: each entry against FullKV)"),
         ("leaderboard.compare=[A,B]", "pairs compared as well ([[a,b],[c,d]] for several)"),
         ("leaderboard.allow_mixed=true", "report runs with different task sets, seeds or scorers together"),
         ("leaderboard.curves=PATH", "a curves.csv for the \"Score @ 85% PR\" column (default: one in the board's folder)"))

@@ -40,6 +40,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from omegaconf import DictConfig, OmegaConf
 
+from cmbench import bounded_read
 from cmbench.config_paths import config_dirs
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import ADAPTERS, DatasetAdapter, build_adapter
@@ -429,7 +430,8 @@ def _provenance(run: RunRecords) -> dict[str, Any]:
         "path": str(run.path),
         "records": len(frame),
         "failures": int((frame["status"] != "ok").sum()),
-        "config": config_file.read_text() if config_file.is_file() else "(no config.yaml in the run directory)",
+        "config": (bounded_read.read_text(config_file, "config", errors="replace") if config_file.is_file()
+                   else "(no config.yaml in the run directory)"),
         "facts": [(name, values) for name, values in facts if values],
     }
 
@@ -459,8 +461,8 @@ def build_report(
     allow_mixed : report runs with different task sets, seeds or scorers together
     data_root : where the runs' dataset is now, when it moved since the runs
     title : the page title
-    focus, compare : the paired comparisons shown, as for the leaderboard (default: each plug-in method
-        against every other entry; :func:`cmbench.report.leaderboard.comparison_pairs`)
+    focus, compare : the paired comparisons shown, as for the leaderboard (default: each entry against
+        FullKV; :func:`cmbench.report.comparisons.comparison_pairs`)
     curves : a ``curves.csv`` table: the leaderboard gains "Score @ 85% PR" (its note says where it comes from)
 
     Returns
@@ -512,8 +514,8 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
               "Per task (matched by task and seed), method score minus FullKV score."),
         table("comparisons", "Paired comparisons", comparison_table(runs, board, focus, compare),
               "Method score minus versus score over the (task, seed) pairs both finished, with both PRs; "
-              "95% CI clustered by context; p: cluster-robust paired t-test. Pairs: each plug-in method "
-              "against every other, plus leaderboard.focus / leaderboard.compare."),
+              "95% CI clustered by context; p: cluster-robust paired t-test. Pairs: each entry against "
+              "FullKV, or leaderboard.focus against every other, plus leaderboard.compare."),
     ]
     gated = backbone_gate(runs)
     if len(gated):  # first: a failed gate says the rest of the page measures nothing about memory

@@ -26,6 +26,7 @@ from typing import Any, Iterable, TextIO
 import pandas as pd
 import yaml
 
+from cmbench import bounded_read
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
 from cmbench.identity.labels import knob_text
@@ -115,8 +116,6 @@ class RunRecords:
     code_hash : str or None
         The run's current code identity (``run.json``), else its newest record's; for the seeds of a
         setup, that of the run written last (records of the others' code count as other code).
-    plugin : bool
-        Whether the method's code is not CMBench's (its records carry a ``code["method"]`` hash).
     """
 
     path: Path
@@ -129,7 +128,6 @@ class RunRecords:
     paths: tuple[Path, ...] = field(default=())
     setup_hash: str | None = None
     code_hash: str | None = None
-    plugin: bool = False
 
     @property
     def folders(self) -> tuple[Path, ...]:
@@ -158,10 +156,19 @@ class RunRecords:
         return sorted(f"{t}" for t in other["task_id"])
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path, kind: str) -> dict[str, Any]:
+    """A folder's JSON file of ``kind`` (``run file``, ``summary``: :data:`cmbench.bounded_read.LIMITS`) as a
+    mapping; empty when absent or not JSON.
+
+    Raises
+    ------
+    ReadLimitError
+        Not a regular file, or over its kind's limit.
+    """
     try:
-        value = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError):
+        text = bounded_read.read_optional_text(path, kind)
+        value = json.loads(text) if text is not None else {}
+    except (OSError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -172,7 +179,8 @@ def folder_config(folder: str | Path) -> dict[str, Any]:
     variables, ...); empty when absent, unreadable or not a mapping."""
     path = Path(folder) / "config.yaml"
     try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        text = bounded_read.read_optional_text(path, "config")
+        value = yaml.safe_load(text) if text is not None else {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return {}
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
@@ -180,7 +188,7 @@ def folder_config(folder: str | Path) -> dict[str, Any]:
 
 def _folder_files(folder: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``config.yaml`` (:func:`folder_config`) and ``summary.json`` of a folder (empty when absent)."""
-    return folder_config(folder), _read_json(folder / "summary.json")
+    return folder_config(folder), _read_json(folder / "summary.json", "summary")
 
 
 def folder_manifest(folder: str | Path) -> Path | None:
@@ -228,14 +236,16 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None,
     frame = pd.DataFrame(rows, columns=sorted(FIELD_NAMES))
     for name in NUMERIC:
         frame[name] = pd.to_numeric(frame[name], errors="coerce")
-    run = _read_json(run_dir / RUN_FILE)
+    run = _read_json(run_dir / RUN_FILE, "run file")
     named = frame["label"].dropna()
-    label = str(run.get("label") or (named.iloc[-1] if len(named) else _default_label(run_dir)))
+    label = _run_value(run_dir / RUN_FILE, "label", run.get("label"), str) or str(
+        named.iloc[-1] if len(named) else _default_label(run_dir))
     frame["label"] = label
     frame["folder"] = str(run_dir)
-    seed = run.get("run_seed", _folder_files(run_dir)[0].get("seed"))
+    seed = (_run_value(run_dir / RUN_FILE, "run_seed", run["run_seed"], int) if "run_seed" in run else
+            _run_value(run_dir / "config.yaml", "seed", _folder_files(run_dir)[0].get("seed"), int))
     if seed is not None:
-        frame["run_seed"] = frame["run_seed"].fillna(int(seed))
+        frame["run_seed"] = frame["run_seed"].fillna(seed)
     frame["seed"] = frame["seed"].astype("Int64")  # None: unknown (another generator's videos)
     frame["run_seed"] = frame["run_seed"].astype("Int64")
     manifest = folder_manifest(run_dir) if task_ids is None else None
@@ -267,11 +277,38 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None,
         raise ReportError(f"{run_dir}: records of several metrics ({', '.join(metrics)}) in one folder")
     setups = frame["setup_hash"].dropna().unique()
     codes = frame.loc[frame["status"] == "ok", "code_hash"].dropna()
-    plugin = any(isinstance(c, dict) and c.get("method") for c in frame["code"])
     return RunRecords(run_dir, label, frame.reset_index(drop=True),
                       metric=metrics[0] if metrics else UNNAMED_METRIC, manifest=manifest, checked=checked,
                       dropped=dropped, setup_hash=str(setups[-1]) if len(setups) else None,
-                      code_hash=run.get("code_hash") or (str(codes.iloc[-1]) if len(codes) else None), plugin=plugin)
+                      code_hash=run.get("code_hash") or (str(codes.iloc[-1]) if len(codes) else None))
+
+
+SEED_RANGE = (-(2**63), 2**63 - 1)  # a seed a table column holds (int64)
+
+
+def _run_value(path: Path, key: str, value: Any, kind: type) -> Any:
+    """A received folder's ``key`` (a label: text; a seed: an integer an int64 column holds), or None
+    when unset.
+
+    Raises
+    ------
+    ReportError
+        One line naming the file, the key and what is wrong.
+    """
+    if value is None or value == "":
+        return None
+    if kind is str:
+        if not isinstance(value, str):
+            raise ReportError(f"{path}: {key}: is {json.dumps(value, default=str)[:60]}, expected a string")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ReportError(f"{path}: {key}: holds {ascii(value)[:60]}, a lone surrogate: not text") from None
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise ReportError(f"{path}: {key}: is {str(value)[:60]}, expected an integer seed in "
+                          f"[-2**63, 2**63 - 1]")
+    return value
 
 
 def merge_seeds(runs: list[RunRecords], allow_mixed: bool = False) -> list[RunRecords]:
@@ -320,7 +357,7 @@ def merge_seeds(runs: list[RunRecords], allow_mixed: bool = False) -> list[RunRe
         merged.append(replace(
             first, frame=pd.concat([r.frame for r in members], ignore_index=True), code_hash=newest.code_hash,
             dropped=tuple(sorted({t for r in members for t in r.dropped})), paths=tuple(r.path for r in members),
-            checked=all(r.checked for r in members), plugin=any(r.plugin for r in members)))
+            checked=all(r.checked for r in members)))
     return merged
 
 
