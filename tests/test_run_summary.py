@@ -17,16 +17,19 @@ def _records() -> list[TaskRecord]:
     return [
         TaskRecord("a", "failed", error="oom", source="real", task_type="revisit"),
         TaskRecord("b", "ok", source="real", task_type="new", metric="DINO", score=0.25, pr=0.75,
-                   detection_rate=0.5, subject_consistency=0.25, code_hash="h0",
+                   detection_rate=0.5, subject_consistency=0.25, code_hash="h0", kv_bytes_ratio=0.25,
+                   peak_kv_bytes=100, fullkv_peak_kv_bytes=400, mean_kv_bytes=50.0, fullkv_kv_bytes=200.0,
                    quality_absent={"imaging_quality": "no weights"}),
         TaskRecord("z", "ok", source="other", task_type="other", metric="light", score=1.0, pr=0.0,
                    detection_rate=0.0, code_hash="h9", quality_absent={"motion_smoothness": "z's"}),
         TaskRecord("a", "ok", source="real", task_type="revisit", metric="DINO", score=0.5, pr=0.25,
-                   detection_rate=1.0, subject_consistency=0.75, code_hash="h1",
+                   detection_rate=1.0, subject_consistency=0.75, code_hash="h1", kv_bytes_ratio=0.75,
+                   peak_kv_bytes=300, fullkv_peak_kv_bytes=400, mean_kv_bytes=150.0, fullkv_kv_bytes=200.0,
+                   peak_store_bytes=7, moved_bytes_per_chunk=2.0,
                    quality_absent={"aesthetic_quality": "no package"}),
         TaskRecord("c", "ok", source="synthetic", task_type="revisit", metric="DINO", code_hash=None),
         TaskRecord("d", "failed", error="boom", source="real", task_type="new", score=0.75, pr=1.0,
-                   detection_rate=1.0, code_hash="h1"),
+                   detection_rate=1.0, code_hash="h1", kv_bytes_ratio=1.0, peak_kv_bytes=999),
     ]
 
 
@@ -47,6 +50,14 @@ def test_summary_fields_counts_and_means():
         "score_all_tasks": pytest.approx(0.15),  # (0.5 + 0.25) / 5 expected tasks
         "detection_rate": pytest.approx(0.75),   # (1.0 + 0.5) / 2
         "pr": pytest.approx(0.5),           # (0.25 + 0.75) / 2
+        "kv_bytes_ratio": pytest.approx(0.5),  # (0.75 + 0.25) / 2; d's 1.0 failed
+        "peak_kv_bytes": 300,               # the largest of a's 300 and b's 100; d's 999 failed
+        "fullkv_peak_kv_bytes": 400,
+        "peak_kv_bytes_ratio": pytest.approx(0.75),  # 300 / 400
+        "mean_kv_bytes": pytest.approx(100.0),       # (150 + 50) / 2
+        "fullkv_kv_bytes": pytest.approx(200.0),
+        "peak_store_bytes": 7,              # a only
+        "moved_bytes_per_chunk": pytest.approx(2.0),
         "by_source": {"real": {"n": 2, "score": pytest.approx(0.375)}},   # c has no score: no group
         "by_type": {"new": {"n": 1, "score": pytest.approx(0.25)},
                     "revisit": {"n": 1, "score": pytest.approx(0.5)}},
@@ -75,6 +86,8 @@ def test_summary_of_nothing_is_none_not_nan():
         "tasks_expected": 0, "tasks_recorded": 0, "tasks_ok": 0, "tasks_failed": 0,
         "failed_task_ids": [], "missing_task_ids": [],
         "score": None, "score_all_tasks": None, "detection_rate": None, "pr": None,
+        "kv_bytes_ratio": None, "peak_kv_bytes": None, "fullkv_peak_kv_bytes": None, "peak_kv_bytes_ratio": None,
+        "mean_kv_bytes": None, "fullkv_kv_bytes": None, "peak_store_bytes": None, "moved_bytes_per_chunk": None,
         "by_source": {}, "by_type": {}, "quality": {}, "quality_absent": {},
     }
 

@@ -36,7 +36,8 @@ class AttentionStats:
     key_frames: tuple[int, ...] | None = None
     mass: dict[int, torch.Tensor] = field(default_factory=dict)
 
-    def of(self, q: torch.Tensor, keys: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    def of(self, q: torch.Tensor, keys: torch.Tensor, frames: torch.Tensor,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
         """Mass per frame ``[Hg, F]`` of one bank's call (:func:`frame_mass` over the chosen key frames).
 
         Parameters
@@ -44,11 +45,13 @@ class AttentionStats:
         q : Tensor, shape ``[B, L, Hg, D]``
         keys : Tensor, shape ``[B, N, Hg, D]``
         frames : Tensor, shape ``[N]``, long: source frame of each key.
+        bias : Tensor, shape ``[N]``, optional: added to each key's logit (a merged row's ``log(count)``).
         """
         if self.key_frames is not None:
             chosen = torch.isin(frames, torch.tensor(self.key_frames, dtype=frames.dtype))
             keys, frames = keys[:, chosen.to(keys.device)], frames[chosen]
-        return frame_mass(q, keys, frames, self.num_frames)
+            bias = None if bias is None else bias[chosen]
+        return frame_mass(q, keys, frames, self.num_frames, bias=bias)
 
     def stacked(self) -> torch.Tensor:
         """All recorded layers, ``[num_layers_recorded, H, F]`` in layer order."""
@@ -63,7 +66,7 @@ def query_block(batch: int, keys: int, block_bytes: int = BLOCK_BYTES) -> int:
 
 
 def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_frames: int,
-               block_bytes: int = BLOCK_BYTES) -> torch.Tensor:
+               block_bytes: int = BLOCK_BYTES, bias: torch.Tensor | None = None) -> torch.Tensor:
     """Mean softmax attention mass per key frame.
 
     Parameters
@@ -78,6 +81,8 @@ def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_f
         Number of frame bins ``F`` (every entry of ``key_frames`` is below it).
     block_bytes : int
         Most bytes of float32 logits held at once (one head, ``query_block`` queries, all ``N`` keys).
+    bias : Tensor, shape ``[N]``, optional
+        Added to each key's logit before the softmax (a merged row's ``log(count)``, as attention adds it).
 
     Returns
     -------
@@ -87,10 +92,11 @@ def frame_mass(q: torch.Tensor, k: torch.Tensor, key_frames: torch.Tensor, num_f
     per_key = torch.zeros(hg, k.shape[1], dtype=torch.float32, device=q.device)
     scale = 1.0 / math.sqrt(d)
     rows = query_block(b, k.shape[1], block_bytes)
+    shift = 0.0 if bias is None else bias.to(device=q.device, dtype=torch.float32)
     for h in range(hg):
         kt = k[:, :, h].float().transpose(-1, -2)  # [B, D, N]: one head's keys in float32
         for start in range(0, L, rows):
-            logits = torch.matmul(q[:, start : start + rows, h].float(), kt) * scale  # [B, rows, N]
+            logits = torch.matmul(q[:, start : start + rows, h].float(), kt) * scale + shift  # [B, rows, N]
             per_key[h] += logits.softmax(dim=-1).sum(dim=(0, 1))
     per_key = per_key.cpu() / (b * L)
     out = torch.zeros(hg, num_frames, dtype=torch.float32)

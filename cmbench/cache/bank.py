@@ -55,7 +55,10 @@ class Bank:
     - ``gid[i] = frame * tokens_per_frame + pos``: global token id, strictly increasing in ``i``;
     - ``tpos[i]``: temporal RoPE position the stored key currently carries (``frame`` until re-indexed);
     - ``keep[i]``: the method's decision for when the token's chunk leaves the dense window;
-    - ``priority[i]``: the method's keep priority (higher is kept longer; ``-inf`` if unscored).
+    - ``priority[i]``: the method's keep priority (higher is kept longer; ``-inf`` if unscored);
+    - ``count[i]``: how many tokens the row stands for since merges (:meth:`merge`): attention adds
+      ``log(count)`` to its logit. Stored only once the bank has merged rows (``count is None``: every
+      row stands for itself, and attention takes no bias).
 
     Parameters
     ----------
@@ -77,6 +80,7 @@ class Bank:
         self.v: torch.Tensor | None = None
         self.base = 0  # rows [0, base) are read from ``shared``, another bank's storage (never written)
         self.shared: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.count: torch.Tensor | None = None  # float32 [capacity] once a row was merged
         self._alloc_prov(0)
 
     # ------------------------------------------------------------------ storage
@@ -122,7 +126,7 @@ class Bank:
         return (torch.cat([shared_k.index_select(1, low), k.index_select(1, high)], dim=1),
                 torch.cat([shared_v.index_select(1, low), v.index_select(1, high)], dim=1))
 
-    def _alloc_prov(self, cap: int) -> None:
+    def _alloc_prov(self, cap: int, counted: bool = False) -> None:
         self.frame = torch.zeros(cap, dtype=torch.long)
         self.chunk = torch.zeros(cap, dtype=torch.long)
         self.pos = torch.zeros(cap, dtype=torch.long)
@@ -130,8 +134,27 @@ class Bank:
         self.tpos = torch.zeros(cap, dtype=torch.float64)
         self.keep = torch.ones(cap, dtype=torch.bool)
         self.priority = torch.full((cap,), -math.inf, dtype=torch.float32)
+        self.count = torch.ones(cap, dtype=torch.float32) if counted else None
 
     PROVENANCE = ("frame", "chunk", "pos", "gid", "tpos", "keep", "priority")
+    ROW_FIELDS = PROVENANCE + ("count",)
+    """What a row carries out of the bank and back (:meth:`extract`, :meth:`insert`, the host store)."""
+
+    def _fields(self) -> tuple[str, ...]:
+        """The per-row fields this bank stores now (``count`` only once a row was merged)."""
+        return self.PROVENANCE if self.count is None else self.ROW_FIELDS
+
+    def _start_counting(self) -> None:
+        """Store merge counts from now on: every allocated row stands for one token."""
+        self.count = torch.ones(len(self.frame), dtype=torch.float32)
+
+    def counts(self) -> torch.Tensor:
+        """Tokens each history row stands for, ``float32 [n]`` (ones before any merge)."""
+        return torch.ones(self.n) if self.count is None else self.count[: self.n]
+
+    def logit_bias(self) -> torch.Tensor | None:
+        """``log(count)`` of every history row, ``float32 [n]``; ``None`` when no row was merged."""
+        return None if self.count is None else self.count[: self.n].log()
 
     @classmethod
     def provenance_row_bytes(cls) -> int:
@@ -156,8 +179,8 @@ class Bank:
             old_k, old_v = self.storage()
             k[:, :keep_rows] = old_k[:, :keep_rows]
             v[:, :keep_rows] = old_v[:, :keep_rows]
-        old = {name: getattr(self, name) for name in self.PROVENANCE}
-        self._alloc_prov(cap)
+        old = {name: getattr(self, name) for name in self._fields()}
+        self._alloc_prov(cap, self.count is not None)
         for name, tensor in old.items():
             getattr(self, name)[: min(len(tensor), cap)] = tensor[:cap]
         self.k, self.v = k, v
@@ -191,6 +214,8 @@ class Bank:
         self.tpos[s] = frame.to(torch.float64)
         self.keep[s] = True
         self.priority[s] = -math.inf
+        if self.count is not None:
+            self.count[s] = 1.0
         self.n += L
 
     # ------------------------------------------------------------------ history
@@ -238,18 +263,60 @@ class Bank:
             dev_idx = (idx - o).to(k.device)
             k[:, first - o : m - o] = k[:, : self.n + slot - o].index_select(1, dev_idx)
             v[:, first - o : m - o] = v[:, : self.n + slot - o].index_select(1, dev_idx)
-            for name in self.PROVENANCE:
+            for name in self._fields():
                 t = getattr(self, name)
                 t[first:m] = t[: self.n + slot][idx]
         self.n = m - slot
         if not slot and self.k is not None and shrunk_capacity(self.capacity, m) != self.capacity:
             self._resize(shrunk_capacity(self.capacity, m), self.k[:, :0])
 
+    def merge(self, into: torch.Tensor, rows: torch.Tensor, slot: int = 0) -> None:
+        """Fold history rows into earlier ones: row ``into[i]`` absorbs row ``rows[i]``, which is dropped.
+
+        The absorbing row keeps its key and provenance; its value becomes the count-weighted mean of its
+        own and the absorbed rows' values, and its count their sum, so that with ``log(count)`` added to
+        its logit it carries the softmax mass of every token it stands for (exactly, for identical keys).
+        The absorbed rows then leave the history as in :meth:`keep_only` (``slot``: rows of an open
+        chunk after the history, moved along).
+
+        Parameters
+        ----------
+        into, rows : Tensor, shape ``[m]``, long
+            History rows; each ``into[i] < rows[i]``, no row absorbed twice, and no absorbed row absorbs
+            another (``into`` and ``rows`` disjoint). Several rows may fold into one.
+        slot : int
+            Rows of an open chunk's slot after the history.
+        """
+        if not len(rows):
+            return
+        if into.shape != rows.shape or not bool((into < rows).all()) or bool((rows >= self.n).any()):
+            raise ValueError(f"bank of layer {self.layer}: merge pairs must fold later history rows into earlier ones")
+        if len(rows.unique()) != len(rows) or bool(torch.isin(into, rows).any()):
+            raise ValueError(f"bank of layer {self.layer}: a merged row is absorbed twice or absorbs another")
+        if self.count is None:
+            self._start_counting()
+        assert self.count is not None
+        targets = into.unique()  # sorted
+        self._own_from(int(targets[0]), slot)  # a shared row is copied before its value is written
+        total = self.count.index_add(0, into, self.count[rows])  # [capacity]: each target's count after
+        _, values = self.gather(torch.cat([targets, rows]))  # [B, t + m, Hg, D]
+        dev = values.device
+        acc = values[:, : len(targets)].float() * self.count[targets].to(dev)[None, :, None, None]
+        at = torch.searchsorted(targets, into).to(dev)  # each absorbing row's place in ``targets``
+        acc.index_add_(1, at, values[:, len(targets) :].float() * self.count[rows].to(dev)[None, :, None, None])
+        _, v = self.storage()
+        v[:, (targets - self.base).to(dev)] = (acc / total[targets].to(dev)[None, :, None, None]).to(v.dtype)
+        self.count[targets] = total[targets]
+        keep = torch.ones(self.n, dtype=torch.bool)
+        keep[rows] = False
+        self.keep_only(keep, slot)
+
     def extract(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Copies of these history rows (``long [m]``, increasing): K and V ``[B, m, Hg, D]`` and every
-        provenance field ``[m]`` (the bank is unchanged)."""
+        field of :attr:`ROW_FIELDS` ``[m]`` (``count`` ones when no row was merged; the bank is unchanged)."""
         k, v = self.gather(rows)
-        return k, v, {name: getattr(self, name)[rows].clone() for name in self.PROVENANCE}
+        prov = {name: getattr(self, name)[rows].clone() for name in self.PROVENANCE}
+        return k, v, dict(prov, count=self.counts()[rows].clone())
 
     def insert(self, k: torch.Tensor, v: torch.Tensor, prov: dict[str, torch.Tensor]) -> None:
         """Put rows back into the history at their places in global-id order.
@@ -259,7 +326,8 @@ class Bank:
         k, v : Tensor, shape ``[B, m, Hg, D]``
             Keys (already at temporal position ``prov["tpos"]``) and values, on the bank's device.
         prov : dict of str to Tensor
-            Every field of :attr:`PROVENANCE`, each ``[m]``; ``gid`` increasing, none already stored.
+            Every field of :attr:`PROVENANCE`, each ``[m]``; ``gid`` increasing, none already stored;
+            ``count`` optional (default ones: rows that were never merged).
 
         No chunk slot may be written (rows after the history are not kept). Rows before the first
         insertion point stay where they are (shared ones too); the rows after it are rewritten.
@@ -275,6 +343,10 @@ class Bank:
         if first < self.base:
             self._own_from(first)
         self.reserve(self.n + m, k)
+        count = prov.get("count")
+        if count is not None and self.count is None and bool((count != 1).any()):
+            self._start_counting()
+        prov = dict(prov, count=torch.ones(m) if count is None else count)
         own_k, own_v = self.storage()
         o = self.base
         old_k, old_v = own_k[:, first - o : self.n - o], own_v[:, first - o : self.n - o]
@@ -283,7 +355,7 @@ class Bank:
         stop = self.n + m - o
         own_k[:, first - o : stop] = torch.cat([old_k, k.to(own_k)], dim=1).index_select(1, dev)
         own_v[:, first - o : stop] = torch.cat([old_v, v.to(own_v)], dim=1).index_select(1, dev)
-        for name in self.PROVENANCE:
+        for name in self._fields():
             t = getattr(self, name)
             t[first : self.n + m] = torch.cat([t[first : self.n], prov[name].to(t.dtype)])[order]
         self.n += m
@@ -319,8 +391,8 @@ class Bank:
         k, v = self.history()
         out.shared, out.base, out.n = (k, v), self.n, self.n
         out.k, out.v = k.new_empty((k.shape[0], headroom, *k.shape[2:])), v.new_empty((v.shape[0], headroom, *v.shape[2:]))
-        out._alloc_prov(self.n + headroom)
-        for name in self.PROVENANCE:
+        out._alloc_prov(self.n + headroom, self.count is not None)
+        for name in self._fields():
             getattr(out, name)[: self.n] = self.field(name)
         return out
 
@@ -333,8 +405,8 @@ class Bank:
             idx = torch.tensor(local, dtype=torch.long, device=k.device)
             out.k = k.index_select(2, idx)
             out.v = v.index_select(2, idx)
-            out._alloc_prov(self.n)
-            for name in self.PROVENANCE:
+            out._alloc_prov(self.n, self.count is not None)
+            for name in self._fields():
                 getattr(out, name)[:] = self.field(name)
             out.n = self.n
         return out
@@ -362,7 +434,9 @@ class Bank:
             out_k, out_v = out.storage()
             out_k[:, : self.n] = k
             out_v[:, : self.n] = v
-            for name in self.PROVENANCE:
+            if self.count is not None:
+                out._start_counting()
+            for name in self._fields():
                 getattr(out, name)[: self.n] = self.field(name)
             out.n = self.n
         return out
@@ -376,10 +450,11 @@ class Bank:
         self._resize(self.n, self.k[:, :0].to(device))
 
     def stored_bytes(self) -> int:
-        """Bytes of the history K and V."""
+        """Bytes of the history K and V, and of its merge counts once a row was merged."""
         if self.k is None:
             return 0
-        return 2 * self.n * self.num_heads * self.k.shape[-1] * self.k.shape[0] * self.k.element_size()
+        counts = 0 if self.count is None else self.n * self.count.element_size()
+        return 2 * self.n * self.num_heads * self.k.shape[-1] * self.k.shape[0] * self.k.element_size() + counts
 
     def shared_bytes(self) -> int:
         """Bytes of the K and V rows read in place from the bank this one was forked from."""
@@ -393,4 +468,4 @@ class Bank:
         if self.k is None:
             return 0
         kv = 2 * self.k.numel() * self.k.element_size()
-        return kv + sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self.PROVENANCE)
+        return kv + sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self._fields())

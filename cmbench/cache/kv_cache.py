@@ -13,7 +13,9 @@ Life of a chunk (driven by :mod:`cmbench.generation`)::
 A compaction may also run while a chunk is open (outside a probe), e.g. right before its ``t = 0``
 pass: the chunk's slot moves along with the shortened history.
 
-Attention reads only what is physically stored: a compacted bank is shorter, never masked. A cache
+Attention reads only what is physically stored: a compacted bank is shorter, never masked. A method
+may also *merge* rows (:meth:`KVCache.merge`): a row standing for ``count`` tokens gets ``log(count)``
+added to its attention logit (an additive mask; a bank with no merged row attends without one). A cache
 built with ``compute_attention=False`` stores and compacts exactly the same rows but skips the
 attention arithmetic (``attend`` returns zeros): PR and memory accounting at a real model's scale
 on a CPU (the numbers count positions, not values).
@@ -75,6 +77,9 @@ BankSelector = Callable[[Bank], torch.Tensor]
 RestoreSelector = Callable[[Bank], torch.Tensor]
 """``bank -> long [m]``: global ids of the bank's stored tokens to bring back (increasing)."""
 
+MergeSelector = Callable[[Bank], tuple[torch.Tensor, torch.Tensor]]
+"""``bank -> (into, rows)``, each ``long [m]``: history row ``into[i]`` absorbs row ``rows[i]``."""
+
 
 class KVCache:
     """Banks of keys and values per layer, with per-token provenance.
@@ -133,6 +138,8 @@ class KVCache:
         self._probe: _Probe | None = None
         self._stats: AttentionStats | None = None
         self._queries: dict[int, torch.Tensor] | None = None
+        # merges since the current chunk began: (layer, head group, absorbing ids, absorbed ids)
+        self.merges: list[tuple[int, HeadGroup, torch.Tensor, torch.Tensor]] = []
 
     @classmethod
     def from_geometry(cls, geometry, layout: Layout | None = None, capacity_limit: int | None = None,
@@ -189,6 +196,7 @@ class KVCache:
         self._pending = (frame, pos, frame * T + pos)
         self.current = ChunkInfo(chunk_index, frame_start, num_frames, frame_start * T, L)
         self._written = [False] * self.num_layers
+        self.merges = []
         return self.current
 
     def commit_chunk(self) -> ChunkInfo:
@@ -234,7 +242,8 @@ class KVCache:
         Returns
         -------
         Tensor, shape ``[B, L, H, D]``: for each head, softmax attention of ``q`` over the head's bank
-        history followed by the chunk itself (no mask within the chunk).
+        history followed by the chunk itself (no mask within the chunk); a merged history row's logit
+        carries ``log(count)`` (:meth:`Bank.merge`).
         """
         info = self._require_open()
         B, L, H, D = q.shape
@@ -266,12 +275,15 @@ class KVCache:
             if not self.compute_attention and mass is None:
                 continue
             keys, values, rows = self._visible(bank, L)
+            bias = self._logit_bias(bank, rows, L)
             if stats is not None and mass is not None:
                 history = bank.field("frame") if rows is None else bank.field("frame")[rows]
-                mass[bank.heads] = stats.of(qg, keys, torch.cat([history, self._open_provenance()[0]]))
+                mass[bank.heads] = stats.of(qg, keys, torch.cat([history, self._open_provenance()[0]]), bias)
             if not self.compute_attention:
                 continue
-            o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2))
+            mask = None if bias is None else bias.to(device=q.device, dtype=q.dtype).expand(B, bank.num_heads, L, -1)
+            o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
+                                               attn_mask=mask)
             if whole:
                 out = o.transpose(1, 2)
             else:
@@ -293,6 +305,15 @@ class KVCache:
         slot_k, slot_v = bank.slot(L)
         kept_k, kept_v = bank.gather(rows)
         return torch.cat([kept_k, slot_k], dim=1), torch.cat([kept_v, slot_v], dim=1), rows
+
+    @staticmethod
+    def _logit_bias(bank: Bank, rows: torch.Tensor | None, L: int) -> torch.Tensor | None:
+        """``log(count)`` of each key a call attends to, ``float32 [N']`` (zero for the open chunk's
+        ``L`` keys; ``rows``: the history rows used, ``None`` for all); ``None`` when the bank merged no row."""
+        bias = bank.logit_bias()
+        if bias is None:
+            return None
+        return torch.cat([bias if rows is None else bias[rows], torch.zeros(L)])
 
     @property
     def probing(self) -> bool:
@@ -444,6 +465,28 @@ class KVCache:
                     k, v, prov = bank.extract((~keep).nonzero().squeeze(1))
                     self.store.put((layer, bank.group), Segment(k, v, prov))
                 bank.keep_only(keep, slot=length if self._written[bank.layer] else 0)
+        return dropped
+
+    def merge(self, select: MergeSelector) -> int:
+        """Fold history rows into earlier rows of the same bank (:meth:`Bank.merge`), in every bank.
+
+        ``select(bank)`` gives ``(into, rows)``, each ``long [m]``: row ``into[i]`` absorbs row
+        ``rows[i]`` (values averaged by count, counts added, the absorbed row dropped). With a chunk open
+        (not inside a probe) its slot moves along with the history. Each bank's pairs are logged by global
+        id in :attr:`merges` (cleared when a chunk begins), so a recording can replay them. Returns the
+        number of (token, head) entries dropped from the banks.
+        """
+        if self._probe is not None:
+            raise RuntimeError("cannot merge inside a probe")
+        length = 0 if self.current is None else self.current.length
+        dropped = 0
+        for bank in self.all_banks():
+            into, rows = select(bank)
+            if len(rows):
+                gid = bank.field("gid")
+                self.merges.append((bank.layer, bank.group, gid[into].clone(), gid[rows].clone()))
+            bank.merge(into, rows, slot=length if self._written[bank.layer] else 0)
+            dropped += len(rows) * bank.num_heads
         return dropped
 
     def restore(self, select: RestoreSelector) -> int:
@@ -662,6 +705,7 @@ class KVCache:
         out.fork_device = None
         out.chunks = list(self.chunks)
         out._written = [False] * self.num_layers
+        out.merges = []
         out.store = None if self.store is None else self.store.fork()
         return out
 

@@ -32,8 +32,8 @@ from cmbench.cache.layout import HeadGroup
 StoreKey = tuple[int, HeadGroup]
 """``(layer, head group)``: the bank a segment came from."""
 
-FIELDS = ("frame", "chunk", "pos", "gid", "tpos", "keep", "priority")
-"""Provenance fields a segment carries (the bank's, :attr:`Bank.PROVENANCE`)."""
+FIELDS = ("frame", "chunk", "pos", "gid", "tpos", "keep", "priority", "count")
+"""Per-row fields a segment carries (the bank's, :attr:`Bank.ROW_FIELDS`: provenance and merge count)."""
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,10 @@ class ModelEvaluator:
             "kept_tokens": int(sum(cont.kept_tokens.values())),
             "kept_context_tokens": int(sum(v for c, v in cont.kept_tokens.items() if c < context_chunks)),
             "peak_kv_bytes": int(ledger["peak_stored_bytes"]),
+            "mean_kv_bytes": ledger["mean_stored_bytes"],
+            "fullkv_kv_bytes": ledger["mean_full_bytes"],
+            "fullkv_peak_kv_bytes": int(ledger["peak_full_bytes"]),
+            "kv_bytes_ratio": ledger["kv_bytes_ratio"],  # None when FullKV would store nothing
             **({"peak_store_bytes": int(ledger["peak_store_bytes"]), "moved_bytes_per_chunk": ledger["moved_bytes_per_chunk"]}
                if retrieval else {}),
             "prefill_seconds": prefilled.seconds,

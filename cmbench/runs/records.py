@@ -12,7 +12,8 @@ Guarantees (docs/runs.md):
 - a torn last line (no newline: the process died mid-write) is skipped by readers and cut off by the
   next writer of that file, so it never wedges a run; any other unreadable line is an error naming
   file and line;
-- a records file is never written through a link: a link placed at its path is refused, not followed
+- a records file is never written through a link: a symbolic link placed at its path is refused, not
+  followed, and a file with a second hard link is replaced by a copy of its own before it is appended to
   (``score`` writes a new file and renames it into place, :mod:`cmbench.runs.atomic`);
 - every record carries ``recorded_ns`` (wall clock, strictly increasing per file), and readers order
   records by it, so "the last record of a task wins" means last in time across all files;
@@ -43,8 +44,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from cmbench import bounded_read
 from cmbench.config_schema import REFERENCE_AGGREGATIONS
 from cmbench.errors import CMBenchError
+from cmbench.runs import atomic
 from cmbench.scoring.aggregation import reference_aggregates
 from cmbench.scoring.quality_names import BOUNDED_QUALITY, QUALITY_FIELDS
 
@@ -183,6 +186,18 @@ class TaskRecord:
         Retrieval methods: the most K/V bytes in the host store during the continuation.
     moved_bytes_per_chunk : float
         Retrieval methods: K/V bytes moved between host and device (both ways) per generated chunk.
+    mean_kv_bytes : float
+        The device K/V bytes the continuation's chunks were denoised with, averaged over its chunks (every
+        format's scales, zero points, merge counts and per-token metadata included).
+    fullkv_kv_bytes, fullkv_peak_kv_bytes : float, int
+        FullKV's mean and peak device K/V bytes on the same task, computed from the geometry (every
+        history token of every head in full precision: :mod:`cmbench.cache.ledger`), not run.
+    kv_bytes_ratio : float
+        The continuation's device K/V bytes over FullKV's, summed over its chunks (1 for FullKV; ``1 - pr``
+        for an eviction method storing full precision).
+    target_bytes, calibration_bytes : float
+        ``method.target_bytes`` runs: the target ``kv_bytes_ratio`` the knob was calibrated to, and the mean
+        ratio the calibrated knob value gave on the calibration tasks.
     prefill_seconds, continuation_seconds, continuation_fps : float
     continuation_frames : int
     schema_version : int
@@ -255,6 +270,12 @@ class TaskRecord:
     peak_kv_bytes: int | None = None
     peak_store_bytes: int | None = None
     moved_bytes_per_chunk: float | None = None
+    mean_kv_bytes: float | None = None
+    fullkv_kv_bytes: float | None = None
+    fullkv_peak_kv_bytes: int | None = None
+    kv_bytes_ratio: float | None = None
+    target_bytes: float | None = None
+    calibration_bytes: float | None = None
     prefill_seconds: float | None = None
     continuation_seconds: float | None = None
     continuation_frames: int | None = None
@@ -304,6 +325,8 @@ FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
 REQUIRED = ("task_id", "status")
 _FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr")
 _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "peak_store_bytes", "moved_bytes_per_chunk",
+                 "mean_kv_bytes", "fullkv_kv_bytes", "fullkv_peak_kv_bytes", "kv_bytes_ratio", "target_bytes",
+                 "calibration_bytes",
                  "prefill_seconds", "continuation_seconds",
                  "continuation_frames", "continuation_fps", "n_frames", "frames_received", "attention_flops",
                  "attention_keys_per_token",
@@ -557,7 +580,8 @@ class RecordWriter:
     Parameters
     ----------
     path : Path
-        The records file; never a link (a link placed there is refused, not followed).
+        The records file; never a link (a symbolic link placed there is refused, not followed; a file
+        with a second hard link is replaced by a copy of its own before it is written).
     """
 
     def __init__(self, path: Path):
@@ -565,7 +589,7 @@ class RecordWriter:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists() or self.path.is_symlink():
-                with os.fdopen(os.open(self.path, os.O_RDWR | os.O_NOFOLLOW), "r+b") as f:
+                with os.fdopen(self._open(os.O_RDWR), "r+b") as f:
                     data = f.read()
                     if data and not data.endswith(b"\n"):
                         f.truncate(data.rfind(b"\n") + 1)
@@ -573,6 +597,16 @@ class RecordWriter:
             raise self._error(err) from err
         self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=0) \
             if self.path.exists() else 0
+
+    def _open(self, flags: int) -> int:
+        """The records file opened in place, never through a link (:func:`cmbench.runs.atomic.open_in_place`:
+        one with a second hard link is replaced by a copy of its own first)."""
+        if self.path.is_symlink():
+            raise self._error(OSError(errno.ELOOP, "a link"))
+        try:
+            return atomic.open_in_place(self.path, flags)
+        except atomic.OutputError as err:
+            raise RecordsWriteError(str(err)) from None
 
     def _error(self, err: OSError) -> RecordsWriteError:
         if err.errno == errno.ELOOP:
@@ -596,7 +630,7 @@ class RecordWriter:
         record = dataclasses.replace(record, recorded_ns=self._last_ns)
         line = (json.dumps(record.to_json(), sort_keys=True, allow_nan=False) + "\n").encode()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         except OSError as err:
             raise self._error(err) from err
         try:
