@@ -2,7 +2,9 @@
 on one folder a process builds (a MiniWorld suite).
 
 The lock is an OS advisory lock (``flock``) on a hidden file beside the records file (never a link
-placed there: that is refused, not written through), holding the holder's PID for the message a second process gets. The kernel drops it when its process ends, however
+placed there: a symbolic link is refused, not written through; a file with a second hard link, or one
+that is not a regular file, is removed and the lock file created fresh, so the other name keeps its
+bytes), holding the holder's PID for the message a second process gets. The kernel drops it when its process ends, however
 it ends (SIGKILL included), so a stale lock file never blocks a rerun. A holder that ends normally
 removes the file; a new holder checks that the file it locked is still the one at the path (not one
 removed meanwhile), so removal never lets two processes in. A second process is refused at once with
@@ -15,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -88,14 +91,29 @@ class RunLock:
         fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the holder releases it or dies
 
     def _open(self) -> int:
+        """Open the lock file: the one at the path when it is this folder's own (a regular file with one
+        link), else a fresh one in place of whatever is there."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            while True:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+                info = os.fstat(fd)
+                if sole_file(info):
+                    return fd
+                os.close(fd)
+                if self._still_same(info):  # never ours: its name goes, whatever it names stays as it was
+                    self.path.unlink()
         except OSError as err:
             if err.errno == errno.ELOOP:
                 raise RunFolderError(f"cannot lock {self.path}: it is a link (a lock file is never written through "
                                      f"one: remove it)") from err
             raise RunFolderError(f"cannot write into {self.path.parent}: {err.strerror or err}") from err
+
+    def _still_same(self, info: os.stat_result) -> bool:
+        try:
+            return os.lstat(self.path).st_ino == info.st_ino
+        except FileNotFoundError:
+            return False
 
     def _still_at_path(self, fd: int) -> bool:
         try:
@@ -108,6 +126,12 @@ class RunLock:
             self.path.unlink(missing_ok=True)  # while still held, so no one locks the removed file for good
             os.close(self._fd)  # closing the descriptor releases the lock
             self._fd = None
+
+
+def sole_file(info: os.stat_result) -> bool:
+    """Whether a file's status is that of a regular file with one link: one that can be written in
+    place without writing through to another name (the rule of every writer of received folders)."""
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
 
 
 def process_alive(pid: int) -> bool:

@@ -15,7 +15,7 @@ the method left (FLOPs and keys read per generated token): a cost no machine loa
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable
@@ -37,6 +37,7 @@ from cmbench.hashing import task_seed
 from cmbench.methods.base import Method
 from cmbench.parallel import SequenceGroup, check_heads, split_backbone
 from cmbench.identity.paths import inside
+from cmbench.runs import atomic
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
 from cmbench.scoring.registry import build_scorer
@@ -238,10 +239,19 @@ class ModelEvaluator:
         out = self.videos
         if out is None:
             return None
-        write_video(inside(out.run_dir, "videos", f"{task.task_id}.mp4"), frames, out.fps)
+        run_dir, fps = out.run_dir, out.fps
+
+        def write_new(name: str, write: Callable[[Path, np.ndarray, float], Path]) -> None:
+            """A new file renamed over ``videos/<name>``: a link or a hard-linked file there is replaced,
+            never written through."""
+            path = inside(run_dir, "videos", name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_with(path, lambda tmp: write(tmp, frames, fps), keep_suffix=True)
+
+        write_new(f"{task.task_id}.mp4", write_video)
         if self.score_source == "mp4" or frames.shape[1] * frames.shape[2] > out.lossless_max_pixels:
             return f"videos/{task.task_id}.mp4"
-        write_lossless_video(inside(out.run_dir, "videos", f"{task.task_id}.mkv"), frames, out.fps)
+        write_new(f"{task.task_id}.mkv", write_lossless_video)
         return f"videos/{task.task_id}.mkv"
 
     def generate(self, task: Task, prepared: PreparedContext, seed: int) -> tuple[PrefilledContext, Continuation,
