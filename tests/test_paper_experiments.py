@@ -50,8 +50,9 @@ def test_every_job_resolves(experiment, path):
     assert all(c.experiment.name == experiment for c in configs)
     real = path == "real"
     for spec in specs:
+        tiny = "tiny_short" if experiment == "paper_rope" else "tiny"  # the ablation's short-window weights
         assert (spec.data.name, spec.backbone["name"]) == (("cmbench", "lingbot_world_v2_14b") if real else
-                                                            (spec.data.name, "tiny"))
+                                                            (spec.data.name, tiny))
     subset = {"paper_diagnose": "miniworld_diagnostic8", "paper_rope": "miniworld_diagnostic8",
               "paper_backbone_gate": "miniworld_diagnostic8",
               "paper_probe_step": "miniworld_quick16", "paper_selection": "miniworld_quick16",
