@@ -107,6 +107,10 @@ class Bank:
     def rows(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of rows ``[0, stop)``, each ``[B, stop, Hg, D]`` (``stop >= base``): views of the own
         storage, or with shared rows a new tensor (shared rows, then own rows)."""
+        return self._raw_rows(stop)
+
+    def _raw_rows(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``[0, stop)`` as stored (a quantized bank's encoded rows; :meth:`rows` decodes them)."""
         k, v = self.storage()
         if self.shared is None:
             return k[:, :stop], v[:, :stop]
@@ -116,6 +120,10 @@ class Bank:
 
     def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of these rows (``long [m]``, increasing, each ``< capacity``), each ``[B, m, Hg, D]``."""
+        return self._raw_gather(rows)
+
+    def _raw_gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """These rows as stored (a quantized bank's encoded rows; :meth:`gather` decodes them)."""
         k, v = self.storage()
         if self.shared is None:
             idx = rows.to(k.device)
@@ -171,9 +179,7 @@ class Bank:
 
     def _resize(self, cap: int, like: torch.Tensor) -> None:
         """Reallocate the own storage for ``cap`` rows in all (``cap >= base``), keeping the history."""
-        b, d = like.shape[0], like.shape[-1]
-        k = like.new_empty((b, cap - self.base, self.num_heads, d))
-        v = like.new_empty((b, cap - self.base, self.num_heads, d))
+        k, v = self._allocate(cap - self.base, like)
         keep_rows = min(self.n, cap) - self.base  # own history rows (the slot is always written after a resize)
         if self.k is not None and keep_rows > 0:
             old_k, old_v = self.storage()
@@ -184,6 +190,16 @@ class Bank:
         for name, tensor in old.items():
             getattr(self, name)[: min(len(tensor), cap)] = tensor[:cap]
         self.k, self.v = k, v
+
+    def _allocate(self, rows: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Uninitialised own K and V storage of ``rows`` rows, each ``[B, rows, Hg, D]`` like ``like``."""
+        b, d = like.shape[0], like.shape[-1]
+        return like.new_empty((b, rows, self.num_heads, d)), like.new_empty((b, rows, self.num_heads, d))
+
+    def _empty(self, group: HeadGroup | None = None) -> "Bank":
+        """A bank of the same layer, capacity limit and storage format (and ``group``, default this bank's)
+        holding nothing."""
+        return Bank(self.layer, self.group if group is None else group, self.capacity_limit)
 
     # ------------------------------------------------------------------ the chunk slot
     def write_slot(self, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -387,8 +403,8 @@ class Bank:
         instead (:meth:`clone`), so a bank shares rows only when ``base > 0``."""
         if self.shared is not None or self.k is None or not self.n:
             return self.clone(headroom)
-        out = Bank(self.layer, self.group, self.capacity_limit)
-        k, v = self.history()
+        out = self._empty()
+        k, v = self._raw_rows(self.n)
         out.shared, out.base, out.n = (k, v), self.n, self.n
         out.k, out.v = k.new_empty((k.shape[0], headroom, *k.shape[2:])), v.new_empty((v.shape[0], headroom, *v.shape[2:]))
         out._alloc_prov(self.n + headroom, self.count is not None)
@@ -399,9 +415,9 @@ class Bank:
     def select_heads(self, group: HeadGroup) -> "Bank":
         """A new bank holding this bank's history for a subset of its heads."""
         local = [self.group.heads.index(h) for h in group.heads]
-        out = Bank(self.layer, group, self.capacity_limit)
+        out = self._empty(group)
         if self.k is not None:
-            k, v = self.history()
+            k, v = self._raw_rows(self.n)
             idx = torch.tensor(local, dtype=torch.long, device=k.device)
             out.k = k.index_select(2, idx)
             out.v = v.index_select(2, idx)
@@ -427,9 +443,9 @@ class Bank:
     def clone(self, headroom: int = 0, device: str | torch.device | None = None) -> "Bank":
         """An independent copy of the history with ``headroom`` free rows (on ``device``, default this
         bank's)."""
-        out = Bank(self.layer, self.group, self.capacity_limit)
+        out = self._empty()
         if self.k is not None:
-            k, v = self.history()
+            k, v = self._raw_rows(self.n)
             out._resize(self.n + headroom, k[:, :0].to(device) if device is not None else k[:, :0])
             out_k, out_v = out.storage()
             out_k[:, : self.n] = k

@@ -40,6 +40,8 @@ from cmbench.cache.attention_stats import AttentionStats
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
 from cmbench.cache.rope import RopeSpec, reindex_frames, shift_positions
+from cmbench.cache.quantized import StorageFormat
+from cmbench.cache.quantized_bank import QuantizedBank, make_bank
 from cmbench.cache.store import HostStore, Segment
 
 REINDEX_BLOCK_BYTES = 256 * 2**20  # keys re-indexed per step: bounds the transient copies of a large bank
@@ -122,6 +124,7 @@ class KVCache:
         self.capacity_limit = capacity_limit
         self.compute_attention = compute_attention
         self.store = store
+        self.storage = StorageFormat()
         layout = uniform_layout(num_layers, num_heads) if layout is None else layout
         if len(layout) != num_layers:
             raise ValueError(f"layout has {len(layout)} layers, the cache {num_layers}")
@@ -147,6 +150,18 @@ class KVCache:
         """Build from a :class:`cmbench.backbones.base.Geometry` (any object with its attributes)."""
         return cls(geometry.num_layers, geometry.num_heads, geometry.head_dim, geometry.tokens_per_frame,
                    geometry.rope, layout, capacity_limit, compute_attention, store)
+
+    def use_storage(self, storage: StorageFormat) -> None:
+        """Store every bank's history in ``storage`` from now on (banks rebuilt empty: before any chunk).
+
+        Forks, regrouped banks and restored rows keep the format; see :mod:`cmbench.cache.quantized`.
+        """
+        if self.chunks or self.current is not None:
+            raise RuntimeError("the storage format is chosen before the first chunk")
+        storage.check(self.head_dim)
+        self.storage = storage
+        self.banks = [[make_bank(b.layer, b.group, self.capacity_limit, storage) for b in layer_banks]
+                      for layer_banks in self.banks]
 
     # ------------------------------------------------------------------ timeline
     @property
@@ -244,6 +259,11 @@ class KVCache:
         Tensor, shape ``[B, L, H, D]``: for each head, softmax attention of ``q`` over the head's bank
         history followed by the chunk itself (no mask within the chunk); a merged history row's logit
         carries ``log(count)`` (:meth:`Bank.merge`).
+
+        A bank in a quantized storage format (:meth:`use_storage`) is read decoded: its history is
+        dequantized for this call into a workspace ``[B, n, Hg, D]`` in the chunk's dtype (one bank at a
+        time, freed when the bank's attention is done; the recent window read from its full-precision
+        copy), and the chunk's own keys come from its full-precision slot.
         """
         info = self._require_open()
         B, L, H, D = q.shape
@@ -520,14 +540,14 @@ class KVCache:
                 seg = self.store.fetch((layer, bank.group), gids)
                 if seg is None:
                     continue
-                like = bank.storage()[0]
-                k = seg.k.to(like)
+                device = bank.storage()[0].device  # the bank casts to its own format on insert
+                k = seg.k.to(device)
                 target = self._temporal_position(seg.prov["frame"])
                 delta = target - seg.prov["tpos"]
                 if bool((delta != 0).any()):
                     k = shift_positions(k, self.rope, delta)
                 prov = dict(seg.prov, tpos=target)
-                bank.insert(k, seg.v.to(like), prov)
+                bank.insert(k, seg.v.to(device), prov)
                 restored += len(seg) * bank.num_heads
         return restored
 
@@ -596,6 +616,11 @@ class KVCache:
             bank.unshare()  # rotates keys in place: never those of the cache this one was forked from
             new = reindex_frames(bank.field("frame"), q0, n_recent, l_virt)
             delta = new - bank.field("tpos")
+            if isinstance(bank, QuantizedBank):  # decoded, rotated and encoded again
+                if bool((delta != 0).any()):
+                    bank.rekey(lambda keys, rows: shift_positions(keys, self.rope, delta[rows]))
+                bank.tpos[: bank.n] = new
+                continue
             keys, _ = bank.history()
             row_bytes = keys[0, 0].numel() * keys.shape[0] * keys.element_size()
             step = max(1, REINDEX_BLOCK_BYTES // row_bytes)

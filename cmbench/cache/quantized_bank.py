@@ -1,0 +1,283 @@
+"""A bank whose history is stored in a quantized format (:mod:`cmbench.cache.quantized`).
+
+The bank's own and shared storage hold *encoded* rows, ``uint8 [B, rows, Hg, W]`` (``W`` the codec's
+row width, one per side): every row operation of :class:`~cmbench.cache.bank.Bank` (eviction,
+insertion, copy on write, sharing with a fork, head selection, moves) works on them unchanged. Around
+them the bank keeps:
+
+- the open chunk's slot in full precision, ``[B, L, Hg, D]`` (every denoising call overwrites it; it is
+  encoded once, by :meth:`commit`);
+- one :class:`~cmbench.cache.quantized.Table` per side (KIVI's key zero points and scales, qvg's chunk
+  means): immutable tensors, replaced rather than written, so a fork reads its parent's tables in place;
+  an entry no history row uses any more is dropped at the next compaction;
+- the full-precision copy of the last ``residual`` committed tokens (``gid [t]``, ``k, v [B, t, Hg, D]``).
+
+:meth:`rows` and :meth:`gather` return *decoded* keys and values: the workspace of one attention call
+is the decoded history of the bank it reads, ``[B, n, Hg, D]`` in the cache's dtype, built for the call
+and freed after it; the bank never keeps a full-precision copy of its history. Evicted rows move to the
+host store decoded (:meth:`extract`) and are encoded again on :meth:`insert`: a row whose table entry is
+still in the bank is encoded on that entry, which reproduces its codes exactly; a row whose entry went
+with its last neighbour gets an entry fitted on the restored rows (a second rounding). The temporal
+re-index (:meth:`rekey`) decodes the keys, rotates them and encodes them again on fresh entries (keys
+quantized per channel cannot be rotated in their codes: a rotation mixes channel pairs).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from cmbench.cache.bank import Bank
+from cmbench.cache.layout import HeadGroup
+from cmbench.cache.quantized import StorageFormat, Table
+
+
+class QuantizedBank(Bank):
+    """A :class:`Bank` storing its history in ``storage`` (a quantized :class:`StorageFormat`).
+
+    Parameters
+    ----------
+    layer, group, capacity_limit
+        As for :class:`Bank`.
+    storage : StorageFormat
+        A quantized format (``kivi`` or ``qvg``), checked.
+    """
+
+    def __init__(self, layer: int, group: HeadGroup, capacity_limit: int | None = None,
+                 storage: StorageFormat | None = None) -> None:
+        super().__init__(layer, group, capacity_limit)
+        if storage is None or not storage.quantized:
+            raise ValueError("a QuantizedBank needs a quantized storage format")
+        self.format = storage
+        self.codecs = storage.codecs()
+        self.tables = (Table.empty(), Table.empty())
+        self.head_dim: int | None = None
+        self.dtype: torch.dtype | None = None
+        self._slot: torch.Tensor | None = None  # [2, B, L, Hg, D]: the open chunk's K and V
+        self.tail_gid = torch.zeros(0, dtype=torch.long)
+        self.tail: tuple[torch.Tensor, torch.Tensor] | None = None  # full-precision K, V [B, t, Hg, D]
+
+    # ------------------------------------------------------------------ hooks of Bank
+    def _empty(self, group: HeadGroup | None = None) -> "QuantizedBank":
+        out = QuantizedBank(self.layer, self.group if group is None else group, self.capacity_limit, self.format)
+        out.head_dim, out.dtype = self.head_dim, self.dtype
+        return out
+
+    def _allocate(self, rows: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.head_dim is not None
+        wk, wv = (codec.width(self.head_dim) for codec in self.codecs)
+        shape = (like.shape[0], rows, self.num_heads)
+        return (torch.empty((*shape, wk), dtype=torch.uint8, device=like.device),
+                torch.empty((*shape, wv), dtype=torch.uint8, device=like.device))
+
+    def _adopt(self, src: "QuantizedBank", heads: torch.Tensor | None = None,
+               device: torch.device | str | None = None) -> None:
+        """Take ``src``'s tables and recent window (its ``heads`` only; on ``device``)."""
+        def fit(t: torch.Tensor, dim: int) -> torch.Tensor:
+            t = t if heads is None else t.index_select(dim, heads.to(t.device))
+            return t if device is None else t.to(device)
+        self.tables = tuple(table.map(lambda d: fit(d, 2)) for table in src.tables)  # type: ignore[assignment]
+        self.tail_gid = src.tail_gid
+        self.tail = None if src.tail is None else (fit(src.tail[0], 2), fit(src.tail[1], 2))
+
+    # ------------------------------------------------------------------ the chunk slot
+    def write_slot(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Overwrite the full-precision slot with this group's slice of the chunk, ``k, v [B, L, Hg, D]``."""
+        if self.head_dim is None:
+            self.head_dim, self.dtype = k.shape[-1], k.dtype
+            self.format.check(self.head_dim)
+        if self.k is not None and (k.shape[0] != self.k.shape[0] or k.shape[-1] != self.head_dim):
+            raise ValueError(f"bank of layer {self.layer} stores batch {self.k.shape[0]} and head_dim "
+                             f"{self.head_dim}, got k of shape {tuple(k.shape)}")
+        if self._slot is None or self._slot.shape[1:] != k.shape or self._slot.device != k.device:
+            self._slot = k.new_empty((2, *k.shape))
+        self._slot[0], self._slot[1] = k, v
+
+    def slot(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of the full-precision slot, each ``[B, length, Hg, D]``."""
+        if self._slot is None:
+            raise RuntimeError(f"bank of layer {self.layer} has no chunk slot (no chunk was written)")
+        return self._slot[0, :, :length], self._slot[1, :, :length]
+
+    def commit(self, frame: torch.Tensor, chunk: int, pos: torch.Tensor, gid: torch.Tensor) -> None:
+        """Encode the slot into history rows with provenance ``frame, pos, gid [L]``."""
+        k, v = self.slot(len(gid))
+        prov = {"frame": frame, "chunk": torch.full_like(gid, chunk), "pos": pos, "gid": gid}
+        raw_k, raw_v = self._encode(k, v, prov)
+        self.reserve(self.n + len(gid), raw_k)
+        own_k, own_v = self.storage()
+        own = self.n - self.base
+        own_k[:, own : own + len(gid)], own_v[:, own : own + len(gid)] = raw_k, raw_v
+        super().commit(frame, chunk, pos, gid)
+        self._push_tail(gid, k, v)
+
+    def _push_tail(self, gid: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Keep the last ``residual`` committed tokens in full precision (these newest ones last)."""
+        r = self.format.residual
+        if not r:
+            return
+        if self.tail is not None:
+            gid, k, v = torch.cat([self.tail_gid, gid]), torch.cat([self.tail[0], k], 1), torch.cat([self.tail[1], v], 1)
+        self.tail_gid, self.tail = gid[-r:].clone(), (k[:, -r:].clone(), v[:, -r:].clone())
+
+    # ------------------------------------------------------------------ encoding
+    def _prov(self, rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        names = ("frame", "chunk", "pos", "gid")
+        return {n: self.field(n) if rows is None else self.field(n)[rows] for n in names}
+
+    def _encode(self, k: torch.Tensor, v: torch.Tensor, prov: dict[str, torch.Tensor],
+                fresh: tuple[bool, bool] = (False, False)) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode rows ``k, v [B, m, Hg, D]`` of provenance ``prov`` (fields ``[m]``); a table key the bank
+        has no entry for (or every key, for a side marked ``fresh``) gets one fitted on these rows."""
+        raw = []
+        tables = list(self.tables)
+        for side, (codec, x) in enumerate(zip(self.codecs, (k, v))):
+            keys = codec.key(prov)
+            if keys is None:
+                raw.append(codec.encode(x, None))
+                continue
+            table = Table.empty() if fresh[side] else tables[side]
+            new = ~torch.isin(keys, table.keys)
+            if bool(new.any()):
+                unique, inverse = keys[new].unique(return_inverse=True)
+                table = table.merged(unique, codec.fit(x[:, new.nonzero().squeeze(1).to(x.device)], inverse, len(unique)))
+            tables[side] = table
+            raw.append(codec.encode(x, table.rows(keys)))
+        self.tables = (tables[0], tables[1])
+        return raw[0], raw[1]
+
+    def _decode(self, raw_k: torch.Tensor, raw_v: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoded ``[B, m, Hg, D]`` K and V of encoded history rows (``rows [m]``; ``None``: all), the
+        recent window's rows taken from its full-precision copy."""
+        prov = self._prov(rows)
+        assert self.dtype is not None
+        out = []
+        for codec, table, raw in zip(self.codecs, self.tables, (raw_k, raw_v)):
+            keys = codec.key(prov)
+            out.append(codec.decode(raw, None if keys is None else table.rows(keys), self.dtype))
+        if self.tail is not None and len(self.tail_gid):
+            inside = torch.isin(prov["gid"], self.tail_gid)
+            if bool(inside.any()):
+                at = inside.nonzero().squeeze(1).to(raw_k.device)
+                src = torch.searchsorted(self.tail_gid, prov["gid"][inside]).to(raw_k.device)
+                for x, t in zip(out, self.tail):
+                    x.index_copy_(1, at, t.index_select(1, src))
+        return out[0], out[1]
+
+    # ------------------------------------------------------------------ reading
+    def rows(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoded K and V of rows ``[0, stop)``, each ``[B, stop, Hg, D]``: the history, then the slot."""
+        hist = min(stop, self.n)
+        if self.k is None:
+            k, v = self.slot(stop)
+            return k, v
+        k, v = self._decode(*self._raw_rows(hist), None if hist == self.n else torch.arange(hist))
+        if stop > hist:
+            sk, sv = self.slot(stop - hist)
+            k, v = torch.cat([k, sk], 1), torch.cat([v, sv], 1)
+        return k, v
+
+    def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoded K and V of these history rows (``long [m]``, increasing), each ``[B, m, Hg, D]``."""
+        return self._decode(*self._raw_gather(rows), rows)
+
+    # ------------------------------------------------------------------ history
+    def keep_only(self, keep: torch.Tensor, slot: int = 0) -> None:
+        """As :meth:`Bank.keep_only` (the slot is held apart: nothing to move), then the table entries and
+        recent-window rows of dropped tokens go."""
+        super().keep_only(keep, 0)
+        prov = self._prov(None)
+        self.tables = tuple(table if codec.key(prov) is None else table.only(codec.key(prov).unique())
+                            for codec, table in zip(self.codecs, self.tables))  # type: ignore[assignment]
+        if self.tail is not None:
+            kept = torch.isin(self.tail_gid, prov["gid"])
+            if not bool(kept.all()):
+                idx = kept.nonzero().squeeze(1)
+                dev = idx.to(self.tail[0].device)
+                self.tail_gid = self.tail_gid[idx]
+                self.tail = (self.tail[0].index_select(1, dev), self.tail[1].index_select(1, dev))
+
+    def insert(self, k: torch.Tensor, v: torch.Tensor, prov: dict[str, torch.Tensor]) -> None:
+        """Encode full-precision rows ``k, v [B, m, Hg, D]`` and put them back (:meth:`Bank.insert`)."""
+        if not len(prov["gid"]):
+            return
+        if self.head_dim is None:
+            self.head_dim, self.dtype = k.shape[-1], k.dtype
+        raw_k, raw_v = self._encode(k, v, prov)
+        super().insert(raw_k, raw_v, prov)
+
+    def merge(self, into: torch.Tensor, rows: torch.Tensor, slot: int = 0) -> None:
+        """Refused: merging averages values in full precision."""
+        raise ValueError(f"bank of layer {self.layer}: rows cannot be merged in storage={self.format.name} "
+                         "(merging needs full-precision values: storage=fp)")
+
+    def rekey(self, transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        """Replace every history key ``k`` by ``transform(k, rows)`` (``k [B, m, Hg, D]`` of history rows
+        ``rows [m]``), encoding them again on freshly fitted key entries (the re-index)."""
+        if not self.n:
+            return
+        self.unshare()
+        keys = transform(self.rows(self.n)[0], torch.arange(self.n))
+        raw_k, _ = self._encode(keys, keys, self._prov(None), fresh=(True, False))
+        self.storage()[0][:, : self.n] = raw_k
+        if self.tail is not None and len(self.tail_gid):
+            rows, _ = self.rows_of_gids(self.tail_gid)
+            self.tail = (keys.index_select(1, rows.to(keys.device)), self.tail[1])
+
+    # ------------------------------------------------------------------ copies
+    def share(self, headroom: int = 0) -> "QuantizedBank":
+        out = super().share(headroom)
+        assert isinstance(out, QuantizedBank)
+        out._adopt(self)
+        return out
+
+    def select_heads(self, group: HeadGroup) -> "QuantizedBank":
+        out = super().select_heads(group)
+        assert isinstance(out, QuantizedBank)
+        out._adopt(self, heads=torch.tensor([self.group.heads.index(h) for h in group.heads]))
+        return out
+
+    def clone(self, headroom: int = 0, device: str | torch.device | None = None) -> "QuantizedBank":
+        out = super().clone(headroom, device)
+        assert isinstance(out, QuantizedBank)
+        out._adopt(self, device=device)
+        return out
+
+    def move(self, device: str | torch.device) -> None:
+        super().move(device)
+        self._adopt(self, device=device)
+
+    # ------------------------------------------------------------------ accounting
+    def stored_bytes(self) -> int:
+        """Bytes of the history: encoded rows (codes and in-row zero points and scales), the table
+        entries they use and the full-precision recent window."""
+        if self.k is None or self.v is None:
+            return 0
+        return self.n * self.k.shape[0] * self.num_heads * (self.k.shape[-1] + self.v.shape[-1]) + self._side_bytes()
+
+    def shared_bytes(self) -> int:
+        """Bytes of the encoded rows read in place from the bank this one was forked from."""
+        return 0 if self.shared is None else sum(t.numel() * t.element_size() for t in self.shared)
+
+    def allocated_bytes(self) -> int:
+        """Bytes this bank allocated: encoded rows (capacity), provenance, tables, recent window, slot."""
+        if self.k is None or self.v is None:
+            return 0
+        own = (self.k.numel() + self.v.numel()) * self.k.element_size()
+        prov = sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self.PROVENANCE)
+        slot = 0 if self._slot is None else self._slot.numel() * self._slot.element_size()
+        return own + prov + slot + self._side_bytes()
+
+    def _side_bytes(self) -> int:
+        """Bytes of the tables and the full-precision recent window."""
+        tail = 0 if self.tail is None else sum(t.numel() * t.element_size() for t in self.tail)
+        return sum(t.nbytes() for t in self.tables) + tail
+
+
+def make_bank(layer: int, group: HeadGroup, capacity_limit: int | None = None,
+              storage: StorageFormat | None = None) -> Bank:
+    """A bank storing its history in ``storage`` (``None`` or ``fp``: a plain :class:`Bank`)."""
+    if storage is None or not storage.quantized:
+        return Bank(layer, group, capacity_limit)
+    return QuantizedBank(layer, group, capacity_limit, storage)
