@@ -1,0 +1,321 @@
+"""kvpress: NVIDIA's LLM presses (their own ``score``) deciding which history tokens a video DiT keeps.
+
+A kvpress "press" (``pip install 'cmbench[kvpress]'``) is a dataclass whose
+``score(module, hidden_states, keys, values, attentions, kwargs)`` returns one score per cached token
+and key-value head, shape ``(batch, heads, tokens)``; its ``compress`` keeps the
+``int(tokens * (1 - compression_ratio))`` highest. The adapter calls that ``score`` at CMBench's
+compaction points and keeps the top tokens under CMBench's shared sink, recent window and PR ledger:
+
+- when a chunk leaves the recent window, every layer's keys and values of that chunk (its candidate
+  tokens) go to ``score`` in kvpress's layout ``(B, H, L, D)``; each head keeps its ``n_kept`` highest
+  scores (ties: the earlier token), in a bank of its own, so heads choose separately;
+- a press that reads the probe (attention weights or hidden states) gets the newest chunk's mean
+  rotated query per layer, measured in a probe before its first denoising call (``Needs.query_probe``):
+  ``hidden_states`` ``(B, 1, H * D)`` is that query, and ``attentions`` ``(B, H, 1, L)`` its softmax
+  attention over the candidates' keys (``1 / sqrt(D)`` scaled);
+- ``module`` is a :class:`PressModule`: the attributes presses look up on an LLM attention layer
+  (``layer_idx``, ``head_dim``, ``config.num_attention_heads`` ...), and nothing else, so a press that
+  needs an LLM's projections, rotary module or generation loop fails on it (``ls method`` lists the
+  presses that run; docs/methods.md says why each other one cannot).
+
+Scores are computed with the global random state saved and restored around each call, seeded from
+the run seed, chunk and layer: a stochastic press is reproducible and cannot shift the sampler's noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from cmbench.cache import Bank, ChunkInfo, HeadGroup, KVCache
+from cmbench.errors import ConfigError
+from cmbench.hashing import derive_seed
+from cmbench.methods.base import BeforeChunk, ChunkSignals, Needs, ScoredMethod, finite_priority
+from cmbench.methods.knobs import Knob
+from cmbench.methods.registry import register
+
+EXTRA = "pip install -e '.[kvpress]'"  # the optional dependency (README, "kvpress presses")
+
+
+def import_kvpress() -> Any:
+    """The installed ``kvpress`` module; a one-line :class:`ConfigError` naming the extra when absent."""
+    try:
+        return importlib.import_module("kvpress")
+    except ImportError as err:
+        raise ConfigError(f"method kvpress needs the optional package kvpress ({err}): {EXTRA}") from err
+
+
+@dataclass
+class PressModule:
+    """What a press reads from the attention layer it compresses, for one DiT layer.
+
+    Attributes
+    ----------
+    layer_idx : int
+    head_dim : int
+    num_key_value_groups : int
+        Query heads per key-value head (1: a DiT has as many key heads as query heads).
+    config : SimpleNamespace
+        ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``hidden_size``,
+        ``num_hidden_layers`` and ``_attn_implementation`` (``"eager"``: attention weights are given).
+    """
+
+    layer_idx: int
+    head_dim: int
+    num_key_value_groups: int
+    config: SimpleNamespace
+
+    @classmethod
+    def of(cls, layer: int, num_layers: int, num_heads: int, head_dim: int) -> "PressModule":
+        config = SimpleNamespace(num_attention_heads=num_heads, num_key_value_heads=num_heads, head_dim=head_dim,
+                                 hidden_size=num_heads * head_dim, num_hidden_layers=num_layers,
+                                 _attn_implementation="eager")
+        return cls(layer, head_dim, 1, config)
+
+
+def press_class(spec: str) -> type:
+    """The press class ``spec`` names: a class exported by kvpress (``KnormPress``) or an import path
+    to a user's own (``mypkg.presses.MyPress``); it must have a ``score`` method."""
+    if "." in spec:
+        module, _, name = spec.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"method kvpress: press {spec!r} cannot be imported ({err})") from err
+    else:
+        kvpress = import_kvpress()
+        cls = getattr(kvpress, spec, None)
+        if cls is None:
+            raise ConfigError(f"method kvpress: kvpress {kvpress_version()} has no press {spec!r}; "
+                              f"`python -m cmbench ls method` lists the presses that run")
+    if not (isinstance(cls, type) and callable(getattr(cls, "score", None))):
+        raise ConfigError(f"method kvpress: press {spec!r} is not a press class with a score method")
+    return cls
+
+
+def build_press(spec: str | Mapping[str, Any], compression_ratio: float) -> Any:
+    """A press from a class name or import path, or a mapping ``{_target_: name or path, field: value}``
+    of the press's own fields; its ``compression_ratio`` (if it has one) set to ``compression_ratio``."""
+    options = dict(spec) if isinstance(spec, Mapping) else {"_target_": spec}
+    target = options.pop("_target_", None)
+    if not isinstance(target, str) or not target:
+        raise ConfigError(f"method kvpress: press {spec!r} needs a '_target_' (a press class name or import path)")
+    cls = press_class(target)
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    if "compression_ratio" in fields:
+        options["compression_ratio"] = compression_ratio
+    try:
+        return cls(**options)
+    except (TypeError, ValueError, AssertionError) as err:
+        raise ConfigError(f"method kvpress: press {target} cannot be built with {options} ({err})") from err
+
+
+def press_scores(press: Any, module: PressModule, keys: torch.Tensor, values: torch.Tensor,
+                 query: torch.Tensor | None, seed: int) -> torch.Tensor:
+    """The press's own scores of the candidate tokens.
+
+    Parameters
+    ----------
+    press : a kvpress press
+    module : PressModule
+    keys, values : Tensor, shape ``[B, H, L, D]``
+        The candidates, in token order.
+    query : Tensor, shape ``[B, H, D]``, or None
+        The probe's mean rotated query; ``None``: ``hidden_states`` and ``attentions`` are ``None``.
+    seed : int
+        Seeds the global random state for the call (restored afterwards).
+
+    Returns
+    -------
+    Tensor, shape ``[B, H, L]``, float32 on the CPU.
+    """
+    b, h, n, d = keys.shape
+    hidden = attentions = None
+    if query is not None:
+        query = query.to(keys.device, keys.dtype)
+        hidden = query.reshape(b, 1, h * d)
+        logits = torch.einsum("bhd,bhnd->bhn", query.float(), keys.float()) / math.sqrt(d)
+        attentions = logits.softmax(dim=-1).unsqueeze(2).to(keys.dtype)  # [B, H, 1, L]
+    with torch.random.fork_rng(devices=[keys.device] if keys.device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        scores = press.score(module, hidden, keys, values, attentions, {})
+    if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (b, h, n):
+        shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
+        raise ConfigError(f"method kvpress: {type(press).__name__}.score returned {shape}, expected {(b, h, n)} "
+                          f"(batch, heads, tokens)")
+    return scores.detach().float().cpu()
+
+
+def top_tokens(scores: torch.Tensor, n_kept: int) -> torch.Tensor:
+    """Keep mask ``bool [..., L]`` of the ``n_kept`` highest ``scores [..., L]`` (ties: the earlier token;
+    NaN and +inf rank first, -inf last)."""
+    order = torch.sort(finite_priority(scores), dim=-1, descending=True, stable=True).indices
+    keep = torch.zeros(scores.shape, dtype=torch.bool)
+    return keep.scatter_(-1, order[..., :n_kept], True)
+
+
+def kept_count(tokens: int, compression_ratio: float) -> int:
+    """Tokens a press keeps of ``tokens`` at ``compression_ratio``, as kvpress counts: the integer part
+    of ``tokens * (1 - compression_ratio)``, at least one (``tokens`` when nothing is compressed)."""
+    return tokens if compression_ratio <= 0 else max(1, int(tokens * (1 - compression_ratio)))
+
+
+def chunk_kv(banks: list[Bank], info: ChunkInfo, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values of every token of a stored chunk in one layer, in kvpress's layout.
+
+    Returns
+    -------
+    (keys, values), each ``[B, H, L, D]`` in head order and token order.
+
+    Raises
+    ------
+    RuntimeError
+        A bank does not hold the whole chunk (it was compacted before it left the window).
+    """
+    gids = torch.arange(info.gid_start, info.gid_start + info.length)
+    keys: list[torch.Tensor | None] = [None] * num_heads
+    values: list[torch.Tensor | None] = [None] * num_heads
+    for bank in banks:
+        rows, _ = bank.rows_of_gids(gids)
+        if len(rows) != info.length:
+            raise RuntimeError(f"kvpress: layer {bank.layer} heads {bank.group.heads} hold {len(rows)} of chunk "
+                               f"{info.index}'s {info.length} tokens when it leaves the window")
+        k, v = bank.gather(rows)  # [B, L, Hg, D]
+        for i, head in enumerate(bank.group.heads):
+            keys[head], values[head] = k[:, :, i], v[:, :, i]
+    return torch.stack(keys, dim=1), torch.stack(values, dim=1)  # type: ignore[arg-type]
+
+
+def trial_chunk(heads: int = 8, tokens: int = 64, head_dim: int = 4) -> tuple[torch.Tensor, ...]:
+    """A small random chunk to try a press on (its own generator: the global random state is untouched).
+
+    Returns
+    -------
+    (keys, values, query): ``[1, heads, tokens, head_dim]`` twice and ``[1, heads, head_dim]``.
+    """
+    gen = torch.Generator().manual_seed(0)
+    return (torch.randn(1, heads, tokens, head_dim, generator=gen), torch.randn(1, heads, tokens, head_dim, generator=gen),
+            torch.randn(1, heads, head_dim, generator=gen))
+
+
+def try_press(press: Any) -> tuple[str | None, bool]:
+    """``(why it cannot run or None, whether it reads the probe)`` for ``press`` on :func:`trial_chunk`:
+    it runs when its score works with a probe query, and reads the probe when it fails without one."""
+    keys, values, query = trial_chunk()
+    module = PressModule.of(0, 1, keys.shape[1], keys.shape[3])
+    try:
+        press_scores(press, module, keys, values, query, 0)
+    except Exception as err:  # noqa: BLE001 - a press that cannot run on a DiT fails in its own way
+        return f"{type(err).__name__}: {err}".splitlines()[0], True
+    try:
+        press_scores(press, module, keys, values, None, 0)
+    except Exception:  # noqa: BLE001 - whatever a press raises without the probe
+        return None, True
+    return None, False
+
+
+def runnable_presses() -> tuple[str, list[str]]:
+    """``(kvpress version, names)``: the presses of kvpress's exported list that the adapter runs, each
+    built with its defaults (:func:`try_press`)."""
+    kvpress = import_kvpress()
+    names = []
+    for name in kvpress.__all__:
+        try:
+            press = build_press(name, 0.5)
+        except ConfigError:
+            continue
+        if try_press(press)[0] is None:
+            names.append(name)
+    return kvpress_version(), names
+
+
+def kvpress_version() -> str:
+    """The installed kvpress's version."""
+    from importlib.metadata import version
+
+    return version("kvpress")
+
+
+@register
+@dataclass
+class KVPress(ScoredMethod):
+    """A kvpress press's own ``score`` ranks each chunk's tokens per head when it leaves the recent window.
+
+    Each head of each layer keeps ``int(L * (1 - compression_ratio))`` of the chunk's ``L`` tokens (at
+    least one), the highest by the press's score on that layer's keys and values; sink and window as
+    every method, one bank per head.
+
+    Parameters
+    ----------
+    press : str or mapping
+        A press class exported by kvpress (``KnormPress``), an import path to your own press class
+        (``mypkg.presses.MyPress``), or a mapping ``{_target_: <either>, <press field>: value}``.
+    compression_ratio : float
+        Fraction of each chunk's tokens pruned when it leaves the window (also set on the press).
+    """
+
+    name = "kvpress"
+    description = ("a kvpress press's own `score` ranks each chunk's tokens per head as it leaves the window; "
+                   "`compression_ratio` of them are pruned (`method.press=KnormPress`)")
+    paper = "https://github.com/NVIDIA/kvpress"
+    paper_title = "NVIDIA kvpress"
+    knob = Knob("compression_ratio", 0.0, 0.999)  # a larger ratio prunes more
+    knob_minimums: ClassVar[dict[str, float]] = {"compression_ratio": 0}
+
+    press: Any = "KnormPress"
+    compression_ratio: float = 0.5
+    recent_chunks: int = 2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.compression_ratio < 1:
+            raise ConfigError(f"method kvpress: compression_ratio must be below 1, got {self.compression_ratio}")
+        self._press = build_press(self.press, self.compression_ratio)
+        why, self._reads_probe = try_press(self._press)
+        if why is not None:
+            raise ConfigError(f"method kvpress: press {type(self._press).__name__} cannot run on a DiT ({why}); "
+                              f"`python -m cmbench ls method` lists the presses that do (docs/methods.md: why not)")
+        self._probe: tuple[int, dict[int, torch.Tensor]] | None = None
+
+    def needs(self) -> Needs:
+        """The newest chunk's queries, when the press reads the probe."""
+        return Needs(query_probe=self._reads_probe)
+
+    def layout(self, geometry) -> list[list[HeadGroup]]:
+        """One bank per head: each head keeps its own tokens."""
+        return [[HeadGroup((h,), "all", self.max_history_tokens) for h in range(geometry.num_heads)]
+                for _ in range(geometry.num_layers)]
+
+    def before_denoise(self, cache: KVCache, sig: BeforeChunk) -> None:
+        if self._reads_probe:
+            if sig.queries is None:
+                raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
+            self._probe = (sig.chunk.index, sig.queries)
+
+    def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
+        """Mark the chunk leaving the window with the press's scores (keep flags and priorities, per head)."""
+        leaving = sig.chunk.index - self.window()
+        if leaving < self.sink_chunks:
+            return
+        info = cache.chunk(leaving)
+        queries = None
+        if self._reads_probe:
+            if self._probe is None or self._probe[0] != sig.chunk.index:
+                raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
+            queries = self._probe[1]
+        n_kept = kept_count(info.length, self.compression_ratio)
+        for layer, banks in enumerate(cache.banks):
+            keys, values = chunk_kv(banks, info, cache.num_heads)
+            module = PressModule.of(layer, cache.num_layers, cache.num_heads, cache.head_dim)
+            query = None if queries is None else queries[layer]
+            seed = derive_seed("kvpress", sig.seed, info.index, layer)
+            scores = press_scores(self._press, module, keys, values, query, seed).mean(dim=0)  # [H, L]
+            for bank in banks:
+                score = scores[list(bank.group.heads)].mean(dim=0)  # [L]: one decision per bank
+                cache.mark(info.index, keep=top_tokens(score, n_kept), priority=finite_priority(score), banks=[bank])
