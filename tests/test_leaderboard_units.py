@@ -70,7 +70,7 @@ def pair(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ leaderboard()
-COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "context_pr", "speedup_vs_fullkv", "continuation_fps",
+COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv", "continuation_fps",
            "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "peak_store_bytes",
            "moved_bytes_per_chunk"]
@@ -178,7 +178,7 @@ def test_quality_columns_follow_pr_in_vbench_order_with_their_clustered_ci(tmp_p
     assert lb.quality_metrics(runs) == ["subject_consistency", "imaging_quality"]
     board = lb.leaderboard(runs)
     assert list(board.columns[4:10]) == ["pr", "subject_consistency", "subject_consistency_ci95", "imaging_quality",
-                                         "imaging_quality_ci95", "context_pr"]
+                                         "imaging_quality_ci95", "kv_bytes_ratio"]
     m, f = board.iloc[0], board.iloc[1]
     # m: 0.9 0.7 (a) 0.5 (b): mean 0.7, residual sums +0.2, -0.2: se^2 = 2 * 0.08 / 9
     assert m["subject_consistency"] == pytest.approx(0.7)
@@ -384,23 +384,25 @@ def test_the_markdown_table_cell_by_cell():
     board = board_frame([
         dict(method="m|x", score=0.66666, score_ci95=0.28236, pr=0.85, cost_speedup_vs_fullkv=3.4286,
              speedup_vs_fullkv=3.0, fps_measured_together=False, continuation_fps=24.04, peak_kv_bytes=2_345_678,
-             seeds=2, score_seed_std=0.035355, n_tasks=3, failures=1, other_code_tasks=2),
+             kv_bytes_ratio=0.12345, seeds=2, score_seed_std=0.035355, n_tasks=3, failures=1, other_code_tasks=2),
         dict(method="fullkv", score=0.65, pr=0.0, cost_speedup_vs_fullkv=1.0, speedup_vs_fullkv=1.0,
-             fps_measured_together=True, continuation_fps=6.4, peak_kv_bytes=1e6),
+             fps_measured_together=True, continuation_fps=6.4, peak_kv_bytes=1e6, kv_bytes_ratio=1.0),
         dict(method="nofps", score=0.5, score_ci95=0.0, pr=0.5, fps_measured_together=False),
     ])
     lines = lb.markdown_table(board).splitlines()
     assert lines[:5] == [
-        "| Method | DINO (95% CI) | PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks | Failed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        "| m\\|x † | 0.6667 ± 0.2824 | 85.00% | 3.43x | 3.00x* | 24.0 | 2.35 | 2 (sd 0.0354) | 3 | 1 |",
-        "| fullkv | 0.6500 | 0.00% | 1.00x | 1.00x | 6.4 | 1.00 | 1 | 4 | 0 |",
-        "| nofps | 0.5000 ± 0.0000 | 50.00% | — | — | — | — | 1 | 4 | 0 |",
+        "| Method | DINO (95% CI) | PR | KV bytes | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks | Failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| m\\|x † | 0.6667 ± 0.2824 | 85.00% | 12.35% | 3.43x | 3.00x* | 24.0 | 2.35 | 2 (sd 0.0354) | 3 | 1 |",
+        "| fullkv | 0.6500 | 0.00% | 100.00% | 1.00x | 1.00x | 6.4 | 1.00 | 1 | 4 | 0 |",
+        "| nofps | 0.5000 ± 0.0000 | 50.00% | — | — | — | — | — | 1 | 4 | 0 |",
     ]
     text = "\n".join(lines)
     assert "(`*`: not measured together, at other times or on another machine)" in text
     assert lines[6].startswith("Speed-up: FullKV's attention FLOPs over the method's")
-    assert lines[6].endswith("the CI is over all (task, seed) pairs, clustered by context.")
+    assert lines[6].endswith("the CI is over all (task, seed) pairs, clustered by context. KV bytes: the device bytes "
+                             "of the KV cache over FullKV's on the same tasks (summed over the continuation's chunks, "
+                             "scales and metadata included; FullKV's computed from the geometry).")
     assert lines[-1] == ("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                          "`other_code_tasks` in leaderboard.csv.")
     for absent in ("Host store", "Quality", "Paired comparisons", lb.MATCHED_NOTE):
@@ -412,7 +414,7 @@ def test_markdown_without_stars_or_daggers_says_nothing_of_them():
     board = board_frame([dict(method="a", score=0.5, pr=0.5, speedup_vs_fullkv=2.0, fps_measured_together=None),
                          dict(method="b", score=0.4, pr=0.5, speedup_vs_fullkv=2.0, fps_measured_together=True)])
     text = lb.markdown_table(board)
-    assert "| a | 0.5000 | 50.00% | — | 2.00x | — |" in text and "| b | 0.4000 | 50.00% | — | 2.00x | — |" in text
+    assert "| a | 0.5000 | 50.00% | — | — | 2.00x | — |" in text and "| b | 0.4000 | 50.00% | — | — | 2.00x | — |" in text
     assert "`*`" not in text and "†" not in text
     assert "FPS speed-up: measured continuation FPS over FullKV's; `scripts/bench_speed.py`" in text
 
@@ -431,11 +433,11 @@ def test_markdown_host_store_quality_matched_and_comparison_sections():
              wins=1, ties=0, losses=3, n_pairs=4, test="t")])
     lines = lb.markdown_table(board, compared).splitlines()
     assert lines[:4] == [
-        "| Method | DINO (95% CI) | Score @ 85% PR | PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks "
-        "| Failed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-        "| ret&lt;1&gt; | 0.5000 | 0.4568 | 50.00% | — | — | — | 3.00 | 1 | 4 | 0 |",
-        "| plain † | 0.4000 | — | 50.00% | — | — | — | 1.00 | 1 | 4 | 0 |",
+        "| Method | DINO (95% CI) | Score @ 85% PR | PR | KV bytes | Speed-up | FPS speed-up | FPS | Peak KV (MB) | "
+        "Seeds | Tasks | Failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| ret&lt;1&gt; | 0.5000 | 0.4568 | 50.00% | — | — | — | — | 3.00 | 1 | 4 | 0 |",
+        "| plain † | 0.4000 | — | 50.00% | — | — | — | — | 1.00 | 1 | 4 | 0 |",
     ]
     at = lines.index("| Method | Peak KV (MB) | Peak store (MB) | Moved per chunk (MB) |")
     assert lines[at - 2].startswith("Host store (methods that move history off the device")

@@ -170,6 +170,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
             row["cost_speedup_vs_fullkv"] = _ratio(ref["attention_flops"], mine["attention_flops"])
             row["fps_measured_together"] = measured_together(run, reference)
         row["peak_kv_bytes"] = _mean(ok["peak_kv_bytes"])
+        row["kv_bytes_ratio"] = _mean(ok["kv_bytes_ratio"])
         for name in STORE_COLUMNS:  # retrieval methods: host store and transfers (NaN for the others)
             row[name] = _mean(ok[name]) if name in ok else math.nan
         row["attention_keys_per_token"] = _mean(ok["attention_keys_per_token"])
@@ -177,7 +178,8 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         row["score_seed_std"] = seed_spread(ok["score"], ok["run_seed"].fillna(-1)) if len(ok) else math.nan
         row["other_code_tasks"] = len(run.other_code_tasks)
         rows.append(row)
-    cols = ["method", "metric", "score", "score_ci95", "pr", "context_pr", "speedup_vs_fullkv", "continuation_fps",
+    cols = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv",
+            "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
             "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *STORE_COLUMNS]
     board = pd.DataFrame(rows, columns=cols)
@@ -242,8 +244,8 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
     other code, and the paired comparisons when there are any."""
     matched = MATCHED_COLUMN in board.columns
     lines = [f"| Method | {markdown_text(board_metric(board))} (95% CI) | " + ("Score @ 85% PR | " if matched else "")
-             + "PR | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks | Failed |",
-             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if matched else "")]
+             + "PR | KV bytes | Speed-up | FPS speed-up | FPS | Peak KV (MB) | Seeds | Tasks | Failed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if matched else "")]
     apart = other = False
     for r in board.itertuples():
         ci = "" if math.isnan(r.score_ci95) else f" ± {r.score_ci95:.4f}"
@@ -256,6 +258,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         at = f"{_cell(getattr(r, MATCHED_COLUMN), '{:.4f}')} | " if matched else ""
         lines.append(
             f"| {name} | {_cell(r.score, '{:.4f}')}{ci} | {at}{_cell(100 * r.pr, '{:.2f}%')} | "
+            f"{_cell(100 * getattr(r, 'kv_bytes_ratio', math.nan), '{:.2f}%')} | "  # NaN: a csv from before it
             f"{_cell(r.cost_speedup_vs_fullkv, '{:.2f}x')} | {fps_speedup} | {_cell(r.continuation_fps, '{:.1f}')} | "
             f"{_cell(r.peak_kv_bytes / 1e6, '{:.2f}')} | {seeds} | {r.n_tasks} | {r.failures} |"
         )
@@ -264,7 +267,9 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
               "measured continuation FPS over FullKV's" + (" (`*`: not measured together, at other times or on "
                                                            "another machine)" if apart else "")
               + "; `scripts/bench_speed.py` measures speed in one controlled run. Seeds: runs per method, with the "
-              "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context."]
+              "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context. "
+              "KV bytes: the device bytes of the KV cache over FullKV's on the same tasks (summed over the "
+              "continuation's chunks, scales and metadata included; FullKV's computed from the geometry)."]
     lines += store_lines(board)
     quality = [c for c in QUALITY_FIELDS if c in board.columns]
     if quality:

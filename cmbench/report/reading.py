@@ -38,7 +38,8 @@ from cmbench.scoring.aggregation import aggregate_references
 
 UNNAMED_METRIC = "Score"  # records that do not name their metric (written before the field existed)
 NUMERIC = ("seed", "run_seed", "score", "detection_rate", "pr", "target_pr", "calibration_pr", "context_pr", "kept_tokens",
-           "kept_context_tokens", "peak_kv_bytes", "peak_store_bytes", "moved_bytes_per_chunk", "prefill_seconds", "continuation_seconds", "continuation_frames",
+           "kept_context_tokens", "peak_kv_bytes", "mean_kv_bytes", "fullkv_kv_bytes", "fullkv_peak_kv_bytes",
+           "kv_bytes_ratio", "target_bytes", "calibration_bytes", "peak_store_bytes", "moved_bytes_per_chunk", "prefill_seconds", "continuation_seconds", "continuation_frames",
            "continuation_fps", "best_frame", "n_frames", "attention_flops", "attention_keys_per_token", "recorded_ns",
            *QUALITY_FIELDS)
 
