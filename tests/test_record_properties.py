@@ -33,7 +33,7 @@ def records(draw) -> TaskRecord:
         "status": draw(st.sampled_from(STATUSES)),
         "kind": draw(st.sampled_from(KINDS)),
         "label": draw(st.none() | text),
-        "seed": draw(st.none() | st.integers(-2**63, 2**63)),
+        "seed": draw(st.none() | st.integers(-2**63, 2**63 - 1)),
         "error": draw(st.none() | text),
         "score": draw(st.none() | st.floats(-1.0, 1.0)),
         "similarities": draw(st.none() | st.lists(st.none() | st.floats(-1.0, 1.0), max_size=6)),
@@ -50,7 +50,7 @@ def records(draw) -> TaskRecord:
         "kept_tokens": draw(st.none() | st.integers(0, 10**15)),
         "peak_kv_bytes": draw(st.none() | st.integers(0, 10**15)),
         "continuation_seconds": draw(st.none() | non_negative),
-        "run_seed": draw(st.none() | st.integers(0, 2**63)),
+        "run_seed": draw(st.none() | st.integers(0, 2**63 - 1)),
     }
     return TaskRecord(**fields)
 

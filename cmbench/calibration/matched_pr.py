@@ -34,6 +34,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
 from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_value
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
@@ -221,10 +222,7 @@ def shared_probes(folder: Path, method: str, probe_key: str, logs: bool = True) 
     pattern = f"{path_component(method, 'method.name')}_pr*.json"  # in keyed/, the probes file matches it too
     paths = {*folder.glob(pattern), *(folder / KEYED_DIR).glob(pattern)} if logs else set()
     for path in sorted(paths | {probes_path(folder, method, probe_key)}):
-        try:
-            logged = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+        logged = read_log(path)
         if isinstance(logged, dict) and logged.get("method") == method and logged.get("probe_key") == probe_key:
             try:
                 known.update(_valid_probes(logged.get("probes", [])))
@@ -265,15 +263,68 @@ def calibration_probe_key(setting: dict[str, Any]) -> str:
     return config_hash(portable(setting))
 
 
-def _cached(log_path: Path, key: str) -> "Calibration | None":
-    """The calibration logged at ``log_path`` when its key is ``key``, else None."""
-    if not log_path.is_file():
-        return None
+def read_log(path: Path) -> Any:
+    """A calibration log's JSON (bounded: :data:`cmbench.bounded_read.LIMITS`), or None when absent or not
+    JSON.
+
+    Raises
+    ------
+    ReadLimitError
+        Not a regular file, or over the limit of a calibration log.
+    """
     try:
-        earlier = Calibration(**json.loads(log_path.read_text()))
-    except (TypeError, ValueError):
+        text = bounded_read.read_optional_text(path, "calibration log")
+        return None if text is None else json.loads(text)
+    except (OSError, ValueError, RecursionError):
         return None
-    if earlier.key != key:
+
+
+def _fraction(value: Any, closed: bool = True) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return number and 0.0 <= value <= 1.0 and (closed or value < 1.0)
+
+
+def log_problem(logged: "Calibration", knob: Knob) -> str | None:
+    """What makes a received calibration log impossible for ``knob`` (``"value: is 1e+308, expected ..."``),
+    or None: its knob value inside the knob's range, its PRs fractions, its probes ``[value, PR]`` pairs."""
+    value = logged.value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not (
+            knob.low <= value <= knob.high) or (knob.integer and value != int(value)):
+        kind = "a whole number" if knob.integer else "a number"
+        return f"value: is {json.dumps(value)[:60]}, expected {kind} in the knob's range [{knob.low:g}, {knob.high:g}]"
+    if logged.knob != knob.name:
+        return f"knob: is {json.dumps(logged.knob)[:60]}, expected {knob.name!r}"
+    for name, closed in (("calibration_pr", True), ("target_pr", False), ("tolerance", False)):
+        if not _fraction(getattr(logged, name), closed):
+            return f"{name}: is {json.dumps(getattr(logged, name))[:60]}, expected a fraction in [0, 1{']' if closed else ')'}"
+    if not isinstance(logged.within_tolerance, bool):
+        return f"within_tolerance: is {json.dumps(logged.within_tolerance)[:60]}, expected true or false"
+    for name in ("label", "method", "note"):
+        if not isinstance(getattr(logged, name), str):
+            return f"{name}: is {json.dumps(getattr(logged, name))[:60]}, expected a string"
+    for name in ("probes", "reused_probes"):
+        try:
+            _valid_probes(getattr(logged, name))
+        except ValueError as err:
+            return f"{name}: {err}"
+    return None
+
+
+def _cached(log_path: Path, key: str, knob: Knob, say: bool = True) -> "Calibration | None":
+    """The calibration logged at ``log_path`` when its key is ``key`` and its values are possible for
+    ``knob`` (:func:`log_problem`; an impossible one is calibrated again, saying why when ``say``), else None."""
+    logged = read_log(log_path)
+    try:
+        earlier = Calibration(**logged) if isinstance(logged, dict) else None
+    except TypeError:
+        return None
+    if earlier is None or earlier.key != key:
+        return None
+    problem = log_problem(earlier, knob)
+    if problem is not None:
+        if say:
+            print(f"calibrate: calibration log {log_path}: {problem}: not reused, calibrating again", file=sys.stderr,
+                  flush=True)
         return None
     earlier.cached = True
     return earlier
@@ -311,7 +362,7 @@ def not_reused(log_path: Path, key: str, setting: dict[str, Any], code: dict[str
     A log written before settings were logged gives its task count, calibration folder and tolerance.
     """
     try:
-        earlier = json.loads(log_path.read_text())
+        earlier = read_log(log_path)
         before = {"calibration.tasks": len(earlier["data"]["task_ids"]), "calibration.root": earlier["data"]["root"],
                   "calibration.tolerance": earlier["tolerance"], **earlier.get("setting", {})}
         earlier_code, earlier_tasks = dict(earlier["code"]), earlier["data"]["task_ids"]
@@ -395,7 +446,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     def publish(result: Calibration) -> None:
         """Write ``result`` as the calibration last found or reused: its yaml and the log named after the
         target (unless they already are this calibration's)."""
-        current = _cached(log_path, key)
+        current = _cached(log_path, key, knob, say=False)
         if current is None or not yaml_path.is_file() or current.to_json() != result.to_json():
             _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
                               + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: result.value})))
@@ -407,9 +458,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     with RunLock(keyed, on_wait=lambda pid: print(
             f"calibrate: waiting for process {pid}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
             file=sys.stderr, flush=True)):
-        earlier = _cached(keyed, key)
+        earlier = _cached(keyed, key, knob)
         if earlier is None and yaml_path.is_file():  # a folder written before logs were kept under their keys
-            earlier = _cached(log_path, key)
+            earlier = _cached(log_path, key, knob)
             if earlier is not None:
                 _write(keyed, earlier.to_json())
         if earlier is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeGuard
 
+from cmbench import bounded_read
 from cmbench.data.task import N_CLIP_PROMPTS, SOURCES, TASK_TYPES, Reference, Task, as_box
 from cmbench.data.video import VideoError, probe_video
 from cmbench.errors import CMBenchError
@@ -273,7 +274,10 @@ def read_manifest(path: Path, root: Path, problems: list[Problem]) -> list[Task]
     try:
         # lines end at "\n" only (str.splitlines also breaks at U+2028, U+0085, U+001E..., which JSON
         # strings may hold, and would shift every later line number)
-        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8").split("\n")]
+        lines = [line.removesuffix("\r") for line in bounded_read.read_text(path, "manifest").split("\n")]
+    except bounded_read.ReadLimitError as err:
+        problems.append(Problem(file, None, "<file>", f"cannot read manifest: {str(err).removeprefix(file + ': ')}"))
+        return tasks
     except (OSError, UnicodeDecodeError) as err:
         problems.append(Problem(file, None, "<file>", f"cannot read manifest: {err}"))
         return tasks
@@ -394,7 +398,7 @@ def validate_manifest(
     root = Path(root)
     path = root / manifest
     problems: list[Problem] = []
-    if not path.is_file():
+    if not path.exists():  # anything else there (a FIFO, a device, a directory) is refused by its read, by name
         hint = " (dataset root does not exist)" if not root.exists() else ""
         problems.append(Problem(str(path), None, "<file>", f"manifest not found{hint}"))
         return [], problems

@@ -9,6 +9,7 @@ number of chunks (Wan VAE temporal stride 4).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -16,11 +17,44 @@ from typing import Callable, Iterator
 import cv2
 import numpy as np
 
+from cmbench import bounded_read
 from cmbench.errors import CMBenchError
 
 
 class VideoError(CMBenchError):
     """A video file is missing, unreadable or corrupt."""
+
+
+def regular_video(path: str | Path) -> Path:
+    """``path``, checked to be a regular file before a decoder opens it (a FIFO would hang it, a device
+    never end).
+
+    Raises
+    ------
+    VideoError
+        Nothing there, or not a regular file.
+    """
+    path = Path(path)
+    try:
+        os.close(bounded_read.open_regular(path))
+    except FileNotFoundError:
+        raise VideoError(f"{path}: video file not found") from None
+    except bounded_read.ReadLimitError as err:
+        raise VideoError(str(err)) from None
+    except OSError as err:
+        raise VideoError(f"{path}: cannot open ({err.strerror or err})") from None
+    return path
+
+
+def _decodable(path: Path, cap: "cv2.VideoCapture", whole: bool) -> None:
+    """Refuse a video whose declared frame size (``whole``: frame size x frame count) is over the decode
+    limits (:func:`cmbench.bounded_read.check_decode`), before a frame is decoded."""
+    height, width = int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)), int(cap.get(cv2.CAP_PROP_FRAME_WIDTH))
+    count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    try:
+        bounded_read.check_decode(path, height, width, max(count, 0) if whole else None)
+    except bounded_read.ReadLimitError as err:
+        raise VideoError(str(err)) from None
 
 
 def probe_video(path: str | Path) -> tuple[int, float, int, int]:
@@ -31,9 +65,7 @@ def probe_video(path: str | Path) -> tuple[int, float, int, int]:
     (frame_count, fps, height, width)
         ``frame_count`` is the container's count (may be approximate for some codecs).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise VideoError(f"{path}: video file not found")
+    path = regular_video(path)
     cap = cv2.VideoCapture(str(path))
     try:
         if not cap.isOpened():
@@ -75,7 +107,11 @@ class VideoReader:
     Parameters
     ----------
     path : str or Path
-        Any container/codec OpenCV's FFmpeg backend reads (mp4, avi, ...).
+        Any container/codec OpenCV's FFmpeg backend reads (mp4, avi, ...): a regular file whose declared
+        frames are at most :data:`cmbench.bounded_read.FRAME_PIXELS` pixels.
+    whole : bool
+        The caller holds every frame: the declared frame count x frame size must also fit
+        :data:`cmbench.bounded_read.DECODE_BUDGET`.
 
     Attributes
     ----------
@@ -92,14 +128,13 @@ class VideoReader:
     the file afresh.
     """
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise VideoError(f"{self.path}: video file not found")
+    def __init__(self, path: str | Path, whole: bool = False):
+        self.path = regular_video(path)
         cap = cv2.VideoCapture(str(self.path))
         try:
             if not cap.isOpened():
                 raise VideoError(f"{self.path}: cannot open video (unsupported codec or corrupt file)")
+            _decodable(self.path, cap, whole)
             self.fps = float(cap.get(cv2.CAP_PROP_FPS))
         finally:
             cap.release()
@@ -163,13 +198,16 @@ def read_video(path: str | Path) -> tuple[np.ndarray, float]:
     fps : float
         The container's frame rate.
     """
-    reader = VideoReader(path)
+    reader = VideoReader(path, whole=True)
     count, _, _, _ = probe_video(path)
     frames: np.ndarray | None = None
     n = 0
     for frame in reader:  # copied into one array as decoded: never a list and a stacked copy at once
         if frames is None:  # the header's count is a hint only (a corrupt one may claim millions)
             frames = np.empty((max(1, min(count, MAX_BATCH_BYTES // frame.nbytes)), *frame.shape), dtype=np.uint8)
+        if (n + 1) * frame.nbytes > bounded_read.DECODE_BUDGET:  # more frames than its header declared
+            raise VideoError(str(bounded_read.over_limit(reader.path, (n + 1) * frame.nbytes, "decoded video",
+                                                         bounded_read.DECODE_BUDGET)))
         if n == len(frames):  # more frames than allocated: grow geometrically
             frames = np.concatenate([frames, np.empty_like(frames)])
         frames[n] = frame
@@ -435,13 +473,13 @@ def read_frames_at(path: str | Path, indices: list[int] | tuple[int, ...]) -> di
     wanted = sorted(keep)
     if wanted and wanted[0] < 0:
         raise ValueError(f"frame indices must be >= 0, got {wanted[0]}")
-    if not path.is_file():
-        raise VideoError(f"{path}: video file not found")
+    regular_video(path)
     cap = cv2.VideoCapture(str(path))
     frames: dict[int, np.ndarray] = {}
     try:
         if not cap.isOpened():
             raise VideoError(f"{path}: cannot open video (unsupported codec or corrupt file)")
+        _decodable(path, cap, whole=False)
         for index in range(wanted[-1] + 1 if wanted else 0):
             if index in keep:
                 ok, bgr = cap.read()

@@ -62,7 +62,7 @@ RESULT_CODE = ("backbones", "cache", "data", "generation", "methods", "miniworld
                "hashing.py", "runs/evaluator.py", "spec.py")
 """Package folders and modules whose code decides a record's numbers (paths relative to the package)."""
 
-HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "calibration", "cli", "config_paths.py",
+HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "bounded_read.py", "calibration", "cli", "config_paths.py",
                 "config_schema.py", "doc_examples.py", "errors.py", "identity", "lock.py", "method_check.py",
                 "paper", "provenance.py", "registry.py", "shipped.py",
                 "report",

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from cmbench import bounded_read
+
 from cmbench.data.adapter import ContextFrames, ContextShape, ContinuationShape, DatasetAdapter
 from cmbench.data.manifest import Problem
 from cmbench.data.references import TaskReferences, reference_frames, video_digest
@@ -48,8 +50,8 @@ def build_changes(root: Path, cfg: SuiteConfig) -> list[str]:
     if not record.is_file():
         return []
     try:
-        built = _flatten(json.loads(record.read_text()).get("config", {}))
-    except (OSError, ValueError):
+        built = _flatten(json.loads(bounded_read.read_text(record, "config")).get("config", {}))
+    except (OSError, ValueError, AttributeError, bounded_read.ReadLimitError):
         return ["build.json: unreadable"]
     wanted = _flatten(asdict(cfg))
     return [f"{k}: {built.get(k, '(unset)')} -> {wanted.get(k, '(unset)')}"

@@ -6,12 +6,14 @@ MiniWorld contexts to a model should read the lossless frames with :func:`load_c
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cmbench import bounded_read
 from cmbench.errors import CMBenchError
 
 EXTENSION = "miniworld"  # name of the extension field of every MiniWorld row
@@ -40,19 +42,24 @@ def data_file(task: Any, key: str) -> Path:
     path = (root / str(ext[key])).resolve()
     if not path.is_relative_to(root):
         raise MiniWorldDataError(f"task {task.task_id}: {EXTENSION}.{key} = {ext[key]!r} points outside the dataset root")
-    if not path.is_file():
+    if not path.exists():
         raise MiniWorldDataError(
             f"task {task.task_id}: {path} not found (rebuild with `python -m cmbench prepare data=miniworld`)"
         )
+    try:  # a FIFO, a device or a directory is named for what it is, never opened by a reader that would hang
+        os.close(bounded_read.open_regular(path))
+    except (bounded_read.ReadLimitError, OSError) as err:
+        raise MiniWorldDataError(f"task {task.task_id}: {err}") from None
     return path
 
 
 def _read_npz(task: Any, key: str, fields: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """Arrays of the npz file named by the extension's ``key`` (all of them when ``fields`` is None)."""
     path = data_file(task, key)
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in (fields or data.files)}
+    try:  # each array's declared shape x dtype is checked before it is decompressed
+        return bounded_read.npz_arrays(path, fields)
+    except bounded_read.ReadLimitError as err:
+        raise MiniWorldDataError(f"task {task.task_id}: {err}") from None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         raise MiniWorldDataError(
             f"task {task.task_id}: cannot read {path} ({err}); rebuild with `python -m cmbench prepare data=miniworld`"

@@ -56,6 +56,7 @@ from cmbench.report.comparisons import (
 )
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.statistics import clustered_mean_ci, seed_spread
+from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
 from cmbench.report.text import markdown_text
 from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS
@@ -71,9 +72,6 @@ MATCHED_NOTE = ("Score @ 85% PR: the method's score-vs-PR curve (curves.csv from
                 "its tasks as curves.csv's `n_tasks` says) interpolated linearly at realised PR 85%; — where 85% "
                 "lies outside its realised range or it has no curve.")
 BUILD_PREFIX = ".{name}.tmp-"  # the sibling folder a leaderboard is built in (+ process id)
-REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
-                "paired_deltas.csv", "comparisons.csv", "backbone_gate.csv", "leaderboard.md", "pareto.png")
-"""Every file :func:`write_reports` writes (an earlier board's files this one does not write are removed)."""
 
 
 def _summarise(frame: pd.DataFrame) -> dict[str, Any]:
@@ -327,11 +325,12 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Pa
 
 
 # ------------------------------------------------------------------------------------------ writing
-def _swap_files(build: Path, out: Path) -> list[str]:
+def _swap_files(build: Path, out: Path, owned: set[str]) -> list[str]:
     """Move every file of ``build`` into ``out`` in place of an earlier leaderboard's report files, all or none.
 
-    The earlier board's files move into ``build/previous/`` first (those this board does not write are thus
-    removed); if any move fails, the files moved in are taken out again and the earlier ones put back.
+    The earlier board's files (those of ``owned``, what CMBench wrote in ``out``) move into
+    ``build/previous/`` first (those this board does not write are thus removed); if any move fails, the
+    files moved in are taken out again and the earlier ones put back.
 
     Returns
     -------
@@ -341,7 +340,7 @@ def _swap_files(build: Path, out: Path) -> list[str]:
     written = sorted(p.name for p in build.iterdir())
     previous = build / "previous"
     previous.mkdir()
-    held = [name for name in REPORT_FILES if (out / name).is_file()]
+    held = [name for name in REPORT_FILES if name in owned and (out / name).is_file()]
     moved: list[str] = []
     try:
         for name in held:
@@ -433,13 +432,14 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         for warning in gated.loc[~gated["passes"].astype(bool), "meaning"]:
             print(f"leaderboard: {warning}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
+    folder = board_folder(out)  # an empty folder or a board CMBench wrote: nothing of a user's is replaced
         tmp.mkdir(parents=True)
         for name, frame in tables.items():
             frame.to_csv(tmp / name, index=False, float_format="%.6g")
         (tmp / "leaderboard.md").write_text(markdown_table(board, compared) + gate.markdown(gated))
         pareto_plot(board, tmp / "pareto.png")
-        out.mkdir(parents=True, exist_ok=True)
-        written = _swap_files(tmp, out)
+        folder.add(*(p.name for p in tmp.iterdir()))
+        written = _swap_files(tmp, out, folder.files)
     except OSError as err:
         _kept(out)
         raise ReportError(f"cannot write the leaderboard into {out}: {err.strerror or err}") from err
@@ -530,6 +530,7 @@ def _kept(out: Path) -> None:
     """Say that a refused or failed leaderboard left the previous one in ``out`` as it was."""
     if (out / "leaderboard.md").is_file():
         print(f"leaderboard: not written; the previous leaderboard in {out} is kept as it was (it does not "
+    folder = board_folder(out)  # a board CMBench wrote, or refused
               f"show these runs)", file=sys.stderr)
 
 
@@ -539,3 +540,4 @@ def remove_stale_builds(out: Path) -> list[Path]:
     for folder in gone:
         shutil.rmtree(folder, ignore_errors=True)
     return gone
+    folder.add("leaderboard.csv", "leaderboard.md")

@@ -318,10 +318,19 @@ class TaskRecord:
         for name in REQUIRED:
             if name not in row:
                 raise ValueError(f"{name}: missing required field")
-        return cls(**row)
+        try:
+            record = cls(**row)  # a value's own check names what is impossible about it (a score outside [-1, 1])
+        except TypeError:  # a value of a type its check cannot compare: named below
+            record = None
+        for name, value in row.items():  # values of the wrong JSON type no check looked at (a list as task_type)
+            problem = json_type_problem(name, value)
+            if problem:
+                raise ValueError(f"{name}: {problem}")
+        return record if record is not None else cls(**row)
 
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(TaskRecord)}
 REQUIRED = ("task_id", "status")
 _FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr")
 _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "peak_store_bytes", "moved_bytes_per_chunk",
@@ -331,6 +340,69 @@ _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "peak_st
                  "continuation_frames", "continuation_fps", "n_frames", "frames_received", "attention_flops",
                  "attention_keys_per_token",
                  "run_seed")
+
+
+_NUMBER_TYPES = (int, float, np.integer, np.floating)
+_JSON_TYPES: dict[str, tuple[tuple[type, ...], str]] = {  # a field's type (its annotation's head) -> accepted, said
+    "str": ((str,), "a string"), "int": ((int, np.integer), "an integer"), "float": (_NUMBER_TYPES, "a number"),
+    "bool": ((bool, np.bool_), "true or false"), "dict": ((dict,), "a JSON object"), "list": ((list,), "a list"),
+}
+
+
+def _type_of(annotation: str) -> tuple[str, str | None]:
+    """``"list[float | None] | None" -> ("list", "float | None")``: a field annotation's head and item type."""
+    head, _, rest = annotation.partition("[")
+    head = head.split("|")[0].strip()
+    return head, (rest.rpartition("]")[0] if rest else None)
+
+
+def _is(value: Any, kind: str) -> bool:
+    accepted = _JSON_TYPES[kind][0]
+    if kind != "bool" and isinstance(value, (bool, np.bool_)):
+        return False
+    if kind == "int" and isinstance(value, (float, np.floating)):  # 1000.0: a whole number written as a float
+        return math.isfinite(value) and value == int(value)
+    return isinstance(value, accepted)
+
+
+def _box_problem(box: Any) -> str | None:
+    if not (isinstance(box, list) and len(box) == 4 and all(_is(v, "float") for v in box)):
+        return f"is {json.dumps(box, default=str)[:60]}, expected a box [x0, y0, x1, y1] of 4 numbers"
+    return None
+
+
+def json_type_problem(name: str, value: Any) -> str | None:
+    """What is wrong with the JSON type of a received record field's value (``"is 'yesterday', expected an
+    integer"``), or None. Strings must be text (no lone surrogates, which no UTF-8 file can hold); boxes
+    are 4 numbers; list items have the item type the field declares."""
+    if value is None or name not in _FIELD_TYPES:
+        return None
+    head, item = _type_of(_FIELD_TYPES[name])
+    if not _is(value, head):
+        return f"is {json.dumps(value, default=str)[:60]}, expected {_JSON_TYPES[head][1]}"
+    if head == "int" and not -(2**63) <= int(value) < 2**63:
+        return f"is {str(value)[:60]}, past the 64-bit integer range"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"holds {ascii(value)[:60]}, a lone surrogate: not text"
+    if head != "list" or item is None:
+        return None
+    if name == "best_box":
+        return _box_problem(value)
+    for i, entry in enumerate(value):
+        if entry is None and "None" in item:
+            continue
+        if name == "boxes":
+            problem = _box_problem(entry)
+            if problem:
+                return f"[{i}] {problem}"
+            continue
+        kind = _type_of(item)[0]
+        if not _is(entry, kind):
+            return f"[{i}] is {json.dumps(entry, default=str)[:60]}, expected {_JSON_TYPES[kind][1]}"
+    return None
 
 
 def _upgrade_v0(row: dict[str, Any]) -> dict[str, Any]:
@@ -523,18 +595,21 @@ def read_records_file(path: Path) -> list[tuple[TaskRecord, int]]:
     RecordsError
         ``file:line: ...`` for invalid JSON before the last line, or an impossible record.
     """
-    complete, _, _torn = path.read_bytes().rpartition(b"\n")  # after the last newline: a torn write
-    lines = complete.split(b"\n")  # an empty file gives one blank line, skipped below
     rows = []
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            rows.append((json.loads(raw), number))
-        except (ValueError, RecursionError) as err:  # received files: deep nesting, integers past Python's digit limit
-            msg = (err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8" if isinstance(err, UnicodeDecodeError)
-                   else "nested too deeply" if isinstance(err, RecursionError) else "a number too long to read")
-            raise RecordsError(f"{path}:{number}: invalid JSON ({msg})") from err
+    try:
+        for number, raw, complete in bounded_read.read_lines(path, "records line"):
+            if not complete:  # after the last newline: a torn write
+                break
+            if not raw.strip():
+                continue
+            try:
+                rows.append((json.loads(raw), number))
+            except (ValueError, RecursionError) as err:  # received files: deep nesting, integers past Python's digit limit
+                msg = (err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8" if isinstance(err, UnicodeDecodeError)
+                       else "nested too deeply" if isinstance(err, RecursionError) else "a number too long to read")
+                raise RecordsError(f"{path}:{number}: invalid JSON ({msg})") from err
+    except bounded_read.ReadLimitError as err:
+        raise RecordsError(str(err)) from err
     records = []
     for row, number in rows:
         if not isinstance(row, dict):
