@@ -29,6 +29,7 @@ from cmbench.report.gate import MARGIN
 from cmbench.report.html import Cell, format_value
 from cmbench.report.leaderboard import MATCHED_NOTE, ReportError
 from cmbench.report.reading import RunRecords
+from cmbench.runs.output_folder import OutputFolderError
 from official_fixture import official_row, write_context_video, write_manifest
 from test_report import record, write_run
 
@@ -625,17 +626,18 @@ def test_the_output_folder_must_be_new_empty_or_an_earlier_report(tmp_path):
     html.check_report_folder(tmp_path / "empty")
     html.check_report_folder(report_folder(tmp_path / "old"))
     mine = report_folder(tmp_path / "mine", {"thesis.tex": "years of work"})
-    with pytest.raises(ReportError) as err:
+    with pytest.raises(OutputFolderError) as err:
         html.check_report_folder(mine)
-    assert str(err.value) == (f"report.out={mine}: not empty and not a CMBench report (a report folder holds only "
-                              "index.html and img/); choose an empty or new folder, so nothing of yours is replaced")
+    assert str(err.value) == (f"report.out={mine}: not empty and not written by CMBench (it holds img, index.html, "
+                              "thesis.tex); choose an empty or new folder for report.out, so nothing of yours is replaced")
     (tmp_path / "file").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "old")
-    for bad in ("file", "link"):
-        with pytest.raises(ReportError) as err:
+    for bad, what in (("file", "is a file, not a folder"), ("link", "is a link (an output folder is never written "
+                                                                     "through one)")):
+        with pytest.raises(OutputFolderError) as err:
             html.check_report_folder(tmp_path / bad)
-        assert str(err.value) == (f"report.out={tmp_path / bad}: not a folder (a link or a file); "
-                                  "choose another report.out")
+        assert str(err.value) == (f"report.out={tmp_path / bad}: {what}; choose an empty or new folder for "
+                                  "report.out, so nothing of yours is replaced")
 
 
 DEAD = 2 ** 22 + 12345  # above Linux's default pid_max: no process has it
@@ -731,8 +733,8 @@ def test_build_report_builds_beside_the_folder_and_swaps_it_in(tmp_path, stubbed
     assert (result.index, result.files, result.bytes, result.methods, result.tasks) == (
         out / "index.html", 3, len(html.GENERATOR) + 5 + 7, ["b", "a"], 3)
     assert 0 <= result.seconds < 60
-    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["img", "img/a.png", "img/sub", "img/sub/b.png",
-                                                                      "index.html"]  # the old image is gone
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [".cmbench-written.json", "img", "img/a.png",
+                                                                      "img/sub", "img/sub/b.png", "index.html"]  # the old image is gone
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
     assert capsys.readouterr().err == ""
     curves = pd.DataFrame({"method": []})

@@ -25,11 +25,14 @@ from omegaconf import DictConfig
 from cmbench.paper.diagnose import ARM_TITLES, Diagnosis, plot, run_diagnosis
 from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.runs import atomic
+from cmbench.runs.output_folder import Legacy, claim
 from cmbench.runs.progress import _duration as duration
 from cmbench.identity.paths import path_component
 from cmbench.spec import data_dir, resolve_run
 
 FILES = ("diagnose.csv", "diagnose_summary.csv", "diagnose.png", "diagnose.md")
+EARLIER = Legacy(required=(FILES,), names=FILES)
+"""A diagnosis written before output folders were marked: its four files, nothing else."""
 
 
 class ContextProgress:
@@ -82,10 +85,11 @@ def execute(cfg: DictConfig) -> int:
     spec = resolve_run(target.cfg, target.record_fields())
     label = spec.identity.label
     out = Path(str(cfg.out)) if cfg.get("out") else data_dir(cfg) / "diagnose" / path_component(label, "label")
+    folder = claim(out, "diagnose", "out", names=FILES, legacy=EARLIER)  # before the work: a folder of the user's is refused
     shown = ContextProgress()
     found = run_diagnosis(spec, on_context=shown)
     shown.finish(found.rows["context_id"].nunique())
-    out.mkdir(parents=True, exist_ok=True)
+    folder.add(*FILES)
     command = " ".join(["python -m cmbench diagnose", *(o for o in HydraConfig.get().overrides.task
                                                           if not o.startswith("hydra."))])
     atomic.write_with(out / FILES[0], lambda tmp: found.rows.to_csv(tmp, index=False, float_format="%.6g"))

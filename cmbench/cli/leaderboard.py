@@ -121,11 +121,12 @@ def write_sweep_leaderboards(cfg: DictConfig, runs: list[Path], task_ids: list[s
         The sweep's own board is refused or cannot be written.
     """
     from cmbench.report import ReportError
+    from cmbench.report.board_folder import sweeps_folder
     from cmbench.report.curves import CURVES_FILE
 
     full = board_dir(cfg)
     curves = full / CURVES_FILE  # a sweep's board shows "Score @ 85% PR" from the curves of the full board
-    write_leaderboard(cfg, runs, task_ids, out=full / "sweeps" / sweep_name(runs, task_ids),
+    write_leaderboard(cfg, runs, task_ids, out=sweeps_folder(full, sweep_name(runs, task_ids)),
                       curves=curves if curves.is_file() else None)
     every = find_run_dirs(cfg)
     try:

@@ -12,7 +12,8 @@ Outputs in ``out`` (default ``<videos>/scores_<scorer name>``):
 - ``summary.json``: counts, missing / extra / skipped files, warnings (``lossy_videos``: lossy videos
   small enough for compression to move their scores), mean scores overall, per source and per task type.
 
-``out`` must be empty or hold earlier scores of the same videos folder (never a run directory); every
+``out`` must be empty or hold earlier scores of the same videos folder (never a run directory, nor a folder
+CMBench did not write: :mod:`cmbench.runs.output_folder`); every
 file is written new and renamed into place, so a rescore stopped half-way leaves the earlier scores
 whole (:mod:`cmbench.runs.score_videos`).
 
@@ -32,14 +33,20 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
-from cmbench.lock import RunFolderError
 from cmbench.runs import atomic
 from cmbench.identity.paths import videos_label
+from cmbench.runs.output_folder import Legacy, claim
 from cmbench.runs.records import metric_name
 from cmbench.scoring.quality_names import QUALITY_LABELS
 from cmbench.runs.score_videos import VIDEO_SUFFIXES, check_output, score_folder
 from cmbench.scoring.registry import build_scorer
 from cmbench.spec import resolve_scoring
+
+
+SCORE_FILES = ("config.yaml", "records.jsonl", "summary.json")
+"""What ``score`` writes into ``out``."""
+EARLIER_SCORES = Legacy(required=(("config.yaml", "records.jsonl"),), names=SCORE_FILES)
+"""Scores written before output folders were marked: their config and records, nothing else."""
 
 
 def _print_report(summary: dict[str, Any], out: Path) -> None:
@@ -85,10 +92,8 @@ def execute(cfg: DictConfig) -> int:
     label = spec.label or videos_label(videos.resolve())
     config = {"data": spec.data.config, "scorer": spec.scorer, "videos": str(videos), "label": label}
     check_output(out, videos)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunFolderError(f"cannot write into {out}: {err.strerror or err}") from err
+    folder = claim(out, "score", "out", names=SCORE_FILES, legacy=EARLIER_SCORES)  # empty, or scores CMBench wrote
+    folder.add(*SCORE_FILES)
     summary = score_folder(scorer, tasks, adapter, videos, out, label=label, metric=metric_name(spec.scorer))
     atomic.write_text(out / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     summary = {

@@ -49,6 +49,7 @@ from cmbench.report import gallery
 from cmbench.report.gate import MARGIN, backbone_gate
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.runs.atomic import dead_builds
+from cmbench.runs.output_folder import Legacy, OutputFolder, claim
 from cmbench.report.reading import folder_config
 from cmbench.report.leaderboard import (
     MATCHED_NOTE,
@@ -481,6 +482,7 @@ def build_report(
     build = out.parent / f"{BUILD_PREFIX.format(name=out.name)}{os.getpid()}"
     try:
         shutil.rmtree(build, ignore_errors=True)
+        OutputFolder(build, "report", "report.out").add(INDEX, IMAGES)  # the marker of the folder that replaces out
         (build / IMAGES).mkdir(parents=True)
         page, methods = _write_page(runs, tasks, build, title=title, focus=focus, compare=compare, curves=curves)
         files = [page, *(p for p in (build / IMAGES).rglob("*") if p.is_file())]
@@ -568,19 +570,20 @@ def is_report(folder: Path) -> bool:
         return GENERATOR in page.read(4096)
 
 
+EARLIER = Legacy(required=((INDEX,),), names=(INDEX, IMAGES), recognise=is_report)
+"""A report written before output folders were marked: its page (marked as CMBench's) and images only."""
+
+
 def check_report_folder(out: Path) -> None:
-    """Refuse an output folder that is not missing, empty or an earlier CMBench report.
+    """Refuse an output folder that is not missing, empty or an earlier CMBench report holding nothing else
+    (the report replaces the folder whole).
 
     Raises
     ------
-    ReportError
+    cmbench.runs.output_folder.OutputFolderError
         Naming the folder and why.
     """
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ReportError(f"report.out={out}: not a folder (a link or a file); choose another report.out")
-    if out.is_dir() and any(out.iterdir()) and not is_report(out):
-        raise ReportError(f"report.out={out}: not empty and not a CMBench report (a report folder holds only "
-                          f"{INDEX} and {IMAGES}/); choose an empty or new folder, so nothing of yours is replaced")
+    claim(out, "report", "report.out", names=(INDEX, IMAGES), legacy=EARLIER, whole=True)
 
 
 def remove_stale_builds(out: Path) -> list[Path]:

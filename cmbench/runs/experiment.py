@@ -34,26 +34,39 @@ from cmbench.lock import RunFolderError
 from cmbench.provenance import git_commit, machine, versions
 from cmbench.runs import atomic
 from cmbench.identity.code import CodeIdentity
-from cmbench.runs.records import RUN_FILE, read_task_records, records_files
+from cmbench.runs.output_folder import Legacy, claim
+from cmbench.runs.records import RUN_FILE, read_task_records, records_files, records_path
 from cmbench.runs.runner import RunResult, run_tasks, select_tasks
 from cmbench.runs.summary import summarise
 from cmbench.spec import RunSpec
 
+RUN_FILES = ("config.yaml", RUN_FILE, "summary.json", "videos", "records*.jsonl")
+"""What a run writes into its run directory (the records file of each shard matches the last)."""
+EARLIER_RUNS = Legacy(required=((RUN_FILE,),), names=RUN_FILES)
+"""A run directory written before output folders were marked: its run.json, and only a run's files."""
+
+
 @contextmanager
-def run_folder(run_dir: Path) -> Iterator[None]:
-    """Create ``run_dir`` for the block; if the block fails before any record was written, remove
-    the folders this call created (a refused run leaves nothing behind).
+def run_folder(run_dir: Path, shard: tuple[int, int] = (1, 0)) -> Iterator[None]:
+    """Create ``run_dir`` for the block (claimed first: empty, or a run directory CMBench wrote,
+    :mod:`cmbench.runs.output_folder`); if the block fails before any record was written, remove the
+    folders this call created (a refused run leaves nothing behind).
 
     Raises
     ------
     RunFolderError
         The folder cannot be created (read-only file system, disk full, a file in the way).
+    OutputFolderError
+        ``run_dir`` is someone else's folder, or another kind of CMBench folder.
     """
     top = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)
+    names = [*RUN_FILES[:-1], records_path(run_dir, *shard).name]
+    folder = claim(run_dir, "run", "the run directory", names=names, legacy=EARLIER_RUNS)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise RunFolderError(f"cannot create the run directory {run_dir}: {err.strerror or err}") from err
+    folder.add(*names)
     try:
         yield
     except BaseException:
@@ -148,7 +161,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
     }
     writer = group is None or group.rank == 0
     if writer:
-        with leading(evaluator, group) as tasks_evaluator, run_folder(run_dir):
+        with leading(evaluator, group) as tasks_evaluator, run_folder(run_dir, chosen.shard):
             atomic.write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
             atomic.write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
             result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
