@@ -227,7 +227,8 @@ def check_method(method_cfg: Mapping[str, Any] | Method, *, seed: int = 0, conte
                                else "a second run with the same seeds differs"))
 
     oracle = OracleMask(survivors=run.kept.survivors, initial_layout=method.layout(bench.backbone.geometry),
-                        before=run.kept.before, restored=run.kept.restored)
+                        before=run.kept.before, restored=run.kept.restored, merged_before=run.kept.merged_before,
+                        merged=run.kept.merged)
     replay = bench.run(oracle)
     identical = torch.equal(replay.continuation.latents, latents)
     pr, replay_pr = run.continuation.ledger.pruning_ratio(), replay.continuation.ledger.pruning_ratio()

@@ -11,7 +11,8 @@ Both runs then see exactly the same history, so
 
 A recorded retrieval method (one that restores stored tokens before a chunk's first model call) is
 replayed with a store: the oracle moves every row it drops into it and restores, before each chunk,
-the recorded ids the banks do not hold.
+the recorded ids the banks do not hold. A recorded merging method (:meth:`KVCache.merge`) is replayed
+with its merges, by global id, where it made them (before the ``t = 0`` pass or after the chunk).
 
 Neither is a registered method: the oracle needs a recording to exist.
 """
@@ -28,6 +29,21 @@ from cmbench.methods.base import BeforeChunk, ChunkSignals, Method
 
 BankIds = dict[tuple[int, HeadGroup], torch.Tensor]
 """``(layer, head group) -> global token ids long [n]`` of one bank after a chunk."""
+
+Merges = list[tuple[int, HeadGroup, torch.Tensor, torch.Tensor]]
+"""``(layer, head group, absorbing ids [m], absorbed ids [m])`` per merge, in order (:attr:`KVCache.merges`)."""
+
+
+def replay_merges(cache: KVCache, merges: Merges) -> None:
+    """Make the recorded merges again, in order, each in the bank of its layer and head group."""
+    for layer, group, into, rows in merges:
+        def select(bank, layer=layer, group=group, into=into, rows=rows):
+            if bank.layer != layer or bank.group != group:
+                empty = torch.zeros(0, dtype=torch.long)
+                return empty, empty
+            gid = bank.field("gid")
+            return torch.searchsorted(gid, into), torch.searchsorted(gid, rows)
+        cache.merge(select)
 
 
 def bank_ids(cache: KVCache) -> BankIds:
@@ -58,6 +74,9 @@ class KeptIds:
         Chunk index -> each bank's ids before that chunk's first model call, for the chunks where the
         banks (same layer and head group) held ids they did not hold after the previous chunk (tokens were
         restored).
+    merged_before, merged : dict of int to Merges
+        Chunk index -> the merges made before its ``t = 0`` pass, and those made after it (chunks with
+        merges only).
     """
 
     def __init__(self, phases: tuple[str, ...] = ("generation",)) -> None:
@@ -65,15 +84,22 @@ class KeptIds:
         self.survivors: dict[int, BankIds] = {}
         self.before: dict[int, BankIds] = {}
         self.restored: dict[int, BankIds] = {}
+        self.merged_before: dict[int, Merges] = {}
+        self.merged: dict[int, Merges] = {}
         self._last: BankIds = {}
 
     def __call__(self, cache: KVCache, sig: ChunkSignals) -> None:
         self._last = bank_ids(cache)
         if sig.phase in self.phases:
             self.survivors[sig.chunk.index] = self._last
+            after = cache.merges[len(self.merged_before.get(sig.chunk.index, [])):]
+            if after:
+                self.merged[sig.chunk.index] = list(after)
 
     def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
         self.before[chunk.index] = bank_ids(cache)
+        if cache.merges:
+            self.merged_before[chunk.index] = list(cache.merges)
 
     def before_denoise(self, cache: KVCache, chunk: ChunkInfo) -> None:
         ids = bank_ids(cache)
@@ -99,6 +125,9 @@ class OracleMask(Method):
     restored : mapping of int to BankIds
         Chunk index -> ids before that chunk's first model call (:attr:`KeptIds.restored`): the ids
         missing from a bank there are restored from the store (with any, every dropped row is stored).
+    merged_before, merged : mapping of int to Merges
+        Chunk index -> merges to make again right before its ``t = 0`` pass, and after it (before its
+        compaction) (:attr:`KeptIds.merged_before`, :attr:`KeptIds.merged`).
     """
 
     name = "oracle_mask"
@@ -108,6 +137,8 @@ class OracleMask(Method):
     initial_layout: Sequence[Sequence[HeadGroup]] | None = None
     before: Mapping[int, BankIds] = field(default_factory=dict)
     restored: Mapping[int, BankIds] = field(default_factory=dict)
+    merged_before: Mapping[int, Merges] = field(default_factory=dict)
+    merged: Mapping[int, Merges] = field(default_factory=dict)
 
     def host_store(self) -> HostStore | None:
         return HostStore() if self.restored else None
@@ -130,6 +161,7 @@ class OracleMask(Method):
         return [list(groups) for groups in self.initial_layout]
 
     def before_clean(self, cache: KVCache, chunk: ChunkInfo) -> None:
+        replay_merges(cache, self.merged_before.get(chunk.index, []))
         recorded = self.before.get(chunk.index)
         if recorded is not None:
             where = {id(bank): (layer, bank.group) for layer, banks in enumerate(cache.banks) for bank in banks}
@@ -137,6 +169,7 @@ class OracleMask(Method):
                           to_store=cache.store is not None)
 
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
+        replay_merges(cache, self.merged.get(sig.chunk.index, []))
         recorded = self.survivors.get(sig.chunk.index)
         if recorded is None:
             return
