@@ -1,33 +1,29 @@
-"""Put a generated markdown table into the README between its results markers.
+"""Write the README's findings and quality paragraphs from the committed records and CSVs.
 
-    python scripts/update_readme_results.py results/miniworld/leaderboard.md [--marker miniworld]
+    python scripts/update_readme_results.py
 
-The README section between ``<!-- results:MARKER -->`` and ``<!-- /results:MARKER -->`` is replaced
-by the table, so the README never carries a number that no script produced.
+Replaces the blocks between ``<!-- findings -->`` / ``<!-- /findings -->`` and ``<!-- quality -->`` /
+``<!-- /quality -->`` with :func:`cmbench.paper.readme.blocks` (from the records under results/paper/,
+the same as results/paper_findings.md, and results/miniworld/quality_vs_memory.csv); ``tests/test_readme_results.py`` fails when README.md is out of
+date. Rerun it after `scripts/paper_findings.py --copy-evidence` or new reference curves.
 """
 
 from __future__ import annotations
 
-import argparse
-import re
+import os
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from cmbench.paper.readme import blocks, committed_page, with_blocks
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("table", type=Path)
-    parser.add_argument("--marker", default="miniworld")
-    args = parser.parse_args()
-    text = README.read_text()
-    start, end = f"<!-- results:{args.marker} -->", f"<!-- /results:{args.marker} -->"
-    if start not in text or end not in text:
-        raise SystemExit(f"README.md has no {start} ... {end} section")
-    body = args.table.read_text().strip()
-    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
-    README.write_text(pattern.sub(lambda _: f"{start}\n{body}\n{end}", text))
-    print(f"README.md: {args.marker} results replaced from {args.table}")
+    os.chdir(ROOT)  # the records' paths are written relative to the repository
+    readme = ROOT / "README.md"
+    _, findings, second = committed_page()
+    readme.write_text(with_blocks(readme.read_text(), blocks(Path("."), findings, second), "README.md"))
+    print("README.md: findings and quality paragraphs written")
     return 0
 
 
