@@ -34,6 +34,7 @@ ROOT_KEYS: dict[str, Role] = {
     "backbone": "identity",
     "scorer": "identity",
     "generation": "identity",
+    "storage": "identity",
     "seed": "identity",
     "label": "selection",
     "limit": "selection",

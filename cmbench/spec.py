@@ -18,16 +18,18 @@ whole config::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig
 
 from cmbench.backbones.loading import backbone_loader
+from cmbench.cache.quantized import StorageFormat, storage_format
 from cmbench.config_paths import to_dict
 from cmbench.config_schema import (
     BACKBONE_KEYS,
@@ -399,6 +401,35 @@ def generation_settings(generation: Mapping[str, Any]) -> GenerationSettings:
     )
 
 
+def declared_head_dim(backbone: Mapping[str, Any]) -> int | None:
+    """The backbone's head dim from its config alone: its ``dit`` block, or the ``.json`` config beside
+    its weights (``path``); ``None`` when neither says (the cache checks it when it is built)."""
+    dit = backbone.get("dit")
+    if not isinstance(dit, Mapping) and backbone.get("path"):
+        beside = Path(str(backbone["path"])).with_suffix(".json")
+        try:
+            dit = json.loads(beside.read_text()).get("dit") if beside.is_file() else None
+        except (OSError, ValueError):
+            dit = None
+    if isinstance(dit, Mapping) and _number(dit.get("dim")) and _number(dit.get("num_heads")) and dit["num_heads"]:
+        return int(dit["dim"]) // int(dit["num_heads"])
+    return None
+
+
+def storage_spec(block: Any, backbone: Mapping[str, Any]) -> StorageFormat:
+    """The ``storage`` group, checked against the backbone's head dim (``None``: full precision).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the knob and its limit (a bit width not in {2, 4, 8}, a group size that does
+        not divide the head dim, a negative recent window).
+    """
+    if block is not None and not isinstance(block, Mapping):
+        raise ConfigError(f"storage={block!r}: expected a storage group (storage=fp, kivi or qvg)")
+    return storage_format(block).check(declared_head_dim(backbone))
+
+
 def generation_spec(generation: Mapping[str, Any]) -> GenerationSpec:
     """:func:`generation_settings` and the continuation length."""
     frames = whole(generation.get("continuation_frames"), "generation.continuation_frames", 1)
@@ -516,6 +547,9 @@ def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dic
             out[group] = {k: v for k, v in out[group].items() if k not in runtime}
     if isinstance(out.get("method"), dict):  # a method setting hashes the same however it was spelled
         out["method"] = canonical_method_config(out["method"], method)
+    storage = storage_format(out.pop("storage", None))
+    if storage.quantized:  # full precision hashes as before storage formats existed
+        out["storage"] = asdict(storage)
     return out
 
 
@@ -562,6 +596,8 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
     method_cfg = plain["method"]
     method = build_method(method_cfg)  # the one build of a run: its knob checks come first
     generation = generation_spec(plain["generation"])
+    storage = storage_spec(plain.get("storage"), plain["backbone"])
+    generation = replace(generation, settings=replace(generation.settings, storage=storage))
     check_settings(method, generation.settings)
     identity = run_identity(cfg, plain, method)
     method_name = str(method_cfg.get("name") or method.name)

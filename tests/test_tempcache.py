@@ -140,6 +140,27 @@ def test_a_bank_without_merges_attends_without_a_mask_and_bit_identically(monkey
     assert torch.allclose(masks[0][0, 0, 0], torch.tensor([math.log(2)] * T + [0.0] * T))
 
 
+@pytest.mark.parametrize("frames", [None, (0, 3)], ids=["all keys", "chosen frames"])
+def test_recorded_attention_mass_counts_a_merged_row_for_every_token_it_stands_for(frames):
+    k0 = randn(B, T, H, D, seed=1)
+    full, merged = new_cache(1), new_cache(1)
+    for cache in (full, merged):
+        for c, k in enumerate([k0, randn(B, T, H, D, seed=2), k0.clone()]):
+            write(cache, c, k, randn(B, T, H, D, seed=30 + c))
+    fold_chunk(merged, 0, 2)
+    masses = []
+    for cache, key_frames in ((full, None if frames is None else (0, 2, 3)), (merged, frames)):
+        cache.begin_chunk(3, 3, 1)
+        q = 2.0 * randn(B, T, H, D, seed=7)
+        with cache.record_attention(key_frames) as stats:
+            cache.attend(0, q, q, q)
+        masses.append(stats.mass[0])
+    want = masses[0].clone()
+    want[:, 0] += want[:, 2]
+    want[:, 2] = 0.0
+    torch.testing.assert_close(masses[1], want, atol=1e-6, rtol=1e-5)
+
+
 def test_merge_refuses_pairs_that_do_not_fold_a_later_row_into_an_earlier_one():
     cache = new_cache(1)
     for c in range(3):

@@ -196,6 +196,10 @@ class Bank:
         b, d = like.shape[0], like.shape[-1]
         return like.new_empty((b, rows, self.num_heads, d)), like.new_empty((b, rows, self.num_heads, d))
 
+    def model_element_bytes(self) -> int | None:
+        """Bytes of one K/V element in the model's precision (the chunk's), ``None`` before any write."""
+        return None if self.k is None else self.k.element_size()
+
     def _empty(self, group: HeadGroup | None = None) -> "Bank":
         """A bank of the same layer, capacity limit and storage format (and ``group``, default this bank's)
         holding nothing."""

@@ -176,7 +176,7 @@ def fp_bytes_per_head_token(cache) -> int:
         No bank of ``cache`` has written full-precision K/V yet.
     """
     for bank in cache.all_banks():
-        k = bank.k
-        if k is not None and k.is_floating_point():
-            return 2 * cache.head_dim * int(k.shape[0]) * k.element_size()
+        size = bank.model_element_bytes()  # a quantized bank stores codes, its chunk the model's precision
+        if bank.k is not None and size is not None:
+            return 2 * cache.head_dim * int(bank.k.shape[0]) * size
     raise RuntimeError("FullKV's bytes per token are unknown: no bank of the cache holds full-precision K/V yet")

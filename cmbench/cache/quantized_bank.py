@@ -71,6 +71,9 @@ class QuantizedBank(Bank):
         return (torch.empty((*shape, wk), dtype=torch.uint8, device=like.device),
                 torch.empty((*shape, wv), dtype=torch.uint8, device=like.device))
 
+    def model_element_bytes(self) -> int | None:
+        return None if self.dtype is None else torch.empty(0, dtype=self.dtype).element_size()
+
     def _adopt(self, src: "QuantizedBank", heads: torch.Tensor | None = None,
                device: torch.device | str | None = None) -> None:
         """Take ``src``'s tables and recent window (its ``heads`` only; on ``device``)."""

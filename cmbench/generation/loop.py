@@ -40,6 +40,7 @@ from typing import Any, Callable
 import torch
 
 from cmbench.cache import AttentionStats, ChunkInfo, KVCache, PRLedger
+from cmbench.cache.quantized import StorageFormat
 from cmbench.errors import ConfigError
 from cmbench.methods.base import BeforeChunk, ChunkSignals, Method, Needs
 from cmbench.generation.sampler import FlowMatchSampler, renoise
@@ -73,6 +74,9 @@ class GenerationSettings:
         ``False``: the cache stores, compacts and accounts exactly as usual but skips the attention
         arithmetic (its outputs are zeros): PR and memory at a real model's scale on a CPU
         (:mod:`cmbench.benchmarks.pr_at_scale`), never for generating video.
+    storage : StorageFormat
+        How the cache's banks store history (``fp``: the model's dtype; ``kivi``, ``qvg``: quantized,
+        :mod:`cmbench.cache.quantized`), whatever the method.
     """
 
     sampler: FlowMatchSampler = field(default_factory=FlowMatchSampler)
@@ -80,6 +84,7 @@ class GenerationSettings:
     reindex_recent: int = 8
     reindex_virtual_length: float = 17.0
     compute_attention: bool = True
+    storage: StorageFormat = StorageFormat()
 
 
 @dataclass(kw_only=True)
@@ -385,6 +390,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     capacity = None if method.max_history_tokens is None else method.max_history_tokens + g.tokens_per_chunk
     make_cache = getattr(backbone, "make_cache", None) or KVCache.from_geometry  # a split backbone's: its heads
     cache = make_cache(g, method.layout(g), capacity_limit=capacity, compute_attention=settings.compute_attention)
+    if settings.storage.quantized:
+        cache.use_storage(settings.storage)
     cache.store = method.host_store()
     if cache.store is not None:
         cache.store.shares = cache.store_shares()  # a split's bound is the model's

@@ -4,7 +4,8 @@ The automatic label lists the method's knobs whose configured value differs from
 dataclass default (the only source of defaults), in the class's field order:
 ``decoprune@gamma=0.02``, ``random@keep_ratio=0.1,seed_offset=3``. So a sweep
 ``-m method=decoprune method.gamma=0.02,0.05`` gives its runs distinct names, and a plain
-``method=decoprune`` is just ``decoprune``. A knob the method's yaml takes from another setting by
+``method=decoprune`` is just ``decoprune``; a quantized KV storage format adds itself
+(``decoprune+kivi4-g32-r128``). A knob the method's yaml takes from another setting by
 interpolation (``head_map: ${oc.select:backbone.head_map,null}``) is not listed unless overridden.
 
 A label is a display name, never part of a run's identity: relabelling an existing run (``label=new``
@@ -112,4 +113,13 @@ def run_label(cfg: DictConfig) -> str:
     if label:
         path_component(label, "label")
         return str(label)
-    return auto_label(cfg.method)
+    return auto_label(cfg.method) + storage_suffix(cfg.get("storage"))
+
+
+def storage_suffix(storage: Mapping[str, Any] | None) -> str:
+    """``+kivi4-g32-r128`` for a quantized storage format (bits, stages, group size, recent window), ``""``
+    for full precision: the same method in two formats reads as two entries."""
+    from cmbench.cache.quantized import storage_format  # torch: only when a label is made
+
+    fmt = storage_format(to_dict(storage) if isinstance(storage, DictConfig) else storage)
+    return f"+{fmt.label()}-g{fmt.group_size}-r{fmt.residual}" if fmt.quantized else ""

@@ -1,0 +1,320 @@
+"""Quantized KV storage formats (cache/quantized.py, cache/quantized_bank.py): byte counts by hand, round
+trips within their bounds, attention on decoded rows, eviction + restore + fork + re-index on a quantized
+cache, the ``storage`` group's checks, labels and hashes, and whole continuations in a format on the tiny
+model and on a tiny Wan DiT.
+
+Caches here have 2 heads of head dim 32 (the Wan test: 12), 16 tokens a frame and chunks of 2 frames.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cmbench.cache.kv_cache import KVCache
+from cmbench.cache.quantized import (ChannelGroups, StorageFormat, TokenGroups, affine, pack, quantize,
+                                     storage_format, unpack)
+from cmbench.cache.quantized_bank import QuantizedBank
+from cmbench.cache.rope import RopeSpec
+from cmbench.cache.store import HostStore
+from cmbench.errors import ConfigError
+
+D, H, T = 32, 2, 16
+L = 2 * T  # tokens of a chunk
+KIVI = StorageFormat("kivi", bits=4, group_size=16, residual=8)
+QVG = StorageFormat("qvg", bits=2, group_size=16, residual=0, stages=2)
+
+
+def chunk_kv(i: int, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """K, V ``[1, L, H, D]`` of chunk ``i`` (seeded; a few outlier channels in the keys, as real keys have)."""
+    g = torch.Generator().manual_seed(100 * i + layer)
+    k = torch.randn(1, L, H, D, generator=g)
+    k[..., :3] *= 8.0
+    return k, torch.randn(1, L, H, D, generator=g)
+
+
+def new_cache(fmt: StorageFormat | None, layers: int = 1, store: bool = False) -> KVCache:
+    cache = KVCache(layers, H, D, T, RopeSpec.wan(D), store=HostStore() if store else None)
+    if fmt is not None:
+        cache.use_storage(fmt)
+    return cache
+
+
+def write(cache: KVCache, chunks) -> list[torch.Tensor]:
+    """Chunks ``i`` (frames ``2i, 2i + 1``) attended and committed in every layer; their outputs."""
+    outs = []
+    for i in chunks:
+        cache.begin_chunk(i, 2 * i, 2)
+        for layer in range(cache.num_layers):
+            k, v = chunk_kv(i, layer)
+            outs.append(cache.attend(layer, k.flip(1), k, v))
+        cache.commit_chunk()
+    return outs
+
+
+# ----------------------------------------------------------------------------------------- bytes
+def test_kivi_bytes_by_hand():
+    cache = new_cache(KIVI)
+    write(cache, [0])
+    # rows: 32 tokens x 2 heads x (keys: 32 codes of 4 bits = 16 bytes; values: 16 bytes of codes + 2 groups
+    # of 16 channels x (zero, scale) float16 = 8 bytes)
+    rows = 32 * 2 * (16 + 16 + 8)
+    # key table: one group per 16 positions of a frame, 2 frames; per head: (zero, scale) x 32 channels float16
+    table = 2 * 2 * (2 * 32 * 2)
+    # recent window: the last 8 tokens' K and V in float32
+    recent = 2 * 8 * 2 * 32 * 4
+    assert cache.stored_bytes() == rows + table + recent == 7168
+    write(cache, [1])
+    assert cache.stored_bytes() == 2 * rows + 2 * table + recent  # the window stays 8 tokens
+
+
+def test_qvg_bytes_by_hand():
+    cache = new_cache(QVG)
+    write(cache, [0, 1])
+    # rows: 64 tokens x 2 heads x 2 sides x 2 stages x (32 codes of 2 bits = 8 bytes + 2 groups x 4 bytes)
+    rows = 64 * 2 * 2 * 2 * (8 + 8)
+    means = 2 * 2 * 2 * 32 * 2  # 2 chunks x 2 sides x 2 heads x 32 channels float16
+    assert cache.stored_bytes() == rows + means
+
+
+def test_stored_bytes_are_the_tensors_the_bank_holds():
+    """After a trim (capacity = history) and with the tables' entries all in use, the bytes counted are the
+    bytes of the tensors the bank holds (slot and provenance apart)."""
+    cache = new_cache(KIVI)
+    write(cache, [0, 1, 2])
+    cache.compact(lambda bank: bank.field("frame") != 2)  # frame 2's key entries go with its tokens
+    cache.trim()
+    bank = cache.banks[0][0]
+    assert isinstance(bank, QuantizedBank)
+    held = [bank.k, bank.v, *bank.tail, *(t.data for t in bank.tables if t.data is not None)]
+    assert cache.stored_bytes() == sum(t.numel() * t.element_size() for t in held)
+    assert len(bank.tables[0].keys) == 5  # frames 0, 1, 3, 4, 5: one key group each
+
+
+def test_quantized_history_is_smaller_than_full_precision():
+    full, kivi2 = new_cache(None), new_cache(StorageFormat("kivi", bits=2, group_size=32, residual=0))
+    write(full, range(4))
+    write(kivi2, range(4))
+    # 2-bit codes of float32 entries are 1/16 of their size; value zero/scale and key tables add the rest
+    assert kivi2.stored_bytes() / full.stored_bytes() == pytest.approx(
+        (8 + 8 + 4) / 256 + 8 * 2 * 32 * 2 / (128 * 256), abs=1e-9)
+
+
+# ----------------------------------------------------------------------------------------- numerics
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_pack_unpack_round_trip(bits):
+    codes = torch.randint(0, 2**bits, (3, 5, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(bits))
+    packed = pack(codes, bits)
+    assert packed.shape == (3, 5, 32 * bits // 8)
+    assert torch.equal(unpack(packed, bits), codes)
+    if bits == 4:  # code i of a byte in its bits [4 i, 4 i + 4)
+        assert int(pack(torch.tensor([[3, 10]], dtype=torch.uint8), 4)[0, 0]) == 3 + 16 * 10
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_affine_grid_covers_the_range_and_rounds_within_half_a_step(bits):
+    x = torch.randn(4000, 16, generator=torch.Generator().manual_seed(1)) * 3 + 1
+    lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
+    zero, scale = affine(lo, hi, bits)
+    assert bool((zero.float() <= lo).all()) and bool((zero.float() + scale.float() * (2**bits - 1) >= hi).all())
+    deq = zero.float() + quantize(x, zero, scale, bits).float() * scale.float()
+    assert bool(((deq - x).abs() <= scale.float() / 2 * (1 + 1e-5)).all())
+    flat = torch.full((1, 4), 0.3)  # one value: the grid's step is float16's rounding of the zero point
+    z, s = affine(flat.amin(-1, keepdim=True), flat.amax(-1, keepdim=True), bits)
+    assert float(s) < 1e-3 and float((z.float() + quantize(flat, z, s, bits).float() * s.float() - flat).abs().max()) < 1e-3
+
+
+def test_kivi_keys_are_quantized_per_channel_over_a_key_group():
+    """An outlier channel does not widen the grid of the others (per channel), and a group spans 8
+    positions of one frame: the key table holds each group's per-channel minimum as its zero point."""
+    cache = new_cache(StorageFormat("kivi", bits=4, group_size=8, residual=0))
+    write(cache, [0])
+    bank = cache.banks[0][0]
+    k, _ = chunk_kv(0)
+    table = bank.tables[0]
+    assert table.keys.tolist() == [0, 1, 2**32, 2**32 + 1]  # (frame, positions 0-7 | 8-15) for frames 0, 1
+    zero, scale = table.data[:, :, :, 0].float(), table.data[:, :, :, 1].float()  # [1, 4, H, D]
+    groups = k.reshape(1, 4, 8, H, D)
+    assert torch.allclose(zero, groups.amin(2), atol=1e-2)
+    assert torch.allclose(scale * 15, groups.amax(2) - groups.amin(2), rtol=2e-3, atol=1e-3)
+    decoded, _ = bank.history()
+    err = (decoded - k).abs().reshape(1, 4, 8, H, D)
+    assert bool((err <= scale[:, :, None] / 2 * (1 + 1e-3) + 1e-6).all())
+    assert float(scale[..., 5:].max()) < float(scale[..., :3].min())  # the outlier channels' grids are wider
+
+
+def test_values_and_qvg_stages_within_their_bounds():
+    x = torch.randn(1, 64, H, D, generator=torch.Generator().manual_seed(3))
+    one, two = TokenGroups(2, 16, 1, False), TokenGroups(2, 16, 2, False)
+    err1 = (one.decode(one.encode(x, None), None, torch.float32) - x).abs()
+    err2 = (two.decode(two.encode(x, None), None, torch.float32) - x).abs()
+    grouped = x.reshape(1, 64, H, 2, 16)
+    step = (grouped.amax(-1) - grouped.amin(-1)) / 3  # a 2-bit step of each token's channel group
+    assert bool((err1.reshape(grouped.shape) <= step[..., None] / 2 * 1.01 + 1e-6).all())
+    assert float(err2.mean()) < 0.45 * float(err1.mean())  # the second stage quantizes what the first left
+    smooth = TokenGroups(2, 16, 1, True)
+    index = torch.zeros(64, dtype=torch.long)
+    mean = smooth.fit(x + 5.0, index, 1)
+    assert torch.allclose(mean[0, 0, :, 0].float(), (x + 5.0).mean(1)[0], atol=1e-2)
+    params = mean.index_select(1, index)
+    back = smooth.decode(smooth.encode(x + 5.0, params), params, torch.float32)
+    assert float((back - x - 5.0).abs().mean()) < 1.2 * float(err1.mean())  # the offset costs nothing
+
+
+def test_channel_groups_codec_width_and_round_trip():
+    codec = ChannelGroups(4, 8)
+    x = torch.randn(1, 8, H, D)
+    params = codec.fit(x, torch.zeros(8, dtype=torch.long), 1).index_select(1, torch.zeros(8, dtype=torch.long))
+    raw = codec.encode(x, params)
+    assert raw.dtype == torch.uint8 and raw.shape == (1, 8, H, codec.width(D)) and codec.width(D) == 16
+    assert float((codec.decode(raw, params, torch.float32) - x).abs().max()) <= float(params[..., 1, :].max()) / 2 + 1e-4
+
+
+# ----------------------------------------------------------------------------------------- attention
+def reference_attention(q, keys, values):
+    return F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)).transpose(1, 2)
+
+
+@pytest.mark.parametrize("fmt", [KIVI, QVG], ids=["kivi", "qvg"])
+def test_attention_of_a_quantized_bank_is_attention_on_its_decoded_rows(fmt):
+    """Attention over a quantized bank equals attention over the decoded history followed by the chunk's
+    own full-precision K/V; the decoded history is near the original and not the original."""
+    cache = new_cache(fmt)
+    write(cache, [0, 1, 2])
+    bank = cache.banks[0][0]
+    decoded_k, decoded_v = bank.history()
+    originals = [chunk_kv(i) for i in range(3)]
+    orig_k, orig_v = torch.cat([k for k, _ in originals], 1), torch.cat([v for _, v in originals], 1)
+    assert not torch.equal(decoded_k, orig_k)
+    assert float((decoded_k - orig_k).norm() / orig_k.norm()) < 0.2
+    if fmt.residual:  # the recent window is exact
+        assert torch.equal(decoded_k[:, -fmt.residual:], orig_k[:, -fmt.residual:])
+        assert torch.equal(decoded_v[:, -fmt.residual:], orig_v[:, -fmt.residual:])
+        assert not torch.equal(decoded_k[:, -fmt.residual - 1], orig_k[:, -fmt.residual - 1])
+    cache.begin_chunk(3, 6, 2)
+    k, v = chunk_kv(3)
+    q = torch.randn(1, L, H, D, generator=torch.Generator().manual_seed(9))
+    out = cache.attend(0, q, k, v)
+    want = reference_attention(q, torch.cat([decoded_k, k], 1), torch.cat([decoded_v, v], 1))
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+    exact = reference_attention(q, torch.cat([orig_k, k], 1), torch.cat([orig_v, v], 1))
+    assert 0 < float((out - exact).norm() / exact.norm()) < 0.5  # random keys with outlier channels: coarse
+
+
+# ----------------------------------------------------------------------------------------- cache operations
+def evicted(bank) -> torch.Tensor:
+    return (bank.field("gid") % 3) != 0
+
+
+@pytest.mark.parametrize("fmt", [KIVI, QVG], ids=["kivi", "qvg"])
+def test_evict_restore_fork_on_a_quantized_cache(fmt):
+    cache = new_cache(fmt, layers=2, store=True)
+    write(cache, range(4))
+    before = [b.history() for b in cache.all_banks()]
+    bytes_before = cache.stored_bytes()
+    cache.compact(evicted, to_store=True)
+    assert cache.banks[0][0].n == 128 - 43 and cache.stored_bytes() < bytes_before
+    for (k, v), bank in zip(before, cache.all_banks()):  # kept rows decode as before
+        keep = (torch.arange(128) % 3) != 0
+        now_k, now_v = bank.history()
+        assert torch.equal(now_k, k[:, keep]) and torch.equal(now_v, v[:, keep])
+    fork = cache.fork(headroom=2 * L)
+    parent = [b.history() for b in cache.all_banks()]
+    assert fork.restore(lambda bank: torch.arange(0, 128, 3)) == 43 * 2 * H
+    window = torch.arange(128) >= 128 - fmt.residual  # restored window rows come back quantized
+    for layer, ((k, v), bank) in enumerate(zip(before, fork.all_banks())):
+        assert bank.n == 128 and torch.equal(bank.field("gid"), torch.arange(128))
+        now_k, now_v = bank.history()
+        if fmt.name == "kivi":  # encoded again on the key entries still in the bank: the same codes
+            torch.testing.assert_close(now_k[:, ~window], k[:, ~window], atol=1e-6, rtol=0)
+            torch.testing.assert_close(now_v[:, ~window], v[:, ~window], atol=1e-6, rtol=0)
+        else:  # per-token grids fitted again on decoded rows: within one more rounding of the originals
+            orig = torch.cat([chunk_kv(i, layer)[1] for i in range(4)], 1)
+            assert float((now_v - orig).norm() / orig.norm()) < 2 * float((v - orig).norm() / orig.norm())
+        assert not torch.equal(now_k[:, window], k[:, window]) or not fmt.residual
+    lost = int((torch.arange(128 - fmt.residual, 128) % 3 == 0).sum())  # window rows evicted and restored
+    assert fork.stored_bytes() == bytes_before - 2 * lost * 2 * H * D * 4  # 2 layers, their float32 K and V
+    write(fork, [5])
+    for (k, v), bank in zip(parent, cache.all_banks()):  # the fork never wrote its parent
+        assert bank.n == 85 and torch.equal(bank.history()[0], k) and torch.equal(bank.history()[1], v)
+
+
+def test_a_shared_fork_attends_as_a_copy_and_drops_unused_table_entries():
+    cache = new_cache(KIVI)
+    write(cache, range(3))
+    shared, copied = cache.fork(headroom=L), cache.fork(headroom=L, share=False)
+    assert shared.banks[0][0].shared is not None and copied.banks[0][0].shared is None
+    assert shared.stored_bytes() == copied.stored_bytes() == cache.stored_bytes()
+    for fork in (shared, copied):
+        fork.compact(lambda bank: bank.field("frame") >= 2)
+    assert len(shared.banks[0][0].tables[0].keys) == 4 and len(cache.banks[0][0].tables[0].keys) == 6
+    out_shared, out_copied = write(shared, [3]), write(copied, [3])
+    torch.testing.assert_close(out_shared[0], out_copied[0], atol=0, rtol=0)
+
+
+def test_regroup_and_move_keep_the_format():
+    cache = new_cache(QVG)
+    write(cache, range(2))
+    k, v = cache.banks[0][0].history()
+    from cmbench.cache.layout import HeadGroup
+
+    cache.regroup(0, [HeadGroup((0,), "a"), HeadGroup((1,), "b")])
+    for head, bank in enumerate(cache.banks[0]):
+        assert isinstance(bank, QuantizedBank)
+        hk, hv = bank.history()
+        assert torch.equal(hk, k[:, :, head : head + 1]) and torch.equal(hv, v[:, :, head : head + 1])
+    cache.park("cpu")
+    assert torch.equal(cache.fork().banks[0][1].history()[0], k[:, :, 1:2])
+
+
+def test_reindex_rotates_quantized_keys_like_full_precision_ones():
+    """Re-indexed quantized keys are the re-indexed decoded keys up to one more rounding (fresh key
+    entries); the recent window is rotated exactly; values are untouched."""
+    fmt = StorageFormat("kivi", bits=8, group_size=16, residual=8)
+    cache = new_cache(fmt)
+    write(cache, range(4))
+    k, v = cache.banks[0][0].history()
+    full = new_cache(None)
+    full.begin_chunk(0, 0, 8)
+    full.attend(0, k, k, v)
+    full.commit_chunk()
+    full.reindex(8, 2, 3.0)
+    cache.reindex(8, 2, 3.0)
+    want, _ = full.banks[0][0].history()
+    got, got_v = cache.banks[0][0].history()
+    assert not torch.allclose(got, k, atol=1e-2)  # the keys did move
+    torch.testing.assert_close(got, want, atol=0.15, rtol=0)  # half an 8-bit step of the outlier channels
+    torch.testing.assert_close(got[:, -8:], want[:, -8:], atol=1e-5, rtol=0)
+    assert torch.equal(got_v, v)
+    assert torch.equal(cache.banks[0][0].field("tpos"), full.banks[0][0].field("tpos"))
+
+
+def test_merging_is_refused_in_a_quantized_format():
+    cache = new_cache(KIVI)
+    write(cache, range(2))
+    with pytest.raises(ValueError, match="cannot be merged in storage=kivi"):
+        cache.banks[0][0].merge(torch.tensor([0]), torch.tensor([1]))
+
+
+# ----------------------------------------------------------------------------------------- the storage group
+@pytest.mark.parametrize("block, message", [
+    ({"name": "kivi", "bits": 3}, "storage.bits=3: expected one of 2, 4, 8"),
+    ({"name": "kivi", "bits": 4, "group_size": 0}, "storage.group_size=0: expected a whole number >= 1"),
+    ({"name": "kivi", "residual": -1}, "storage.residual=-1: expected a whole number of tokens >= 0"),
+    ({"name": "qvg", "stages": 0}, r"storage.stages=0: expected a whole number in \[1, 4\]"),
+    ({"name": "int3"}, "storage.name='int3': expected one of fp, kivi, qvg"),
+    ({"name": "kivi", "bitz": 2}, "storage.bitz: not a storage knob"),
+])
+def test_bad_storage_knobs_are_one_line(block, message):
+    with pytest.raises(ConfigError, match=message):
+        storage_format(block)
+
+
+def test_group_size_must_divide_the_head_dim():
+    with pytest.raises(ConfigError, match="storage.group_size=12: must divide the head dim 32"):
+        new_cache(StorageFormat("kivi", group_size=12))
+    assert StorageFormat("kivi", group_size=12).check(24).group_size == 12
