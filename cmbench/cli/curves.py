@@ -112,6 +112,7 @@ def execute(cfg: DictConfig) -> int:
         quality_columns,
         write_curves,
     )
+    from cmbench.report.board_folder import CURVE_FILES, board_folder
     from cmbench.report.leaderboard import REFERENCE_METHOD
     from cmbench.spec import data_dir
 
@@ -119,6 +120,8 @@ def execute(cfg: DictConfig) -> int:
     configs = {name: method_option(cfg, name) for name in names}
     for mcfg in configs.values():  # refuse a method without a knob before any work
         method_knob(to_dict(mcfg.method))
+    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
+    board = board_folder(out, CURVE_FILES)  # a folder of the user's, or another kind's, is refused before any work
     rows: list[dict[str, Any]] = []
     points, began = len(configs) * len(targets), time.monotonic()
     for name, mcfg in configs.items():
@@ -148,7 +151,7 @@ def execute(cfg: DictConfig) -> int:
     reference_dir = _run(method_option(cfg, "fullkv"))
     reference = _board_row(reference_dir)
     curves = curve_table(rows)
-    out = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
+    board.add(*(CURVE_FILES if quality_columns(curves) else CURVE_FILES[:3]))  # the quality files when written
     areas = write_curves(curves, out, (reference["score"], reference["score_ci95"]), metric=str(reference["metric"]))
     print(curves.drop(columns=["run_dir", "note"]).to_string(index=False, float_format="%.4f"))
     print(areas.to_string(index=False, float_format="%.4f"))

@@ -407,6 +407,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         Runs that cannot be compared or read, or an output folder that cannot be written (one line).
     """
     out = Path(out_dir)
+    folder = board_folder(out)  # an empty folder or a board CMBench wrote: nothing of a user's is replaced
     tmp = out.parent / f"{BUILD_PREFIX.format(name=out.name)}{os.getpid()}"
     removed = remove_stale_builds(out)
     if removed:
@@ -432,7 +433,6 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         for warning in gated.loc[~gated["passes"].astype(bool), "meaning"]:
             print(f"leaderboard: {warning}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)
-    folder = board_folder(out)  # an empty folder or a board CMBench wrote: nothing of a user's is replaced
         tmp.mkdir(parents=True)
         for name, frame in tables.items():
             frame.to_csv(tmp / name, index=False, float_format="%.6g")
@@ -505,6 +505,7 @@ def refresh_matched_column(out_dir: str | Path, curves: str | Path | None = None
     from cmbench.runs import atomic
 
     out = Path(out_dir)
+    folder = board_folder(out)  # a board CMBench wrote, or refused
     table = read_curves(curves if curves is not None else out / CURVES_FILE)
     board = numeric_columns(read_table(out / "leaderboard.csv", BOARD_COLUMNS, kind="leaderboard", command="leaderboard"),
                             out / "leaderboard.csv", [c for c in BOARD_COLUMNS if c not in TEXT_COLUMNS])
@@ -530,7 +531,6 @@ def _kept(out: Path) -> None:
     """Say that a refused or failed leaderboard left the previous one in ``out`` as it was."""
     if (out / "leaderboard.md").is_file():
         print(f"leaderboard: not written; the previous leaderboard in {out} is kept as it was (it does not "
-    folder = board_folder(out)  # a board CMBench wrote, or refused
               f"show these runs)", file=sys.stderr)
 
 

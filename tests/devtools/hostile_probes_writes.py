@@ -6,6 +6,131 @@ suite, one real run folder) come from :mod:`devtools.hostile_probes`.
 
 from __future__ import annotations
 
-from devtools.hostile import Probe
+import json
+import os
+import shutil
+from pathlib import Path
 
-PROBES: list[Probe] = []
+from devtools.hostile import Probe, ProbeFailed, Workspace, refused, same_bytes, snapshot, succeeded, unchanged
+from devtools.hostile_probes import base_run, copy_run, leaderboard, score
+
+VICTIM = b"v" * 1000  # someone's file outside the received folder
+
+
+def papers_folder(folder: Path) -> Path:
+    """A user's folder: a paper, its figures and tables named as CMBench names its own."""
+    paper = folder / "paper"
+    (paper / "figs").mkdir(parents=True)
+    (paper / "figs" / "pareto.pdf").write_bytes(b"a figure")
+    (paper / "main.tex").write_text("\\section{Results}\n")
+    (paper / "comparisons.csv").write_text("the user's own table\n")
+    (paper / "backbone_gate.csv").write_text("the user's own gate\n")
+    return paper
+
+
+def leaderboard_out_over_a_users_folder(ws: Workspace, folder: Path) -> None:
+    paper = papers_folder(folder)
+    before = snapshot(paper)
+    done = leaderboard(ws, [base_run(ws)], paper)
+    refused(done, f"leaderboard.out={paper}", "not empty and not written by CMBench")
+    unchanged(paper, before, "the user's folder")
+
+
+def leaderboard_out_over_a_run_folder_it_reads(ws: Workspace, folder: Path) -> None:
+    run = copy_run(ws, folder)
+    before = snapshot(run)
+    done = leaderboard(ws, [run], run)
+    refused(done, f"leaderboard.out={run}", "holds the records of a run")
+    unchanged(run, before, "the run folder")
+
+
+def score_out_over_a_users_folder(ws: Workspace, folder: Path) -> None:
+    mine = folder / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("notes\n")
+    (mine / "summary.json").write_text('{"the user": "own summary"}\n')
+    before = snapshot(mine)
+    done = score(ws, base_run(ws) / "videos", mine)
+    refused(done, f"out={mine}", "not empty and not written by CMBench")
+    unchanged(mine, before, "the user's folder")
+
+
+def score_out_at_the_root(ws: Workspace, folder: Path) -> None:
+    names = ("config.yaml", "records.jsonl", "summary.json")
+    there = {name for name in names if os.path.lexists(f"/{name}")}
+    done = score(ws, base_run(ws) / "videos", Path("/"))
+    made = [f"/{name}" for name in names if name not in there and os.path.lexists(f"/{name}")]
+    for path in made:  # written by the command: taken away again
+        os.unlink(path)
+    if made:
+        raise ProbeFailed(f"score out=/ wrote {', '.join(made)}")
+    refused(done, "out=/", "not empty and not written by CMBench")
+
+
+def score_out_in_the_videos_folder(ws: Workspace, folder: Path) -> None:
+    videos = copy_run(ws, folder) / "videos"
+    before = snapshot(videos)
+    done = score(ws, videos, videos)
+    refused(done, f"out={videos}", "not empty and not written by CMBench")
+    unchanged(videos, before, "the videos folder")
+
+
+def score_out_in_the_dataset_folder(ws: Workspace, folder: Path) -> None:
+    base_run(ws)  # the shared suite exists once the shared run does
+    suite = folder / "suite"
+    shutil.copytree(ws.root / "suite", suite, symlinks=True)
+    before = snapshot(suite)
+    overrides = [o for o in ws.suite_overrides if not o.startswith("data.root=")]
+    done = ws.cmbench("score", f"videos={base_run(ws) / 'videos'}", f"out={suite}", f"data.root={suite}", *overrides)
+    refused(done, f"out={suite}", "not empty and not written by CMBench")
+    unchanged(suite, before, "the dataset folder")
+
+
+def diagnose_out_is_a_file(ws: Workspace, folder: Path) -> None:
+    passwd = Path("/etc/passwd")
+    content = passwd.read_bytes()
+    done = ws.cmbench("diagnose", "method=streaming", f"out={passwd}", *ws.suite_overrides)
+    refused(done, f"out={passwd}", "is a file, not a folder")
+    same_bytes(passwd, content, "/etc/passwd")
+
+
+def resumed_run_writes_through_no_hard_link(ws: Workspace, folder: Path) -> None:
+    """A received run whose records file, videos and lock file are hard links to files outside it, its
+    records from other code (so the resumed run computes every task again: appends records, writes
+    videos, takes the lock): every outside file keeps its bytes."""
+    run = copy_run(ws, folder)
+    outside = folder / "outside"
+    outside.mkdir()
+    rows = [json.loads(line) for line in (run / "records.jsonl").read_text().splitlines()]
+    (run / "records.jsonl").write_text("".join(json.dumps({**r, "code_hash": "0" * 16}) + "\n" for r in rows))
+    victims = {}
+    for path in [run / "records.jsonl", *sorted((run / "videos").iterdir())]:
+        victim = outside / path.name
+        os.replace(path, victim)
+        os.link(victim, path)
+        victims[victim] = victim.read_bytes()
+    lock = outside / "lock_victim"
+    lock.write_bytes(VICTIM)
+    os.link(lock, run / ".records.jsonl.lock")
+    victims[lock] = VICTIM
+    done = ws.cmbench("run", "method=streaming", "limit=2", f"out_dir={folder / 'runs'}", "progress=false",
+                      *ws.suite_overrides)
+    succeeded(done)
+    if "recomputed" not in done.stdout + done.stderr:
+        raise ProbeFailed("the resumed run recomputed nothing: no write was attacked")
+    for victim, content in victims.items():
+        same_bytes(victim, content, "a file outside the run folder that one of its files was a hard link to")
+    if len((run / "records.jsonl").read_text().splitlines()) != 2 * len(rows):
+        raise ProbeFailed("the resumed run's records are not the earlier ones followed by the new ones")
+
+
+PROBES: list[Probe] = [
+    Probe("leaderboard-out-over-a-users-folder", leaderboard_out_over_a_users_folder),
+    Probe("leaderboard-out-over-a-run-folder-it-reads", leaderboard_out_over_a_run_folder_it_reads),
+    Probe("score-out-over-a-users-folder", score_out_over_a_users_folder),
+    Probe("score-out-at-the-root", score_out_at_the_root),
+    Probe("score-out-in-the-videos-folder", score_out_in_the_videos_folder),
+    Probe("score-out-in-the-dataset-folder", score_out_in_the_dataset_folder),
+    Probe("diagnose-out-is-a-file", diagnose_out_is_a_file),
+    Probe("resumed-run-writes-through-no-hard-link", resumed_run_writes_through_no_hard_link),
+]
