@@ -75,8 +75,9 @@ class Scorer:
     def __init__(self, log: list):
         self.log = log
 
-    def score_task(self, task, frames, refs):
+    def score_task(self, task, frames, refs, frames_defined=None):
         self.log.append(("score", task.task_id, frames, refs))
+        self.log.append(("frames_defined", frames_defined))
         return TaskScore(task_id=task.task_id, source=task.source, task_type=task.task_type, score=0.5,
                          similarities=[None, 0.5], detection_rate=0.5, boxes=[None, [0, 0, 1, 1]],
                          detection_scores=[None, 0.9], detection_threshold=0.3, reference_mask_fallback=[False],
@@ -389,6 +390,7 @@ def test_a_task_result_holds_its_score_cost_and_timings(fakes):
     assert latents is cont.latents and context is prepared.context_latents
     ((task_id, frames, refs),) = _calls(fakes.log, "score")
     assert task_id == "a" and np.array_equal(frames, ev.backbone.decode_continuation(None, None).numpy())
+    assert _calls(fakes.log, "frames_defined") == [(len(frames),)]  # the frame-count rule: the frames generated
     assert [int(r[0, 0, 0]) for r in refs] == [2]  # the annotated frame 2 (native), not the timestamp's frame 0
 
 

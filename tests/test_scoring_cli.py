@@ -201,10 +201,10 @@ def test_any_exception_of_one_task_is_its_failure_and_scoring_goes_on(dataset, t
     videos = fresh_videos(videos, tmp_path / "videos")
     real = Scorer.score_task
 
-    def out_of_memory(self, task, frames, refs):
+    def out_of_memory(self, task, frames, refs, **rule):
         if task.task_id == "syn_001_reappear_01":
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(self, task, frames, refs)
+        return real(self, task, frames, refs, **rule)
 
     monkeypatch.setattr(Scorer, "score_task", out_of_memory)
     assert score_in_process(root, videos, tmp_path / "out", "scorer.cache_dir=null") == 1

@@ -264,6 +264,7 @@ def _expected(models_hash, aggregation="mean", quality=None) -> dict:
         "quality": None if quality is None else {"frames": 5.0},
         "quality_absent": None if quality is None else {"motion": "no model"},
         "quality_hash": None if quality is None else "q-hash",
+        "frames_received": 5,  # frames_defined not given: every frame received is scored
     }
 
 

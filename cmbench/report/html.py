@@ -52,6 +52,8 @@ from cmbench.runs.atomic import dead_builds
 from cmbench.runs.output_folder import Legacy, OutputFolder, claim
 from cmbench.report.reading import folder_config
 from cmbench.report.leaderboard import (
+    FLAG_COLUMN,
+    FLAG_MARK,
     MATCHED_NOTE,
     REFERENCE_METHOD,
     ReportError,
@@ -60,6 +62,7 @@ from cmbench.report.leaderboard import (
     breakdown,
     comparison_pairs,
     comparisons,
+    frame_count_note,
     leaderboard,
     load_runs,
     paired_deltas,
@@ -79,7 +82,7 @@ LABELS = {
     "speedup_vs_fullkv": "FPS speed-up vs FullKV", "continuation_fps": "FPS", "peak_kv_bytes": "Peak KV (MB)",
     "cost_speedup_vs_fullkv": "Speed-up vs FullKV (attention)", "attention_keys_per_token": "Keys read / token",
     "fps_measured_together": "FPS measured together", "seeds": "Seeds", "score_seed_std": "Seed sd",
-    "other_code_tasks": "From other code", "p_value": "p", "seed": "Seed",
+    "other_code_tasks": "From other code", "p_value": "p", "seed": "Seed", FLAG_COLUMN: f"Frame-count flags {FLAG_MARK}",
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
@@ -509,7 +512,8 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
     tables = [
         table("leaderboard", "Leaderboard", board,
               "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
-              + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])),
+              + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])
+              + (f" {frame_count_note(board)}" if frame_count_note(board) else "")),
         table("by-source", "Per source", breakdown(runs, "source")),
         table("by-type", "Per task type", breakdown(runs, "task_type")),
         table("paired", "Paired deltas against FullKV", paired_deltas(runs),

@@ -59,6 +59,7 @@ from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
 from cmbench.report.text import markdown_text
+from cmbench.scoring.frame_count import flagged
 from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
@@ -84,6 +85,31 @@ def _summarise(frame: pd.DataFrame) -> dict[str, Any]:
         "n_tasks": int(len(ok)),
         "failures": int((frame["status"] != "ok").sum()),
     }
+
+
+FLAG_COLUMN = "frame_count_flags"
+FLAG_MARK = "‡"
+
+
+def frame_count_flags(frame: pd.DataFrame) -> int:
+    """How many of an entry's records are flagged by the frame-count rule (:func:`flagged`: frames came
+    other than the frames scored); records without ``frames_received`` (older ones) are not."""
+    def known(column: str) -> list[int | None]:
+        values = pd.to_numeric(frame[column], errors="coerce") if column in frame else pd.Series([], dtype=float)
+        return [None if math.isnan(v) else int(v) for v in values]
+
+    return sum(flagged(r, n) for r, n in zip(known("frames_received"), known("n_frames")))
+
+
+def frame_count_note(board: pd.DataFrame) -> str:
+    """The note on the board's frame-count mark; empty when no record is flagged (or the board was written
+    before the column)."""
+    flags = int(board[FLAG_COLUMN].fillna(0).sum()) if FLAG_COLUMN in board else 0
+    if not flags:
+        return ""
+    return (f"{FLAG_MARK} {flags} continuation(s) had another frame count than the task defines: only the "
+            "frames it defines were scored (extra frames left unscored; a shorter one failed, scored as "
+            f"missing); see `{FLAG_COLUMN}` in leaderboard.csv and each record's `frames_received`.")
 
 
 def _fps(frame: pd.DataFrame) -> float:
@@ -147,7 +173,9 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
     """One row per entry: metric, score (mean, 95% CI, spread over seeds), PR, the quality metrics the
     records carry (VBench's names, each with its clustered 95% CI, after PR), speed-ups vs FullKV
     (attention cost; measured FPS and whether it was measured together), FPS, attention keys per
-    token, peak KV bytes, counts, and records from other code; with ``curves`` (a ``curves.csv``,
+    token, peak KV bytes, counts, records from other code, and ``frame_count_flags``: the records
+    whose continuation had another frame count than the task defines (:mod:`cmbench.scoring.frame_count`);
+    with ``curves`` (a ``curves.csv``,
     :mod:`cmbench.report.curves`), also ``score_at_85pr``: the curve of the method the entry's label
     names, interpolated linearly at realised PR 0.85 (NaN outside its realised range or without one).
 
@@ -175,11 +203,12 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         row["seeds"] = max(1, len(run.seeds))
         row["score_seed_std"] = seed_spread(ok["score"], ok["run_seed"].fillna(-1)) if len(ok) else math.nan
         row["other_code_tasks"] = len(run.other_code_tasks)
+        row[FLAG_COLUMN] = frame_count_flags(run.frame)
         rows.append(row)
     cols = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv",
             "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *STORE_COLUMNS]
+            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", FLAG_COLUMN, *STORE_COLUMNS]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
     if quality:
@@ -252,6 +281,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
             fps_speedup, apart = fps_speedup + "*", True
         name = markdown_text(r.method) + (" †" if r.other_code_tasks else "")
         other = other or bool(r.other_code_tasks)
+        name += f" {FLAG_MARK}" if getattr(r, FLAG_COLUMN, 0) else ""  # no column: a board written before it
         seeds = f"{r.seeds}" + ("" if math.isnan(r.score_seed_std) else f" (sd {r.score_seed_std:.4f})")
         at = f"{_cell(getattr(r, MATCHED_COLUMN), '{:.4f}')} | " if matched else ""
         lines.append(
@@ -282,6 +312,8 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if matched:
         lines += ["", MATCHED_NOTE]
+    if frame_count_note(board):
+        lines.append(frame_count_note(board))
     if other:
         lines.append("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                      "`other_code_tasks` in leaderboard.csv.")

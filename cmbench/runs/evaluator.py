@@ -278,7 +278,7 @@ class ModelEvaluator:
         context = prepared.context
         refs = reference_frames(task, context.reference_source, context.reference_fps, native=True)
         scored = self.scorer.score_task(task, frames if self.score_source == "frames" else self.mp4_frames(task, frames),
-                                        refs)
+                                        refs, frames_defined=int(frames.shape[0]))  # the frames generated
         ledger = cont.ledger.summary()
         context_chunks = prefilled.next_chunk
         return {

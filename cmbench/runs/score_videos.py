@@ -6,6 +6,10 @@ task has both, the lossless ``.mkv`` (what ``run`` saves beside its mp4 preview)
 of the same kind for one task are ambiguous and the task fails naming both. Every other file is
 listed as skipped with the reason, never dropped silently.
 
+Only the frames the task defines are scored (:mod:`cmbench.scoring.frame_count`): extra frames are
+counted, never scored, and a shorter video is recorded as a failed task (scored as missing); every
+record says how many frames came (``frames_received``) and how many were scored (``n_frames``).
+
 Each matched task gets one :class:`~cmbench.runs.records.TaskRecord` (``kind="score"``); any
 exception while reading or scoring one task (a corrupt video, a CUDA out-of-memory error) is recorded
 as that task's failure and scoring goes on.
@@ -45,6 +49,7 @@ from cmbench.runs.records import (
     scored_fields,
 )
 from cmbench.runs.summary import summarise
+from cmbench.scoring.frame_count import TooFewFrames
 from cmbench.scoring.pipeline import Scorer
 
 VIDEO_SUFFIXES = (".mkv", ".mp4")  # preference order: run's lossless copy first
@@ -253,7 +258,7 @@ def _score_into(writer: RecordWriter, scorer: Scorer, tasks: list[Task], adapter
                 names = ", ".join(p.relative_to(videos).as_posix() for p in match.ambiguous[task.task_id])
                 raise FileExistsError(f"several videos for this task: {names}")
             reader = VideoReader(video)  # streamed: one batch of decoded frames at a time
-            scored = scorer.score_task(task, reader, adapter.references(task))
+            scored = scorer.score_task(task, reader, adapter.references(task), frames_defined=expected.frames)
             assert reader.shape is not None  # set by the scorer's pass over the video
             if reader.codec and not is_lossless(reader.codec) and min(reader.shape[1:3]) < LOSSY_WARN_SIDE:
                 lossy[f"{reader.codec} at {reader.shape[1]}x{reader.shape[2]}"].append(
@@ -263,6 +268,10 @@ def _score_into(writer: RecordWriter, scorer: Scorer, tasks: list[Task], adapter
                 warnings.append(warning)
                 print(f"score: warning: {warning}", file=sys.stderr)
             record = TaskRecord(**{**fields, **scored_fields(scored), "video": str(video), "status": "ok"})
+        except TooFewFrames as err:  # scored as missing: nothing of it is scored
+            record = TaskRecord(**fields, video=str(video), status="failed", error=f"{type(err).__name__}: {err}",
+                                frames_received=err.received, n_frames=0)
+            print(f"score: {task.task_id}: failed: {err}", file=sys.stderr)
         except Exception as err:  # any failure of one task (corrupt video, CUDA OOM) is that task's
             record = TaskRecord(**fields, video=None if video is None else str(video), status="failed",
                                 error=f"{type(err).__name__}: {err}")

@@ -23,6 +23,7 @@ from cmbench.hashing import frames_hash, json_digest
 from cmbench.scoring.aggregation import aggregate_references
 from cmbench.scoring.boxes import box_mask, boxes_valid, clip_boxes, denormalize_box, masked_crop, normalize_box
 from cmbench.scoring.feature_cache import FeatureCache, FrameFeatures, ReferenceFeatures
+from cmbench.scoring.frame_count import CountedFrames
 from cmbench.data.references import TaskReferences
 from cmbench.scoring.quality import QualityScorer
 from cmbench.scoring.stages import Detector, Embedder, ReferenceView, Segmenter, Target
@@ -52,6 +53,7 @@ class TaskScore:
     reference_mask_fallback : list of bool
         Per reference, True when its segmentation was empty and the annotated box was used instead.
     n_frames : int
+        Frames scored: the first ``frames_defined`` of the continuation (:mod:`cmbench.scoring.frame_count`).
     scorer : str
         Scorer config name.
     scorer_config_hash : str
@@ -71,6 +73,8 @@ class TaskScore:
         The selected quality metrics that did not run, with the reason.
     quality_hash : str or None
         Identity of the quality config.
+    frames_received : int or None
+        Frames the continuation had (more than ``n_frames`` when it had extra frames, left unscored).
 
     The scorer fills every field it has; those from ``reference_scores`` on default to None only so
     that a TaskScore can be written by hand without them.
@@ -96,6 +100,7 @@ class TaskScore:
     quality: dict[str, float] | None = None
     quality_absent: dict[str, str] | None = None
     quality_hash: str | None = None
+    frames_received: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-serialisable dict."""
@@ -216,8 +221,10 @@ class Scorer:
         task: Task,
         frames: np.ndarray | FrameBatches,
         references: Sequence[np.ndarray] | TaskReferences | None = None,
+        frames_defined: int | None = None,
     ) -> TaskScore:
-        """Score one task's generated frames.
+        """Score one task's generated frames: the first ``frames_defined`` of them (the frame-count
+        rule, :mod:`cmbench.scoring.frame_count`: frames after them are counted, never scored).
 
         Parameters
         ----------
@@ -229,16 +236,26 @@ class Scorer:
         references : TaskReferences, or a sequence of ``uint8 [H', W', 3]``, optional
             One frame per ``task.references``; default :meth:`TaskReferences.from_video` of the
             task's context video (decoded only if the feature cache misses).
+        frames_defined : int, optional
+            The frames the task defines; None scores every frame.
 
         Returns
         -------
         TaskScore
+
+        Raises
+        ------
+        cmbench.scoring.frame_count.TooFewFrames
+            The continuation has fewer than ``frames_defined`` frames (nothing is scored: the pass that
+            counts them is the one that hashes them, before any detection).
         """
+        counted = CountedFrames(frames, frames_defined)
         if references is None:
             references = TaskReferences.from_video(task)
         boxes = [r.bbox_xyxy_normalized for r in task.references]
         quality = self.quality.start() if self.quality is not None else None
-        features = self.features(frames, task.queries, references, boxes, on_read=None if quality is None else quality.add)
+        features = self.features(counted.frames, task.queries, references, boxes,
+                                 on_read=None if quality is None else quality.add)
         sims = reference_similarities(features)  # [F, R]
         detected = features.detected
         height, width = (int(v) for v in features.frame_size)
@@ -271,6 +288,7 @@ class Scorer:
             quality=None if quality_scores is None else quality_scores.values,
             quality_absent=None if quality_scores is None else quality_scores.absent,
             quality_hash=None if self.quality is None else self.quality.config_hash,
+            frames_received=counted.received,
         )
 
     def features(
