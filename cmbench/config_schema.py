@@ -60,6 +60,7 @@ ROOT_KEYS: dict[str, Role] = {
     "parallel": "selection",
     "check": "selection",
     "target_pr": "selection",
+    "target_bytes": "selection",
     "methods": "selection",
     "target_prs": "selection",
     "calibration": "selection",

@@ -20,6 +20,7 @@ import cmbench.calibration.matched_pr as matched_pr
 from cmbench.calibration.matched_pr import (Calibration, calibrate_method, calibration_options, calibration_paths,
                                             calibration_probe_key, keep_probe, keyed_log_path, method_knob, pr_tag,
                                             probes_path, shared_probes)
+from cmbench.calibration.target_quantity import PR
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
 from cmbench.methods.base import Method
@@ -93,9 +94,9 @@ def lab(tmp_path, monkeypatch):
         return SimpleNamespace(hash="c0de", parts={"method": cls.__name__, "manifest": str(manifest)})
 
     class Meter:
-        def __init__(self, cfg, task_list, on_task=None):
+        def __init__(self, cfg, task_list, on_task=None, quantity=PR):
             lab.meters.append((str(cfg.data.root), [t.task_id for t in task_list], on_task))
-            self.on_task, self.n = on_task, len(task_list)
+            self.on_task, self.n, self.quantity = on_task, len(task_list), quantity
 
         def __call__(self, method):
             value = getattr(method, type(method).knob.name)
@@ -272,8 +273,8 @@ def test_a_search_limited_to_two_probes_stops_there(lab):
 
 
 @pytest.mark.parametrize("target_pr, tolerance, message", [
-    (-0.1, 0.005, "target_pr=-0.1: expected a pruning ratio in [0, 1)"),
-    (1.0, 0.005, "target_pr=1.0: expected a pruning ratio in [0, 1)"),
+    (-0.1, 0.005, "target_pr=-0.1: expected a pruning ratio in [0, 1), e.g. target_pr=0.85"),
+    (1.0, 0.005, "target_pr=1.0: expected a pruning ratio in [0, 1), e.g. target_pr=0.85"),
     (0.5, 0.0, "calibration.tolerance=0.0: expected a PR difference in (0, 1)"),
     (0.5, 1.0, "calibration.tolerance=1.0: expected a PR difference in (0, 1)"),
 ])

@@ -38,6 +38,7 @@ from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
 from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_value
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
+from cmbench.calibration.target_quantity import PR, TargetQuantity
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
@@ -52,9 +53,10 @@ from cmbench.identity.paths import path_component
 CALIBRATION_DIR = "calibration"
 
 
-def pr_tag(target_pr: float) -> str:
-    """``0.85 -> "pr85"``, ``0.875 -> "pr87.5"``: the target in a file name and a label."""
-    return f"pr{round(100 * target_pr, 4):g}"
+def pr_tag(target_pr: float, quantity: TargetQuantity = PR) -> str:
+    """``0.85 -> "pr85"``, ``0.875 -> "pr87.5"`` (a bytes target: ``0.15 -> "bytes15"``): the target in a
+    file name and a label."""
+    return quantity.tag(target_pr)
 
 
 def calibration_options(cfg: DictConfig) -> dict[str, float | int]:
@@ -142,6 +144,10 @@ class Calibration:
         What decided ``key`` besides the code and the target, flat by the keys a user sets
         (``calibration.tasks``, ``method.<knob>``, ``backbone.<key>``, ...): the next calibration to the
         target that is not this one names what differs (:func:`not_reused`). Not compared: the key is.
+    quantity : {"pr", "bytes"}
+        What the knob was calibrated to (:mod:`cmbench.calibration.target_quantity`): ``bytes``, the
+        device bytes of the KV cache over FullKV's; ``target_pr`` and ``calibration_pr`` are then that
+        ratio (the target and what the knob gave), and the probes the share of FullKV's bytes saved.
     """
 
     method: str
@@ -163,6 +169,7 @@ class Calibration:
     reused_probes: list[list[float]] = field(default_factory=list)
     cached: bool = field(default=False, compare=False)
     setting: dict[str, Any] = field(default_factory=dict, compare=False)
+    quantity: str = "pr"
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if k != "cached"}, indent=2) + "\n"
@@ -171,11 +178,12 @@ class Calibration:
 KEYED_DIR = "keyed"
 
 
-def calibration_paths(out_dir: str | Path, method: str, target_pr: float) -> tuple[Path, Path]:
+def calibration_paths(out_dir: str | Path, method: str, target_pr: float,
+                      quantity: TargetQuantity = PR) -> tuple[Path, Path]:
     """``(<out_dir>/calibration/method/<method>_pr<t>.yaml, <out_dir>/calibration/<method>_pr<t>.json)``:
     the calibration of ``method`` to ``target_pr`` last found or reused in ``out_dir``."""
     base = Path(out_dir) / CALIBRATION_DIR
-    stem = f"{path_component(method, 'method.name')}_{pr_tag(target_pr)}"
+    stem = f"{path_component(method, 'method.name')}_{pr_tag(target_pr, quantity)}"
     return base / "method" / f"{stem}.yaml", base / f"{stem}.json"
 
 
@@ -388,7 +396,7 @@ def not_reused(log_path: Path, key: str, setting: dict[str, Any], code: dict[str
 
 def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005, n_tasks: int = 4,
                      max_probes: int = 14, on_probe: Callable[[float, float], None] | None = None,
-                     on_task: Callable[[int, int], None] | None = None) -> Calibration:
+                     on_task: Callable[[int, int], None] | None = None, quantity: TargetQuantity = PR) -> Calibration:
     """Find ``cfg.method``'s knob value for ``target_pr`` on calibration tasks; write its yaml and log.
 
     Parameters
@@ -408,6 +416,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         Called after every probe (the command prints the search log with it).
     on_task : callable ``(done, total)``, optional
         Called after every calibration task of a probe (progress inside a probe).
+    quantity : TargetQuantity
+        What ``target_pr`` is: a PR (default), or :data:`~cmbench.calibration.target_quantity.BYTES`, the
+        device bytes of the KV cache over FullKV's in (0, 1]; the same search aims at the share saved.
 
     Returns
     -------
@@ -418,15 +429,15 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     ConfigError
         No knob, quota mode, a target the knob's range cannot reach, bad calibration data.
     """
-    if not 0.0 <= target_pr < 1.0:
-        raise ConfigError(f"target_pr={target_pr}: expected a pruning ratio in [0, 1)")
+    target_pr = quantity.check(target_pr, quantity.key)
+    searched = quantity.searched(target_pr)
     if not 0.0 < tolerance < 1.0:
         raise ConfigError(f"calibration.tolerance={tolerance}: expected a PR difference in (0, 1)")
     method_cfg = to_dict(cfg.method)
     knob = method_knob(method_cfg)
     setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}  # refuses bad knobs
     name = str(cfg.method.name)
-    yaml_path, log_path = calibration_paths(str(cfg.out_dir), name, target_pr)
+    yaml_path, log_path = calibration_paths(str(cfg.out_dir), name, target_pr, quantity)
     cal_cfg = calibration_config(cfg)
     tasks = calibration_tasks(cal_cfg, n_tasks)
     manifest = Path(str(cal_cfg.data.root)) / str(cal_cfg.data.manifest)
@@ -436,7 +447,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     probe_key = calibration_probe_key({"method": setting, "knob": asdict(knob),
                                        "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
                                        "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
-                                       "seed": int(cfg.seed), "code": code.hash})
+                                       "seed": int(cfg.seed), "code": code.hash,
+                                       **({} if quantity is PR else {"quantity": quantity.name})})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
     logged = calibration_setting(cfg, setting, data["root"], n_tasks, tolerance, max_probes)
     keyed = keyed_log_path(log_path, key)
@@ -448,7 +460,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         target (unless they already are this calibration's)."""
         current = _cached(log_path, key, knob, say=False)
         if current is None or not yaml_path.is_file() or current.to_json() != result.to_json():
-            _write(yaml_path, f"# {name} calibrated to PR {target_pr:g} on {data['root']} (log: {log_path.name})\n"
+            _write(yaml_path, f"# {name} calibrated to {quantity.label} {target_pr:g} on {data['root']} (log: {log_path.name})\n"
                               + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: result.value})))
             _write(log_path, result.to_json())
 
@@ -471,13 +483,13 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             print(f"calibrate: {why}: calibrating again (another setting gives another {knob.name})",
                   file=sys.stderr, flush=True)
 
-        meter = PRMeter(cal_cfg, tasks, on_task)
+        meter = PRMeter(cal_cfg, tasks, on_task, quantity)
 
         def build(value: float) -> Method:
             return build_method({**method_cfg, knob.name: knob_value(knob, value)})
 
         configured = build_method(method_cfg)
-        aim = ScoreGuess(build, knob, target_pr) if records_scores(configured) else None
+        aim = ScoreGuess(build, knob, searched) if records_scores(configured) else None
 
         def probe(value: float) -> float:
             method = build(value)
@@ -492,17 +504,17 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
 
         known = shared_probes(log_path.parent, name, probe_key)
         start = float(getattr(configured, knob.name))  # the configured value: the first probe
-        found = search_knob(knob, target_pr, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
+        found = search_knob(knob, searched, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
                             start=start, guess=aim)
         value = knob_value(knob, found.value)
-        result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr)}", knob=knob.name, value=value,
-                             calibration_pr=found.pr, target_pr=target_pr, tolerance=tolerance,
+        result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr, quantity)}", knob=knob.name, value=value,
+                             calibration_pr=quantity.shown(found.pr), target_pr=target_pr, tolerance=tolerance,
                              within_tolerance=abs(found.error) <= tolerance,
-                             note=_note(knob, found.value, found.pr, target_pr, tolerance, [*known.items(), *found.log]),
+                             note=_note(knob, found.value, found.pr, searched, tolerance, [*known.items(), *found.log]),
                              probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
                              yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
                              reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())],
-                             setting=logged)
+                             setting=logged, quantity=quantity.name)
         _write(keyed, result.to_json())
         publish(result)
         return result

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cmbench.calibration.target_quantity import PR, TargetQuantity
 from cmbench.config_paths import editable_copy
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import build_adapter
@@ -76,7 +77,8 @@ def calibration_tasks(cfg: DictConfig, n_tasks: int) -> list[Task]:
 
 
 class PRMeter:
-    """Measure the mean continuation PR of method settings on calibration tasks.
+    """Measure the mean continuation PR (or another :class:`TargetQuantity`) of method settings on
+    calibration tasks.
 
     Parameters
     ----------
@@ -87,9 +89,12 @@ class PRMeter:
         :func:`calibration_tasks`.
     on_task : callable ``(done, total)``, optional
         Called after each task of a measurement (progress inside a probe).
+    quantity : TargetQuantity
+        What a measurement returns: the PR (default), or the share of FullKV's device bytes saved.
     """
 
-    def __init__(self, cfg: DictConfig, tasks: list[Task], on_task: Callable[[int, int], None] | None = None):
+    def __init__(self, cfg: DictConfig, tasks: list[Task], on_task: Callable[[int, int], None] | None = None,
+                 quantity: TargetQuantity = PR):
         from cmbench.spec import generation_settings
 
         if not tasks:
@@ -97,6 +102,7 @@ class PRMeter:
         self.cfg = cfg
         self.tasks = tasks
         self.on_task = on_task
+        self.quantity = quantity
         self.settings = generation_settings(cfg.generation)
         self.adapter = build_adapter(cfg.data)
         self.continuation_frames = int(cfg.generation.continuation_frames)
@@ -118,7 +124,8 @@ class PRMeter:
         return self._latents[task.context_id]
 
     def task_prs(self, method: Method) -> list[float]:
-        """The continuation PR of every calibration task under ``method``, in task order."""
+        """The continuation PR (:attr:`quantity`'s searched value) of every calibration task under
+        ``method``, in task order."""
         from cmbench.backbones.loading import build_backbone
         from cmbench.backbones.memory.run_plan import plan_run
         from cmbench.runs.evaluator import HeldPrefill, prefilled_for
@@ -136,7 +143,7 @@ class PRMeter:
                                           settings=self.settings, memory=plan, seed=seed)
                 cont = continue_task(self.backbone, prefilled, cond, self.continuation_frames,
                                      task_seed(seed, task.task_id))
-                prs[task.task_id] = float(cont.ledger.pruning_ratio())
+                prs[task.task_id] = float(self.quantity.measured(cont.ledger))
                 if self.on_task is not None:
                     self.on_task(len(prs), len(self.tasks))
         return [prs[t.task_id] for t in self.tasks]

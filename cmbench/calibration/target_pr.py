@@ -10,6 +10,11 @@ knob value and no ``target_pr``, so the run is the very run ``method.<knob>=<val
 run folder, same records), labelled ``<method>@pr<p>`` and with the target and the calibration PR in
 its records.
 
+``method.target_bytes=b`` does the same with the device bytes of the KV cache: the knob value whose
+calibration runs store ``b`` of FullKV's bytes (``kv_bytes_ratio``, :mod:`cmbench.cache.ledger`), through
+the same calibration (:mod:`cmbench.calibration.target_quantity`); the run is labelled
+``<method>@bytes<b>`` and its records carry ``target_bytes`` and ``calibration_bytes``.
+
 A per-chunk quota that replaces the method's rule is another thing, with its own names:
 ``method.quota_pr`` / ``method.quota_tokens`` (:class:`cmbench.methods.base.ScoredMethod`).
 """
@@ -24,11 +29,11 @@ from omegaconf import DictConfig, open_dict
 
 from cmbench.calibration.matched_pr import Calibration, calibrate_method, calibration_options, method_knob, pr_tag
 from cmbench.calibration.progress import CalibrationProgress
+from cmbench.calibration.target_quantity import BYTES, PR, QUANTITIES, TargetQuantity
 from cmbench.config_paths import editable_copy, to_dict
 from cmbench.errors import ConfigError
 from cmbench.identity.labels import auto_label
 
-TARGET_KEY = "target_pr"
 QUOTA_KEYS = ("quota_pr", "quota_tokens")
 
 
@@ -52,43 +57,51 @@ class ResolvedTarget:
     def record_fields(self) -> dict[str, Any]:
         """``target_pr`` and ``calibration_pr`` for every record of the run: the calibrated target and
         the knob's calibration PR, or a quota's ``quota_pr`` (no calibration PR), or nothing."""
+        if self.calibration is not None and self.calibration.quantity == BYTES.name:
+            return {"target_pr": None, "calibration_pr": None, "target_bytes": self.calibration.target_pr,
+                    "calibration_bytes": self.calibration.calibration_pr}
         if self.calibration is not None:
             return {"target_pr": self.calibration.target_pr, "calibration_pr": self.calibration.calibration_pr}
         return {"target_pr": self.cfg.method.get("quota_pr"), "calibration_pr": None}
 
 
-def _label(method_cfg: dict[str, Any], knob: str, target: float) -> str:
+def _label(method_cfg: dict[str, Any], knob: str, target: float, quantity: TargetQuantity = PR) -> str:
     """``<method>@pr<t>``, after the other knobs that differ from the class (``decoprune@probe_step=2,pr85``)."""
     base = auto_label({k: v for k, v in method_cfg.items() if k != knob})
-    return f"{base}{',' if '@' in base else '@'}{pr_tag(target)}"
+    return f"{base}{',' if '@' in base else '@'}{pr_tag(target, quantity)}"
 
 
-def requested_target(cfg: DictConfig) -> float | None:
-    """``cfg.method.target_pr``, checked: a pruning ratio in [0, 1) with no quota beside it (None: not set).
+def requested_target(cfg: DictConfig, quantity: TargetQuantity = PR) -> float | None:
+    """``cfg.method.target_pr`` (``quantity``'s key), checked: a pruning ratio in [0, 1) (a bytes ratio in
+    (0, 1]) with no quota and no other target beside it (None: not set).
 
     Raises
     ------
     ConfigError
-        One line: a target outside [0, 1), or ``target_pr`` together with a quota.
+        One line: a target outside its range, a target together with a quota or another target.
     """
-    target = cfg.method.get(TARGET_KEY)
+    target = cfg.method.get(quantity.key)
     if target is None:
         return None
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target < 1:
-        raise ConfigError(f"method.target_pr={target!r}: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85")
+    target = quantity.check(target, f"method.{quantity.key}")
+    name = str(cfg.method.get("name") or cfg.method.get("_target_"))
     quota = [k for k in QUOTA_KEYS if cfg.method.get(k) is not None]
     if quota:
-        name = str(cfg.method.get("name") or cfg.method.get("_target_"))
-        raise ConfigError(f"method {name}: method.target_pr runs its own rule at a calibrated knob and "
+        raise ConfigError(f"method {name}: method.{quantity.key} runs its own rule at a calibrated knob and "
                           f"method.{quota[0]} replaces that rule by a per-chunk quota: give one of them")
-    return float(target)
+    other = [q.key for q in QUANTITIES if q is not quantity and cfg.method.get(q.key) is not None]
+    if other:
+        raise ConfigError(f"method {name}: method.{quantity.key} and method.{other[0]} both set the knob: give one of them")
+    return target
 
 
 def without_target(cfg: DictConfig) -> DictConfig:
-    """A copy of ``cfg`` without ``method.target_pr``."""
+    """A copy of ``cfg`` without ``method.target_pr`` or ``method.target_bytes``."""
     out = editable_copy(cfg)
     with open_dict(out):
-        del out.method[TARGET_KEY]
+        for quantity in QUANTITIES:
+            if quantity.key in out.method:
+                del out.method[quantity.key]
     return out
 
 
@@ -113,9 +126,9 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
         One line: a target outside [0, 1), ``target_pr`` together with a quota, a method that declares no
         knob, a target its knob cannot reach on the calibration contexts, bad calibration options or data.
     """
-    target = requested_target(cfg)
+    quantity, target = next(((q, t) for q in QUANTITIES if (t := requested_target(cfg, q)) is not None), (PR, None))
     if target is None:  # not set, or method.target_pr=null (e.g. a sweep's default arm): no target
-        return ResolvedTarget(without_target(cfg) if TARGET_KEY in cfg.method else cfg)
+        return ResolvedTarget(without_target(cfg) if any(q.key in cfg.method for q in QUANTITIES) else cfg)
     name = str(cfg.method.get("name") or cfg.method.get("_target_"))
     out = without_target(cfg)
     method_cfg = to_dict(out.method)
@@ -123,16 +136,17 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
 
     options = calibration_options(cfg)
     shown = CalibrationProgress(knob, int(options["max_probes"]), header=(  # no line before a refusal: one line
-        f"{name}: method.target_pr={target:g}: calibrating its {knob} on calibration contexts (once; later "
+        f"{name}: method.{quantity.key}={target:g}: calibrating its {knob} on calibration contexts (once; later "
         f"runs reuse it)"))
     cal = calibrate_method(out, target, **options,  # type: ignore[arg-type]
-                           on_probe=shown.probe if verbose else None, on_task=shown.task if verbose else None)
+                           on_probe=shown.probe if verbose else None, on_task=shown.task if verbose else None,
+                           quantity=quantity)
     if verbose:
-        print(f"{name}: {knob}={cal.value} ({'reused' if cal.cached else 'found'}): calibration PR "
+        print(f"{name}: {knob}={cal.value} ({'reused' if cal.cached else 'found'}): calibration {quantity.label} "
               f"{cal.calibration_pr:.4f}, target {cal.target_pr:.4f}" + (f"; note: {cal.note}" if cal.note else ""),
               file=sys.stderr, flush=True)
     with open_dict(out):
         out.method[knob] = cal.value
         if not out.get("label"):
-            out.label = _label(method_cfg, knob, target)
+            out.label = _label(method_cfg, knob, target, quantity)
     return ResolvedTarget(out, cal)

@@ -19,11 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 from cmbench.calibration.matched_pr import (CALIBRATION_DIR, Calibration, calibrate_method, calibration_options, method_knob,
                                             pr_tag)
 from cmbench.calibration.progress import CalibrationProgress
+from cmbench.calibration.target_quantity import BYTES, PR
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 
 # overrides that choose the method or the calibration, not the setup a calibrated run shares
-_CALIBRATION_OVERRIDES = ("method=", "method.", "+method.", "++method.", "target_pr=", "target_prs=", "methods=",
+_CALIBRATION_OVERRIDES = ("method=", "method.", "+method.", "++method.", "target_pr=", "target_bytes=", "target_prs=",
+                          "methods=",
                           "calibration.", "label=")
 
 
@@ -79,17 +81,21 @@ def describe(result: Calibration) -> list[str]:
 
 
 def execute(cfg: DictConfig) -> int:
-    target = OmegaConf.select(cfg, "target_pr")
-    if target is None:
-        raise ConfigError("target_pr is required: python -m cmbench calibrate method=<name> target_pr=0.85")
-    target = target_of(target)
+    given = [q for q in (PR, BYTES) if OmegaConf.select(cfg, q.key) is not None]
+    if len(given) != 1:
+        raise ConfigError("target_pr is required, or target_bytes instead (one of them): python -m cmbench calibrate "
+                          "method=<name> target_pr=0.85 (a pruning ratio) or target_bytes=0.15 (device KV bytes over "
+                          "FullKV's)")
+    quantity = given[0]
+    target = quantity.check(OmegaConf.select(cfg, quantity.key), quantity.key)
     name = str(cfg.method.name)
-    print(f"calibrating {name} to PR {target:.4f} ({pr_tag(target)}) on calibration contexts; "
+    print(f"calibrating {name} to {quantity.label} {target:.4f} ({pr_tag(target, quantity)}) on calibration contexts; "
           f"writing into {Path(str(cfg.out_dir)) / CALIBRATION_DIR}")
 
     options = calibration_options(cfg)
     shown = progress(cfg, int(options["max_probes"]))
-    result = calibrate_method(cfg, target, **options, on_probe=shown.probe, on_task=shown.task)  # type: ignore[arg-type]
+    result = calibrate_method(cfg, target, **options, on_probe=shown.probe, on_task=shown.task,  # type: ignore[arg-type]
+                              quantity=quantity)
     if result.cached:
         for value, pr in result.probes:
             show_probe(value, pr)
