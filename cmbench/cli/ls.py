@@ -17,6 +17,17 @@ def entries(group: str) -> dict[str, dict[str, str]]:
     return group_entries(group)
 
 
+def press_listing() -> str:
+    """The kvpress presses the ``kvpress`` method runs on the installed kvpress, or how to install it."""
+    from cmbench.methods.kvpress_adapter import EXTRA, runnable_presses
+
+    try:
+        version, names = runnable_presses()
+    except CMBenchError:
+        return f"presses: kvpress is not installed ({EXTRA})"
+    return f"presses that run on kvpress {version}: {', '.join(names)}"
+
+
 def execute(args: list[str]) -> int:
     """Print the entries of the named groups (all groups when none is named); exit 1 when a config
     folder cannot be used or a yaml in it does not parse (each named on stderr, the rest still listed)."""
@@ -36,6 +47,8 @@ def execute(args: list[str]) -> int:
         for name, info in found.items():
             paper = f"  [{info['paper']}]" if info["paper"] else ""
             print(f"  {name.ljust(width)}  {info['description']}{paper}")
+            if group == "method" and name == "kvpress":
+                print(f"  {''.ljust(width)}  {press_listing()}")
             if "error" in info:
                 problems.append(info["error"])
     for problem in problems:
