@@ -360,8 +360,8 @@ def _is(value: Any, kind: str) -> bool:
     accepted = _JSON_TYPES[kind][0]
     if kind != "bool" and isinstance(value, (bool, np.bool_)):
         return False
-    if kind == "int" and isinstance(value, (float, np.floating)):  # 1000.0: a whole number written as a float
-        return math.isfinite(value) and value == int(value)
+    if kind == "int" and isinstance(value, (float, np.floating)):  # a count read as a number (older writers,
+        return math.isfinite(value)                                   # averages); its own check bounds it
     return isinstance(value, accepted)
 
 
