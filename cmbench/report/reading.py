@@ -245,10 +245,10 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None,
     frame["folder"] = str(run_dir)
     seed = (_run_value(run_dir / RUN_FILE, "run_seed", run["run_seed"], int) if "run_seed" in run else
             _run_value(run_dir / "config.yaml", "seed", _folder_files(run_dir)[0].get("seed"), int))
-    if seed is not None:
-        frame["run_seed"] = frame["run_seed"].fillna(seed)
     frame["seed"] = frame["seed"].astype("Int64")  # None: unknown (another generator's videos)
     frame["run_seed"] = frame["run_seed"].astype("Int64")
+    if seed is not None:  # filled as an integer: a float column would round seeds past 2**53
+        frame["run_seed"] = frame["run_seed"].fillna(seed)
     manifest = folder_manifest(run_dir) if task_ids is None else None
     checked = task_ids is not None or (manifest is not None and manifest.is_file())
     if manifest is not None and checked:
