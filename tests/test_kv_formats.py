@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cmbench.cache.format_check import check_format
 from cmbench.cache.kv_cache import KVCache
 from cmbench.cache.quantized import (ChannelGroups, StorageFormat, TokenGroups, affine, pack, quantize,
                                      storage_format, unpack)
@@ -318,3 +319,39 @@ def test_group_size_must_divide_the_head_dim():
     with pytest.raises(ConfigError, match="storage.group_size=12: must divide the head dim 32"):
         new_cache(StorageFormat("kivi", group_size=12))
     assert StorageFormat("kivi", group_size=12).check(24).group_size == 12
+
+
+# ----------------------------------------------------------------------------------------- `check`
+@pytest.mark.parametrize("fmt", [KIVI, QVG, StorageFormat("kivi", bits=2, group_size=8, residual=40),
+                                 StorageFormat("qvg", bits=8, group_size=32, residual=5, stages=1)],
+                         ids=["kivi4", "qvg2x2", "kivi2", "qvg8"])
+def test_the_format_check_passes_on_every_format(fmt):
+    checks = check_format(fmt)
+    assert [c.name for c in checks] == ["round trip", "bytes"] and all(c.passed for c in checks), checks
+
+
+def test_the_format_check_sees_a_coarse_round_trip_and_uncounted_bytes(monkeypatch):
+    from cmbench.cache import quantized
+
+    floor = lambda x, zero, scale, bits: torch.floor((x - zero.float()) / torch.where(  # noqa: E731
+        scale.float() > 0, scale.float(), 1.0)).clamp_(0, 2**bits - 1).to(torch.uint8)
+    monkeypatch.setattr(quantized, "quantize", floor)  # a whole step off instead of half
+    trip, size = check_format(KIVI)
+    assert not trip.passed and size.passed
+    monkeypatch.undo()
+    monkeypatch.setattr(QuantizedBank, "_side_bytes", lambda self: sum(t.nbytes() for t in self.tables))
+    trip, size = check_format(KIVI)  # the recent window left out of stored_bytes
+    assert trip.passed and not size.passed and "stored_bytes" in size.detail
+
+
+def test_check_command_checks_the_format_and_refuses_a_bad_knob_in_one_line(capsys):
+    from cmbench.cli.main import main
+
+    assert main(["check", "method=fullkv", "storage=qvg", "check.context_chunks=1",
+                 "check.continuation_chunks=1"]) == 0
+    out = capsys.readouterr().out
+    assert "storage qvg (bits=2, group_size=16, residual=0, stages=2): format checks" in out
+    assert "PASS  round trip" in out and "PASS  bytes" in out
+    assert main(["check", "method=fullkv", "storage=kivi", "storage.bits=3"]) != 0
+    err = capsys.readouterr()
+    assert "storage.bits=3: expected one of 2, 4, 8" in err.out + err.err and "Traceback" not in err.out + err.err

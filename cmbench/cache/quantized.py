@@ -124,6 +124,45 @@ class StorageFormat:
         return key.width(head_dim) + value.width(head_dim)
 
 
+def history_bytes(fmt: StorageFormat, tokens: int, heads: int, head_dim: int, batch: int, element_bytes: int,
+                  key_groups: int = 0, chunks: int = 0, recent: int = 0) -> int:
+    """Bytes a bank of ``heads`` heads holds for ``tokens`` history tokens in ``fmt``, counted from the
+    format's layout alone (what :meth:`QuantizedBank.stored_bytes` must equal).
+
+    Parameters
+    ----------
+    fmt : StorageFormat
+    tokens, heads, head_dim, batch : int
+    element_bytes : int
+        Bytes of one element in the model's precision (fp rows and the recent window).
+    key_groups : int
+        Distinct kivi key groups ``(frame, pos // group_size)`` among the tokens.
+    chunks : int
+        Distinct chunks among the tokens (qvg's means).
+    recent : int
+        Tokens held in full precision as well (the recent window, at most ``residual``).
+    """
+    per_head = batch * heads
+    if not fmt.quantized:
+        return 2 * tokens * per_head * head_dim * element_bytes
+    key, value = fmt.codecs()
+    rows = tokens * per_head * (key.width(head_dim) + value.width(head_dim))
+    param = torch.empty(0, dtype=PARAM).element_size()
+    tables = (key_groups * 2 * head_dim * param if fmt.name == "kivi" else chunks * 2 * head_dim * param) * per_head
+    return rows + tables + 2 * recent * per_head * head_dim * element_bytes
+
+
+def bytes_per_token(fmt: StorageFormat, head_dim: int, element_bytes: int, tokens_per_frame: int,
+                    chunk_tokens: int) -> float:
+    """Bytes one history token of one head costs in ``fmt`` over a long history (the rows, and the table
+    entries shared by a key group or a chunk spread over their tokens; the recent window, a constant, apart)."""
+    if not fmt.quantized:
+        return 2.0 * head_dim * element_bytes
+    frames = chunk_tokens // tokens_per_frame
+    groups = frames * -(-tokens_per_frame // fmt.group_size)  # key groups of one chunk
+    return history_bytes(fmt, chunk_tokens, 1, head_dim, 1, element_bytes, key_groups=groups, chunks=1) / chunk_tokens
+
+
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -160,6 +199,14 @@ def unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
     """Inverse of :func:`pack`: ``uint8 [..., W]`` -> ``uint8 [..., W * 8 // bits]``."""
     shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)
     codes = (packed.unsqueeze(-1) >> shifts) & (2**bits - 1)
+    return codes.reshape(*packed.shape[:-1], -1)
+
+
+def unpack_float(packed: torch.Tensor, bits: int) -> torch.Tensor:
+    """:func:`unpack` as ``float32`` codes, ``[..., W * 8 // bits]``: one table lookup per byte (a byte's
+    codes, from a ``[256, 8 // bits]`` table), cheaper than shifting, masking and converting."""
+    table = unpack(torch.arange(256, dtype=torch.uint8, device=packed.device)[:, None], bits).float()
+    codes = torch.nn.functional.embedding(packed.int(), table)
     return codes.reshape(*packed.shape[:-1], -1)
 
 
@@ -207,9 +254,10 @@ class Table:
         return 0 if self.data is None else self.data.numel() * self.data.element_size()
 
     def rows(self, keys: torch.Tensor) -> torch.Tensor:
-        """Entries of these keys (``long [m]``, each present): ``[B, m, Hg, P, D]``."""
+        """Entries of these keys (``long [m]``, each present) in ``float32``: ``[B, m, Hg, P, D]`` (converted
+        before they are repeated per row)."""
         assert self.data is not None
-        return self.data.index_select(1, torch.searchsorted(self.keys, keys).to(self.data.device))
+        return self.data.float().index_select(1, torch.searchsorted(self.keys, keys).to(self.data.device))
 
     def only(self, keys: torch.Tensor) -> "Table":
         """The entries of these keys (the others dropped)."""
@@ -289,8 +337,7 @@ class ChannelGroups(Codec):
 
     def decode(self, raw: torch.Tensor, params: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         assert params is not None
-        codes = unpack(raw, self.bits)
-        return torch.addcmul(params[..., 0, :].float(), codes.float(), params[..., 1, :].float()).to(dtype)
+        return torch.addcmul(params[..., 0, :], unpack_float(raw, self.bits), params[..., 1, :]).to(dtype)
 
 
 @dataclass(frozen=True)
@@ -332,11 +379,11 @@ class TokenGroups(Codec):
         B, m, Hg, width = raw.shape
         G = 8 * width // self.stages // (self.group * self.bits + 32)  # channel groups of a stage
         D, code_bytes = G * self.group, G * self.group * self.bits // 8
-        out = params[..., 0, :].float() if params is not None else raw.new_zeros((B, m, Hg, D), dtype=torch.float32)
+        out = params[..., 0, :] if params is not None else raw.new_zeros((B, m, Hg, D), dtype=torch.float32)
         step = code_bytes + 4 * G
         for stage in range(self.stages):
             part = raw[..., stage * step : (stage + 1) * step]
-            codes = unpack(part[..., :code_bytes], self.bits).reshape(B, m, Hg, G, self.group)
+            codes = unpack_float(part[..., :code_bytes], self.bits).reshape(B, m, Hg, G, self.group)
             zs = _from_bytes(part[..., code_bytes:]).float()  # [B, m, Hg, 2 G]: zero points, then scales
-            out = out + torch.addcmul(zs[..., :G, None], codes.float(), zs[..., G:, None]).reshape(B, m, Hg, D)
+            out = out + torch.addcmul(zs[..., :G, None], codes, zs[..., G:, None]).reshape(B, m, Hg, D)
         return out.to(dtype)
