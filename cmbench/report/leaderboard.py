@@ -55,6 +55,7 @@ from cmbench.report.comparisons import (
     successful,
 )
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
+from cmbench.report.fidelity import FIDELITY_COLUMNS, fidelity
 from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
@@ -197,6 +198,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
             row["fps_measured_together"] = measured_together(run, reference)
         row["peak_kv_bytes"] = _mean(ok["peak_kv_bytes"])
         row["kv_bytes_ratio"] = _mean(ok["kv_bytes_ratio"])
+        row.update(fidelity(run, reference) if reference is not None else dict.fromkeys(FIDELITY_COLUMNS, math.nan))
         for name in STORE_COLUMNS:  # retrieval methods: host store and transfers (NaN for the others)
             row[name] = _mean(ok[name]) if name in ok else math.nan
         row["attention_keys_per_token"] = _mean(ok["attention_keys_per_token"])
@@ -208,7 +210,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
     cols = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv",
             "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", FLAG_COLUMN, *STORE_COLUMNS]
+            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
     if quality:

@@ -1,0 +1,88 @@
+"""Fidelity to FullKV: how close a method's continuation is to FullKV's continuation of the same task and seed.
+
+A compressed cache changes what the model attends to, so its continuation drifts from the one FullKV
+generates from the same noise. Per task (the pairs both entries finished, by task and seed): PSNR and SSIM
+of the whole continuation against FullKV's, and of its last frame alone (drift, which grows with the
+continuation). PSNR pools the squared error over every pixel and frame (``inf`` when identical); SSIM is
+Wang et al.'s (2004) with an 11-pixel Gaussian window of sigma 1.5 on 8-bit values, per channel, averaged
+over pixels, channels and frames (1.0 when identical). An entry's value is the mean over its pairs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy.ndimage import gaussian_filter
+
+from cmbench.data.video import read_video
+from cmbench.identity.paths import inside
+from cmbench.report.comparisons import both_finished
+from cmbench.report.reading import RunRecords
+
+FIDELITY_COLUMNS = ("psnr_vs_fullkv", "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv")
+_C1, _C2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of ``a`` against ``b``, ``uint8 [..., H, W, 3]`` of one shape; ``inf`` when equal."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return math.inf if mse == 0 else 10.0 * math.log10(255.0 ** 2 / mse)
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean SSIM of ``a`` against ``b``, ``uint8 [F, H, W, 3]`` (or one frame ``[H, W, 3]``) of one shape."""
+    x, y = (np.asarray(v, dtype=np.float64).reshape(-1, *v.shape[-3:]) for v in (a, b))
+    sigma = (0, 1.5, 1.5, 0)  # smooth within a frame and channel only
+    mx, my = gaussian_filter(x, sigma, truncate=3.5), gaussian_filter(y, sigma, truncate=3.5)
+    vx = gaussian_filter(x * x, sigma, truncate=3.5) - mx * mx
+    vy = gaussian_filter(y * y, sigma, truncate=3.5) - my * my
+    cov = gaussian_filter(x * y, sigma, truncate=3.5) - mx * my
+    index = ((2 * mx * my + _C1) * (2 * cov + _C2)) / ((mx * mx + my * my + _C1) * (vx + vy + _C2))
+    return float(index.mean())
+
+
+def video_fidelity(frames: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """The four :data:`FIDELITY_COLUMNS` of one continuation ``uint8 [F, H, W, 3]`` against FullKV's.
+
+    Raises
+    ------
+    ValueError
+        The two videos differ in shape.
+    """
+    if frames.shape != reference.shape:
+        raise ValueError(f"shape {frames.shape} against FullKV's {reference.shape}")
+    return {"psnr_vs_fullkv": psnr(frames, reference), "ssim_vs_fullkv": ssim(frames, reference),
+            "last_frame_psnr_vs_fullkv": psnr(frames[-1], reference[-1]),
+            "last_frame_ssim_vs_fullkv": ssim(frames[-1], reference[-1])}
+
+
+def _frames(folder: str, video: str) -> np.ndarray:
+    return read_video(inside(folder, *video.split("/")))[0]
+
+
+def fidelity(run: RunRecords, reference: RunRecords) -> dict[str, float]:
+    """:data:`FIDELITY_COLUMNS` of ``run`` against ``reference`` (FullKV), each the mean over the task-and-seed
+    pairs both finished with a saved video (a pair whose video files are gone is left out); NaN without one.
+
+    Raises
+    ------
+    ValueError
+        ``<video>: ...`` for a pair whose videos cannot be compared (other shapes).
+    """
+    mine, ref = both_finished(run, reference)
+    rows = []
+    for (_, a), (_, b) in zip(mine.iterrows(), ref.iterrows()):
+        if not (isinstance(a["video"], str) and isinstance(b["video"], str)):
+            continue
+        if not all(inside(r["folder"], *r["video"].split("/")).is_file() for r in (a, b)):
+            continue
+        try:
+            rows.append(video_fidelity(_frames(a["folder"], a["video"]), _frames(b["folder"], b["video"])))
+        except ValueError as err:
+            raise ValueError(f"{a['folder']}/{a['video']}: {err}") from err
+    if not rows:
+        return {name: math.nan for name in FIDELITY_COLUMNS}
+    table = pd.DataFrame(rows)
+    return {name: float(table[name].mean()) for name in FIDELITY_COLUMNS}
