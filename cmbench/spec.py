@@ -287,10 +287,10 @@ class RunSpec:
 def plan_inputs(backbone: Mapping[str, Any], data: DataSpec, scorer: Mapping[str, Any], generation: GenerationSpec,
                 sequence: int = 1) -> dict[str, Any]:
     """The plain config the memory planner reads (:mod:`cmbench.backbones.memory.run_plan`): the backbone,
-    data and scorer configs, the continuation length and the ranks per model."""
+    data and scorer configs, the continuation length, the ranks per model and the KV storage format."""
     return {"backbone": backbone, "data": data.config, "scorer": scorer,
             "generation": {"continuation_frames": generation.continuation_frames},
-            "parallel": {"sequence": sequence}}
+            "parallel": {"sequence": sequence}, "storage": asdict(generation.settings.storage)}
 
 
 @dataclass(frozen=True)

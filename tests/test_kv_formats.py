@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from cmbench.cache.format_check import check_format
 from cmbench.cache.kv_cache import KVCache
-from cmbench.cache.quantized import (ChannelGroups, StorageFormat, TokenGroups, affine, pack, quantize,
-                                     storage_format, unpack)
+from cmbench.cache.quantized import (ChannelGroups, StorageFormat, TokenGroups, affine, bytes_per_token, pack,
+                                     quantize, storage_format, unpack)
 from cmbench.cache.quantized_bank import QuantizedBank
 from cmbench.cache.rope import RopeSpec
 from cmbench.cache.store import HostStore
@@ -355,3 +355,23 @@ def test_check_command_checks_the_format_and_refuses_a_bad_knob_in_one_line(caps
     assert main(["check", "method=fullkv", "storage=kivi", "storage.bits=3"]) != 0
     err = capsys.readouterr()
     assert "storage.bits=3: expected one of 2, 4, 8" in err.out + err.err and "Traceback" not in err.out + err.err
+
+
+# ----------------------------------------------------------------------------------------- `plan`
+def plan_lines(capsys, *overrides: str) -> str:
+    from cmbench.cli.main import main
+
+    main(["plan", "backbone=lingbot_world_v2_14b", "data=cmbench", "method=fullkv", *overrides])
+    return capsys.readouterr().out
+
+
+def test_plan_sizes_the_cache_in_its_storage_format(capsys):
+    """14B LingBot, FullKV on one H200: full precision keeps the KV in host memory; 2-bit KIVI (96 bytes a
+    head-token against 512) fits it on the device, and the plan says so with the decode workspace."""
+    fp = plan_lines(capsys)
+    kivi2 = plan_lines(capsys, "storage=kivi", "storage.bits=2")
+    assert "one H200 (139 GiB): yes (all KV in host RAM" in fp and "storage" not in fp.split("method fullkv")[1][:200]
+    assert "storage kivi 2-bit (group 32, recent window 128): 96.1 bytes per head-token vs 512 in full precision" in kivi2
+    assert "one H200 (139 GiB): yes (as configured)" in kivi2 and "of workspace at full history" in kivi2
+    assert bytes_per_token(StorageFormat("kivi", bits=4, group_size=32), 128, 2, 1560, 4680) == pytest.approx(
+        64 + 64 + 16 + 2 * 128 * 2 * 49 * 3 / 4680)  # codes, value zero/scale, key table (49 groups a frame)

@@ -28,6 +28,8 @@ chunk leaving the recent window keeps an assumed fraction of its tokens (``assum
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from cmbench.cache.bank import Bank, grown_capacity, shrunk_capacity
@@ -283,7 +285,7 @@ def _bank_rows_after(bank: _Bank, ret: Retention, committed: int, newest: int, c
 
 def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], head_dim: int, dtype_bytes: int,
                 tokens_per_chunk: int, context_chunks: int, continuation_chunks: int, ret: Retention,
-                batch: int = 1, provenance: bool = False) -> KVTimeline:
+                batch: int = 1, provenance: bool = False, token_bytes: float | None = None) -> KVTimeline:
     """Replay the KV cache of one context (prefill) and one task (fork + continuation).
 
     Parameters
@@ -301,13 +303,17 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
     provenance : bool
         Count each row's provenance too (it lives on the CPU: part of the device's memory only when the
         device is the CPU).
+    token_bytes : float, optional
+        Bytes one token of one head costs in the banks' storage format
+        (:func:`cmbench.cache.quantized.bytes_per_token`; default full precision, ``2 * head_dim * dtype_bytes``).
 
     Returns
     -------
     KVTimeline
     """
     extra = Bank.provenance_row_bytes() if provenance else 0
-    banks = [_Bank(layer, heads, 2 * batch * heads * head_dim * dtype_bytes + extra, max_tokens)
+    per_head = 2 * head_dim * dtype_bytes if token_bytes is None else token_bytes
+    banks = [_Bank(layer, heads, math.ceil(batch * heads * per_head) + extra, max_tokens)
              for layer, layer_groups in enumerate(groups) for heads, max_tokens in layer_groups]
     if len(groups) != num_layers:
         raise ValueError(f"layout has {len(groups)} layers, the model {num_layers}")

@@ -31,6 +31,7 @@ from cmbench.backbones.memory import workspace
 from cmbench.backbones.memory.weights import (dit_bytes, largest_tensor_bytes, scorer_bytes, text_encoder_bytes,
                                               text_encoder_config, vae_bytes)
 from cmbench.backbones.wan.precision import parse_dtype
+from cmbench.cache.quantized import StorageFormat, bytes_per_token, storage_format
 from cmbench.cache.rope import RopeSpec
 from cmbench.errors import ConfigError
 
@@ -136,7 +137,8 @@ class ModelBytes:
 def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method: Any, compute_bytes: int,
              height: int, width: int, text_len: int, vae_scale: float, context_frames: int,
              continuation_frames: int, assume_pr: float | None = None, notes: tuple[str, ...] = (),
-             on_cpu: bool = False, sequence: int = 1, context_source: str = "") -> RunShape:
+             on_cpu: bool = False, sequence: int = 1, context_source: str = "",
+             storage: StorageFormat | None = None) -> RunShape:
     """A :class:`RunShape` from the geometry, the DiT's fields, the model bytes and the method.
 
     Parameters
@@ -157,6 +159,8 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     notes : tuple of str
     on_cpu : bool
         The device is the CPU (the cache's provenance then shares its memory).
+    storage : StorageFormat, optional
+        How the banks store history (default full precision): bytes per head-token of the replay.
     sequence : int
         Ranks per model (Ulysses sequence parallelism): the KV cache replayed is one rank's heads (the
         rank with the largest peak, :func:`cmbench.parallel.cache.local_layout`), the DiT call one rank's
@@ -171,16 +175,27 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     ret: Retention = retention(method, assume_pr, g)
     check_heads(g.num_heads, g.tokens_per_frame, sequence)
     per_rank = g.num_heads // sequence
+    storage = storage or StorageFormat()
+    token_bytes = bytes_per_token(storage, g.head_dim, compute_bytes, g.tokens_per_frame, g.tokens_per_chunk)
     timelines = []
     for rank in range(sequence):
         layout = local_layout(method.layout(g), rank * per_rank, per_rank)
         groups = [[(len(group.heads), group.max_tokens) for group in layer] for layer in layout]
         timelines.append(simulate_kv(g.num_layers, groups, g.head_dim, compute_bytes, g.tokens_per_chunk,
                                      math.ceil(context_frames / g.chunk_frames),
-                                     math.ceil(continuation_frames / g.chunk_frames), ret, provenance=on_cpu))
+                                     math.ceil(continuation_frames / g.chunk_frames), ret, provenance=on_cpu,
+                                     token_bytes=token_bytes))
     kv = max(timelines, key=lambda t: (max(t.prefill_peak, t.prefilled_stored + t.continuation_peak), t.host_peak))
     per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
+    if storage.quantized:
+        fp_bytes = 2 * g.head_dim * compute_bytes
+        frames = context_frames + continuation_frames
+        decoded = 2 * frames * g.tokens_per_frame * per_rank * g.head_dim * compute_bytes  # one layer, all its heads
+        notes = (*notes, f"storage {storage.name} {storage.bits}-bit (group {storage.group_size}, recent window "
+                         f"{storage.residual}): {token_bytes:.1f} bytes per head-token vs {fp_bytes} in full precision "
+                         f"({token_bytes / fp_bytes:.3f}); attention decodes one layer's banks at a time: up to "
+                         f"{decoded / GIB:.2f} GiB of workspace at full history, not in the KV peak")
     if sequence > 1:
         notes = (*notes, f"split over {sequence} ranks (parallel.sequence): {per_rank} of {g.num_heads} heads of the "
                          f"KV cache and 1/{sequence} of every frame's tokens per rank; weights, VAE and text "
@@ -242,7 +257,7 @@ def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunSh
                     int(context_frames),
                     int(cfg["generation"]["continuation_frames"]), backbone["memory"].get("assume_pr"), tuple(notes),
                     on_cpu=device.type == "cpu", sequence=int((cfg.get("parallel") or {}).get("sequence", 1)),
-                    context_source=where)
+                    context_source=where, storage=storage_format(cfg.get("storage")))
 
 
 def configured_offloads(backbone: Any) -> tuple[str, ...]:
