@@ -47,7 +47,7 @@ from cmbench.hashing import config_hash
 from cmbench.methods.base import Method
 from cmbench.methods.registry import build_method, canonical_method_config, full_method_config
 from cmbench.identity.code import CodeIdentity, code_identity, portable
-from cmbench.identity.labels import run_label
+from cmbench.identity.labels import check_label, run_label
 from cmbench.identity.paths import path_component
 
 # keys that choose which tasks run or how they are displayed, not what a task's record contains
@@ -319,6 +319,35 @@ class ScoreSpec:
 
 
 # ---------------------------------------------------------------------------------------------- checks
+MAX_SEED = 2**63 - 1
+"""The largest ``seed`` / ``sample_seed``: records hold seeds as signed 64-bit integers."""
+MAX_THREADS = 1024
+"""The most torch CPU threads ``threads=`` may ask for (more only hangs while the pool is made)."""
+MAX_CONTINUATION_FRAMES = 4096
+"""The most latent frames ``generation.continuation_frames`` may ask for (LingBot's continuations are tens)."""
+GENERATION_KEYS = ("timesteps", "lingbot_timesteps", "stochastic", "continuation_frames", "rope_reindex",
+                   "reindex_recent", "reindex_virtual_length")
+"""Every key of the ``generation`` block (configs/config.yaml); any other is refused, since the block is hashed."""
+
+
+def check_known_keys(plain: Mapping[str, Any]) -> None:
+    """Refuse root keys and ``generation`` keys nothing reads (``+foo=1``, ``+generation.bogus=2``): they
+    would change nothing but the run's hash, or nothing at all.
+
+    Raises
+    ------
+    ConfigError
+        One line naming every unknown key.
+    """
+    unknown = [str(k) for k in plain if k not in ROOT_KEYS and k != "hydra"]
+    generation = plain.get("generation")
+    if isinstance(generation, Mapping):
+        unknown += [f"generation.{k}" for k in generation if k not in GENERATION_KEYS]
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {', '.join(sorted(unknown))}: nothing reads them (a `+key=value` "
+                          f"adds a key; `python -m cmbench run --help` lists the settings)")
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -341,14 +370,18 @@ def check_finite(value: Any, key: str) -> None:
             check_finite(v, f"{key}[{i}]")
 
 
-def whole(value: Any, key: str, minimum: int, optional: bool = False, what: str | None = None) -> int | None:
-    """``value`` as a whole number >= ``minimum`` (``None`` allowed when ``optional``), or a one-line error
-    ``<key>=<value>: expected <what>``."""
+def whole(value: Any, key: str, minimum: int, optional: bool = False, what: str | None = None,
+          maximum: int | None = None) -> int | None:
+    """``value`` as a whole number >= ``minimum`` and <= ``maximum`` (when given; ``None`` allowed when
+    ``optional``), or a one-line error ``<key>=<value>: expected <what>`` (``at most <maximum>`` added)."""
     if value is None and optional:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ConfigError(f"{key}={value!r}: expected "
-                          f"{what or f'a whole number >= {minimum}' + (' (or null)' if optional else '')}")
+                          f"{what or f'a whole number >= {minimum}' + (' (or null)' if optional else '')}"
+                          + ("" if maximum is None else f", at most {maximum}"))
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{key}={value!r}: expected at most {maximum}")
     return value
 
 
@@ -359,6 +392,12 @@ def positive(value: Any, key: str, minimum: float = 0.0, strict: bool = True, wh
         bound = (">" if strict else ">=") + f" {minimum:g}"
         raise ConfigError(f"{key}={value!r}: expected {what or 'a finite number ' + bound}")
     return float(value)
+
+
+def thread_count(value: Any) -> int | None:
+    """``threads``: a whole number in [1, :data:`MAX_THREADS`], or None (torch's default)."""
+    return whole(value, "threads", 1, optional=True, maximum=MAX_THREADS,
+                 what="a whole number of torch threads >= 1 (or null)")
 
 
 def flag(value: Any, key: str) -> bool:
@@ -432,7 +471,8 @@ def storage_spec(block: Any, backbone: Mapping[str, Any]) -> StorageFormat:
 
 def generation_spec(generation: Mapping[str, Any]) -> GenerationSpec:
     """:func:`generation_settings` and the continuation length."""
-    frames = whole(generation.get("continuation_frames"), "generation.continuation_frames", 1)
+    frames = whole(generation.get("continuation_frames"), "generation.continuation_frames", 1,
+                   maximum=MAX_CONTINUATION_FRAMES)
     return GenerationSpec(generation_settings(generation), int(frames or 1))
 
 
@@ -442,6 +482,11 @@ def data_spec(data: Mapping[str, Any]) -> DataSpec:
     for key in ("root", "manifest"):
         if not isinstance(data.get(key), str) or not data.get(key):
             raise ConfigError(f"data.{key}={data.get(key)!r}: expected a path")
+    root = Path(data["root"])
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"data.root={data['root']}: not a folder (a dataset is a folder of videos and a manifest)")
+    if not root.resolve().name:
+        raise ConfigError(f"data.root={data['root']}: the file system's root, not a dataset folder")
     for key in ("height", "width"):
         if key in data:
             whole(data[key], f"data.{key}", 1)
@@ -505,16 +550,18 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
         ids = list(subset.task_ids)
     shard_cfg = cfg.get("shard") or {}
     sequence = parallel_spec(cfg).sequence
+    count = whole(shard_cfg.get("count", 1), "shard.count", 1, what="a whole number of shards >= 1")
+    index = whole(shard_cfg.get("index", 0), "shard.index", 0, what="a whole shard number >= 0")
     try:
-        shard = shard_from_env(int(shard_cfg.get("count", 1)), int(shard_cfg.get("index", 0)), sequence)
+        shard = shard_from_env(int(count or 1), int(index or 0), sequence)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"shard.count / shard.index (or WORLD_SIZE / RANK): expected whole numbers ({err})") from err
     check_shard(*shard)
     return Selection(
-        seed=whole(cfg.get("seed"), "seed", 0) or 0,
+        seed=whole(cfg.get("seed"), "seed", 0, maximum=MAX_SEED) or 0,
         limit=whole(cfg.get("limit"), "limit", 1, optional=True,
                     what="a positive whole number of tasks (or null for all)"),
-        sample_seed=whole(cfg.get("sample_seed", 0), "sample_seed", 0) or 0,
+        sample_seed=whole(cfg.get("sample_seed", 0), "sample_seed", 0, maximum=MAX_SEED) or 0,
         task_ids=None if ids is None else tuple(str(i) for i in ids),
         shard=shard,
         keep_other_code=flag(cfg.get("keep_other_code", False), "keep_other_code"),
@@ -585,6 +632,7 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
         generation, outputs), or the method's own refusal of a knob.
     """
     plain = _resolved(cfg)
+    check_known_keys(plain)
     for group in ("data", "backbone", "method", "scorer", "generation"):
         if not isinstance(plain.get(group), dict):
             raise ConfigError(f"{group}: missing from the config (choose one with {group}=<name>)")
@@ -615,8 +663,7 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
                              what="a whole number of tasks >= 1") or 10,
         progress_seconds=positive(plain.get("progress_seconds", 60.0), "progress_seconds",
                                   what="a number of seconds > 0"),
-        threads=whole(plain.get("threads"), "threads", 1, optional=True,
-                      what="a whole number of torch threads >= 1 (or null)"),
+        threads=thread_count(plain.get("threads")),
     )
     score_source = str(plain.get("score_source") or "frames")
     if score_source not in SCORE_SOURCES:
@@ -652,6 +699,8 @@ def resolve_scoring(cfg: DictConfig) -> ScoreSpec:
     data = data_spec(plain["data"])
     check_scorer(plain["scorer"])
     out, label = plain.get("out"), plain.get("label")
+    if label:
+        check_label(str(label))
     return ScoreSpec(data=data, scorer=plain["scorer"], videos=Path(str(videos)),
                      out=Path(str(out)) if out else None, label=str(label) if label else None)
 

@@ -96,13 +96,13 @@ def set_threads(cfg: Any) -> None:
     Raises
     ------
     ConfigError
-        ``threads`` is not a whole number >= 1.
+        ``threads`` is not a whole number in [1, :data:`cmbench.spec.MAX_THREADS`].
     """
-    threads = cfg.get("threads")
+    from cmbench.spec import thread_count
+
+    threads = thread_count(cfg.get("threads"))
     if threads is None:
         return
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"threads={threads!r}: expected a whole number of torch threads >= 1 (or null)")
     import torch
 
     torch.set_num_threads(threads)

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
-from cmbench.spec import RunSpec
+from cmbench.spec import RunSpec, flag
 
 
 def comparison_labels(cfg: DictConfig, key: str) -> Any:
@@ -75,7 +75,7 @@ def _write(cfg: DictConfig, runs: list[Path], out: Path, task_ids: list[str] | N
     instead of ``leaderboard.curves``)."""
     from cmbench.report import write_reports
 
-    return write_reports(runs, out, allow_mixed=bool(cfg.leaderboard.allow_mixed), focus=comparison_labels(cfg, "focus"),
+    return write_reports(runs, out, allow_mixed=flag(cfg.leaderboard.allow_mixed, "leaderboard.allow_mixed"), focus=comparison_labels(cfg, "focus"),
                          compare=comparison_labels(cfg, "compare"), curves=curves or cfg.leaderboard.get("curves"),
                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids)
 

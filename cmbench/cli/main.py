@@ -183,8 +183,20 @@ def usage() -> str:
     return USAGE.format(commands="\n".join(f"  {n.ljust(width)}  {COMMANDS.get(n).help}" for n in names))
 
 
+INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
+    """Entry point; returns the process exit code (:data:`INTERRUPTED` after Ctrl-C, with one line: a
+    run's says how many records it kept)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as err:
+        print(f"cmbench: {err or 'interrupted'}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())

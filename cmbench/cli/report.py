@@ -16,6 +16,7 @@ from urllib.parse import quote
 from omegaconf import DictConfig
 
 from cmbench.cli.leaderboard import comparison_labels, find_run_dirs
+from cmbench.spec import flag
 
 
 def execute(cfg: DictConfig) -> int:
@@ -26,7 +27,7 @@ def execute(cfg: DictConfig) -> int:
 
     out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
     board = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
-    result = build_report(find_run_dirs(cfg), out, allow_mixed=bool(cfg.leaderboard.allow_mixed),
+    result = build_report(find_run_dirs(cfg), out, allow_mixed=flag(cfg.leaderboard.allow_mixed, "leaderboard.allow_mixed"),
                           data_root=cfg.report.data_root, title=str(cfg.report.title),
                           focus=comparison_labels(cfg, "focus"), compare=comparison_labels(cfg, "compare"),
                           curves=find_curves(board, cfg.leaderboard.get("curves")))

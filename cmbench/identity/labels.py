@@ -9,19 +9,26 @@ dataclass default (the only source of defaults), in the class's field order:
 interpolation (``head_map: ${oc.select:backbone.head_map,null}``) is not listed unless overridden.
 
 A label is a display name, never part of a run's identity: relabelling an existing run (``label=new``
-on the same config) reruns nothing, and leaderboards show the run's current label.
+on the same config) reruns nothing, and leaderboards show the run's current label. A ``label=`` is one
+line of plain text that can name a file (:func:`check_label`): no control character (NUL, newline, CR,
+an ANSI escape), no ``|`` (a markdown table's separator), no path separator, no ``..``. A label read
+from a received folder is shown through :func:`safe_label` (control characters written as escapes).
+Leaderboards treat labels that differ only in case (``Mine``, ``mine``) as one label and tell the
+entries apart as they do entries of equal labels (:func:`cmbench.report.reading.distinct_labels`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import unicodedata
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from cmbench.config_paths import to_dict
+from cmbench.errors import ConfigError
 from cmbench.identity.paths import path_component
 
 if TYPE_CHECKING:
@@ -100,6 +107,35 @@ def auto_label(method_cfg: Mapping[str, Any]) -> str:
     return name if not changed else f"{name}@" + ",".join(f"{k}={knob_text(v)}" for k, v in changed.items())
 
 
+def _control(char: str) -> bool:
+    return unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp")
+
+
+def check_label(label: str) -> None:
+    """Refuse a ``label=`` that is not one line of plain text naming a file.
+
+    Raises
+    ------
+    ConfigError
+        ``label=...: <what is wrong>``: a control character (NUL, newline, CR, an ANSI escape, ...), a
+        ``|``, a path separator or ``..``.
+    """
+    shown = safe_label(label)
+    bad = next((c for c in label if _control(c)), None)
+    if bad is not None:
+        raise ConfigError(f"label={shown}: holds the control character {bad!r}: a label is one line of plain text")
+    for part, why in (("|", "separates a markdown table's cells"), ("/", "is a path separator"),
+                      ("\\", "is a path separator"), ("..", "names a parent folder")):
+        if part in label:
+            raise ConfigError(f"label={shown}: holds {part!r}, which {why}; choose a plain name")
+
+
+def safe_label(label: str) -> str:
+    """A received label made safe to print and show: every control character (NUL, newline, CR, the ESC
+    of an ANSI escape, ...) written as its escape (``\\x1b``); the rest as it is."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if _control(c) else c for c in str(label))
+
+
 def run_label(cfg: DictConfig) -> str:
     """The label of a run: ``label`` if set (it must be usable as a file name: reports name files
     after labels), else :func:`auto_label` of ``cfg.method``.
@@ -111,6 +147,7 @@ def run_label(cfg: DictConfig) -> str:
     """
     label = cfg.get("label")
     if label:
+        check_label(str(label))
         path_component(label, "label")
         return str(label)
     return auto_label(cfg.method) + storage_suffix(cfg.get("storage"))

@@ -29,7 +29,7 @@ import yaml
 from cmbench import bounded_read
 from cmbench.data.manifest import validate_manifest
 from cmbench.errors import CMBenchError
-from cmbench.identity.labels import knob_text
+from cmbench.identity.labels import knob_text, safe_label
 from cmbench.lock import active_writer
 from cmbench.identity.paths import videos_label
 from cmbench.config_schema import REFERENCE_AGGREGATIONS
@@ -241,6 +241,7 @@ def read_records(run_dir: str | Path, task_ids: Iterable[str] | None = None,
     named = frame["label"].dropna()
     label = _run_value(run_dir / RUN_FILE, "label", run.get("label"), str) or str(
         named.iloc[-1] if len(named) else _default_label(run_dir))
+    label = safe_label(label)  # a received label: control characters shown as escapes, never written raw
     frame["label"] = label
     frame["folder"] = str(run_dir)
     seed = (_run_value(run_dir / RUN_FILE, "run_seed", run["run_seed"], int) if "run_seed" in run else
@@ -383,7 +384,7 @@ def distinct_labels(runs: list[RunRecords], stream: TextIO | None = None) -> lis
     """
     by_label: dict[str, list[int]] = defaultdict(list)
     for i, run in enumerate(runs):
-        by_label[run.label].append(i)
+        by_label[run.label.casefold()].append(i)  # Mine and mine: one label (file names ignore case)
     out = list(runs)
     for label, indices in by_label.items():
         if len(indices) < 2:
@@ -399,7 +400,7 @@ def distinct_labels(runs: list[RunRecords], stream: TextIO | None = None) -> lis
                               f"{', '.join(str(runs[i].path) for i in indices)}; give each a distinct label, or "
                               f"leave a run given twice out")
         for i, name in zip(indices, names):
-            out[i] = replace(runs[i], label=f"{label}[{name}]")
+            out[i] = replace(runs[i], label=f"{runs[i].label}[{name}]")
         print(f"leaderboard: {len(indices)} different setups are labelled {label!r}; shown as "
               f"{', '.join(out[i].label for i in indices)} (give each its own label=... to choose the names)",
               file=stream or sys.stderr)

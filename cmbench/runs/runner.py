@@ -200,17 +200,26 @@ def run_tasks(
         progress = Progress(run_dir.name, len(mine), kept.values(), bar=show_progress, every_tasks=progress_every,
                             every_seconds=progress_seconds)
         done = failed = 0
-        for context_tasks in by_context.values():
-            prepared, prep_error = _prepare(evaluator, context_tasks)
-            for task in context_tasks:
-                record = writer.write(_evaluate(evaluator, task, prepared, prep_error, global_seed, base_record))
-                done += 1
-                failed += record.status != "ok"
-                progress.update(record)
+        try:
+            for context_tasks in by_context.values():
+                prepared, prep_error = _prepare(evaluator, context_tasks)
+                for task in context_tasks:
+                    record = writer.write(_evaluate(evaluator, task, prepared, prep_error, global_seed, base_record))
+                    done += 1
+                    failed += record.status != "ok"
+                    progress.update(record)
+        except KeyboardInterrupt:  # Ctrl-C: every record written is whole (one write each); the rest reruns
+            progress.close()
+            raise Interrupted(f"interrupted; {len(kept) + done} records kept; rerun to resume") from None
         progress.close()
     return RunResult(run_dir, done=done, cached=len(kept), failed=failed,
                      recomputed=recompute, other_code=[i for i in other if i in kept],
                      previous_code={i: succeeded[i].code for i in other})
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; its message is the one line the command prints (how many records are kept).
+    A KeyboardInterrupt still, so a sweep stops too."""
 
 
 def _prepare(evaluator: Evaluator, tasks: list[Task]) -> tuple[Any, Exception | None]:
