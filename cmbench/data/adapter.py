@@ -112,7 +112,7 @@ class DatasetAdapter:
         ConfigError
             Saying how to get the data, when the manifest is missing.
         """
-        if not self.manifest.is_file():
+        if not self.manifest.exists():  # anything else there (a FIFO, a directory) is named by its read
             raise ConfigError(f"{self.manifest} not found: run `python -m cmbench prepare data={self.name} "
                               f"data.root={self.root}` first, or point data.root at a copy of the dataset")
         return self.root
