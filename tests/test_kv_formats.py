@@ -8,9 +8,7 @@ Caches here have 2 heads of head dim 32 (the Wan test: 12), 16 tokens a frame an
 
 from __future__ import annotations
 
-import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -110,7 +111,7 @@ def attention_errors(context_frames: int = 48, seed: int = 0,
     noise = torch.randn(1, g.latent_channels, g.chunk_frames, g.latent_height, g.latent_width,
                         generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        backbone.denoise(noise, 0.999, recorder, pre.context_frames, plan)
+        backbone.denoise(noise, 0.999, cast(KVCache, recorder), pre.context_frames, plan)
     reference = replay(pre.cache, StorageFormat())
     fp_out = _outputs(reference, recorder.calls)
     ref = torch.linalg.vector_norm(torch.stack([b.norm() for b in fp_out]))
@@ -123,7 +124,7 @@ def attention_errors(context_frames: int = 48, seed: int = 0,
     return out
 
 
-def _outputs(cache: KVCache, calls: dict[int, tuple[torch.Tensor, ...]]) -> list[torch.Tensor]:
+def _outputs(cache: KVCache, calls: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
     """Every layer's attention of the recorded call over ``cache`` (the next chunk opened for it)."""
     info = cache.chunks[-1]
     cache.begin_chunk(info.index + 1, info.frame_end, info.num_frames)

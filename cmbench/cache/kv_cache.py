@@ -618,7 +618,7 @@ class KVCache:
             delta = new - bank.field("tpos")
             if isinstance(bank, QuantizedBank):  # decoded, rotated and encoded again
                 if bool((delta != 0).any()):
-                    bank.rekey(lambda keys, rows: shift_positions(keys, self.rope, delta[rows]))
+                    bank.rekey(lambda keys, rows, delta=delta: shift_positions(keys, self.rope, delta[rows]))
                 bank.tpos[: bank.n] = new
                 continue
             keys, _ = bank.history()

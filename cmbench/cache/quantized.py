@@ -31,13 +31,11 @@ codes and in-row parameters, the table entries its rows use, and the full-precis
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
 
-from cmbench.cache.bank import Bank
-from cmbench.cache.layout import HeadGroup
 from cmbench.errors import ConfigError
 
 FORMATS = ("fp", "kivi", "qvg")

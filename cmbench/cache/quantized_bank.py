@@ -191,8 +191,11 @@ class QuantizedBank(Bank):
         recent-window rows of dropped tokens go."""
         super().keep_only(keep, 0)
         prov = self._prov(None)
-        self.tables = tuple(table if codec.key(prov) is None else table.only(codec.key(prov).unique())
-                            for codec, table in zip(self.codecs, self.tables))  # type: ignore[assignment]
+        tables = []
+        for codec, table in zip(self.codecs, self.tables):
+            keys = codec.key(prov)
+            tables.append(table if keys is None else table.only(keys.unique()))
+        self.tables = (tables[0], tables[1])
         if self.tail is not None:
             kept = torch.isin(self.tail_gid, prov["gid"])
             if not bool(kept.all()):
