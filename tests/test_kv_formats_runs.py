@@ -79,3 +79,18 @@ def test_storage_composes_with_a_method_in_the_run_spec():
     assert "storage" not in fp.identity.result_config  # full precision hashes as before formats existed
     assert kivi.identity.result_config["storage"]["bits"] == 2
     assert kivi.plan_inputs()["storage"]["name"] == "kivi"
+
+
+def test_a_target_pr_label_names_the_storage_format(monkeypatch):
+    from types import SimpleNamespace
+
+    from cmbench.api import compose_config
+    from cmbench.calibration import target_pr
+
+    found = SimpleNamespace(value=0.2, cached=True, calibration_pr=0.85, target_pr=0.85, note="")
+    monkeypatch.setattr(target_pr, "calibrate_method", lambda *args, **kwargs: found)
+    resolved = target_pr.resolve_target_pr(compose_config("decoprune", ["method.target_pr=0.85", "storage=kivi"]),
+                                           verbose=False)
+    assert resolved.cfg.label == "decoprune@pr85+kivi4-g32-r128"
+    plain = target_pr.resolve_target_pr(compose_config("decoprune", ["method.target_pr=0.85"]), verbose=False)
+    assert plain.cfg.label == "decoprune@pr85"

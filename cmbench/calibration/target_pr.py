@@ -32,7 +32,7 @@ from cmbench.calibration.progress import CalibrationProgress
 from cmbench.calibration.target_quantity import BYTES, PR, QUANTITIES, TargetQuantity
 from cmbench.config_paths import editable_copy, to_dict
 from cmbench.errors import ConfigError
-from cmbench.identity.labels import auto_label
+from cmbench.identity.labels import auto_label, storage_suffix
 
 QUOTA_KEYS = ("quota_pr", "quota_tokens")
 
@@ -148,5 +148,5 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
     with open_dict(out):
         out.method[knob] = cal.value
         if not out.get("label"):
-            out.label = _label(method_cfg, knob, target, quantity)
+            out.label = _label(method_cfg, knob, target, quantity) + storage_suffix(out.get("storage"))
     return ResolvedTarget(out, cal)
