@@ -19,7 +19,7 @@ from cmbench.data.manifest import validate_manifest
 from cmbench.data.video import VideoError, VideoReader, read_frames_at, read_video, write_video
 from cmbench.miniworld.readers import MiniWorldDataError, load_context
 from cmbench.report.reading import folder_config, read_records
-from cmbench.runs.records import RecordsError, read_task_records
+from cmbench.runs.records import RecordsError, RecordWriter, read_task_records
 
 ROW = {"task_id": "a1", "status": "ok", "label": "x", "score": 0.5}
 
@@ -118,6 +118,21 @@ def test_a_records_file_that_is_no_regular_file_of_lines_is_refused_naming_it(tm
             "sparse_8g": ":1: a line of more than 16.0 MiB"}[attack]
     with pytest.raises(RecordsError, match=rf"{shard}{said if attack == 'sparse_8g' else ': ' + said}"):
         read_task_records(folder)
+
+
+@pytest.mark.parametrize("attack, said", [("fifo", "is a FIFO"), ("dev_zero", "is a character device"),
+                                          ("sparse_8g", ":1: a line of more than 16.0 MiB")])
+def test_resuming_into_a_records_file_that_is_no_regular_file_of_lines_is_refused_before_reading_it(
+        tmp_path, attack, said):
+    path = tmp_path / "records.jsonl"
+    if attack == "fifo":
+        os.mkfifo(path)
+    elif attack == "dev_zero":
+        path.symlink_to("/dev/zero")
+    else:
+        sparse(path, 8 * GiB)
+    with pytest.raises(RecordsError, match=f"{path}{said if attack == 'sparse_8g' else ': ' + said}"):
+        RecordWriter(path)
 
 
 # ---------------------------------------------------------------- a run folder's other files

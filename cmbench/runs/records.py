@@ -663,11 +663,17 @@ class RecordWriter:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                os.close(bounded_read.open_regular(self.path))  # a FIFO or a device is named, never read
             if self.path.exists() or self.path.is_symlink():
                 with os.fdopen(self._open(os.O_RDWR), "r+b") as f:
-                    data = f.read()
-                    if data and not data.endswith(b"\n"):
-                        f.truncate(data.rfind(b"\n") + 1)
+                    start = max(0, f.seek(0, os.SEEK_END) - bounded_read.LIMITS["records line"] - 1)
+                    f.seek(start)  # a torn line is shorter than a whole one: only the tail is read
+                    tail = f.read()
+                    if tail and not tail.endswith(b"\n") and (b"\n" in tail or start == 0):
+                        f.truncate(start + tail.rfind(b"\n") + 1)  # else the reader names the over-long line
+        except bounded_read.ReadLimitError as err:
+            raise RecordsError(str(err)) from err
         except OSError as err:
             raise self._error(err) from err
         self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=0) \
