@@ -84,6 +84,12 @@ def test_similar_is_decided_by_the_ci_not_the_mean(d, ci, expected):
     assert similar(d, ci) == expected
 
 
+def test_similar_is_ruled_out_only_when_the_ci_clears_the_margin():
+    # exact binary fractions: |d| - ci equals the margin, so the CI touches it and nothing is ruled out
+    assert similar(0.25, 0.125, margin=0.125) == INCONCLUSIVE
+    assert similar(-0.25, 0.0625, margin=0.125) == FAILS
+
+
 def test_deficit_flat_and_combined():
     assert deficit(-0.3, 0.1) == HOLDS and deficit(0.3, 0.1) == FAILS and deficit(-0.05, 0.1) == INCONCLUSIVE
     assert flat(0.5, 0.95, 1.05, 0.10) == HOLDS
