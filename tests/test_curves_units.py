@@ -184,6 +184,28 @@ def test_the_curves_plot_draws_each_method_its_band_and_the_reference(tmp_path, 
     assert to_rgb(band.get_facecolor()) == to_rgb(lines["fullkv"].get_color())
 
 
+def test_the_curves_plot_draws_scores_against_kv_bytes_beside_pr(tmp_path, figures):
+    # a stores 25% / 12.5% of FullKV's bytes at PR 0.6 / 0.8; b's second point has no bytes (left out there only)
+    curves = frame(method=["a", "b", "a", "b"], test_pr=[0.8, 0.5, 0.6, 0.7], kv_bytes_ratio=[0.125, 0.5, 0.25, NAN],
+                   score=[0.25, 0.5, 0.75, 0.625], ci_low=[0.0, 0.25, 0.5, 0.5], ci_high=[0.5, 0.75, 1.0, 0.75])
+    C.curves_plot(curves, tmp_path / "c.png", reference=(0.875, 0.125), metric="light")
+    (fig,) = figures
+    pr_ax, bytes_ax = fig.axes
+    assert bytes_ax.get_xlabel() == "device KV bytes on the test suite (% of FullKV's)"
+    assert bytes_ax.get_title() == "CMBench: light vs KV bytes (the same runs)"
+    assert bytes_ax.get_ylabel() == "light (mean max-similarity)"
+    lines = {line.get_label(): xy(line) for line in bytes_ax.get_lines()}
+    assert lines == {"fullkv": ([0.0, 1.0], [0.875, 0.875]), "a": ([12.5, 25.0], [0.25, 0.75]), "b": ([50.0], [0.5])}
+    assert [corners(c) for c in bytes_ax.collections][0] == {(12.5, 0.0), (12.5, 0.5), (25, 0.5), (25, 1.0)}
+    (band,) = bytes_ax.patches
+    assert (band.get_y(), band.get_y() + band.get_height()) == pytest.approx((0.75, 1.0))
+    assert bytes_ax.get_ylim() == pr_ax.get_ylim() == pytest.approx((-0.03, 1.03))
+    pr_lines = {line.get_label(): xy(line) for line in pr_ax.get_lines()}
+    assert pr_lines["a"] == ([60.0, 80.0], [0.75, 0.25]) and pr_lines["b"] == ([50.0, 70.0], [0.5, 0.625])
+    C.curves_plot(curves.assign(kv_bytes_ratio=NAN), tmp_path / "none.png")  # no bytes anywhere: the PR panel only
+    assert len(figures[-1].axes) == 1
+
+
 @pytest.fixture
 def unsaved(monkeypatch):
     """Figures drawn but not encoded (``savefig`` only lays them out): for tests that look at the figure only."""
@@ -245,11 +267,14 @@ def test_write_curves_plots_with_fullkvs_reference_and_the_metric(tmp_path, monk
 def test_a_board_point_is_the_rows_pr_score_ci_bounds_and_quality():
     row = {"pr": 0.85, "score": 0.5, "score_ci95": 0.125, "n_tasks": 7, "subject_consistency": 0.75,
            "subject_consistency_ci95": 0.25, "imaging_quality": 0.5, "imaging_quality_ci95": 0.0, "other": 1}
-    assert C.board_point(row) == {
+    point = C.board_point(row)
+    assert math.isnan(point.pop("kv_bytes_ratio"))  # a row from before the bytes were recorded
+    assert point == {
         "test_pr": 0.85, "score": 0.5, "ci_low": 0.375, "ci_high": 0.625, "n_tasks": 7,
         "subject_consistency": 0.75, "subject_consistency_ci_low": 0.5, "subject_consistency_ci_high": 1.0,
         "imaging_quality": 0.5, "imaging_quality_ci_low": 0.5, "imaging_quality_ci_high": 0.5}
-    assert list(C.board_point(pd.Series(row))) == ["test_pr", "score", "ci_low", "ci_high", "n_tasks",
+    assert C.board_point({**row, "kv_bytes_ratio": 0.125})["kv_bytes_ratio"] == 0.125
+    assert list(C.board_point(pd.Series(row))) == ["test_pr", "kv_bytes_ratio", "score", "ci_low", "ci_high", "n_tasks",
                                                    "subject_consistency", "subject_consistency_ci_low",
                                                    "subject_consistency_ci_high", "imaging_quality",
                                                    "imaging_quality_ci_low", "imaging_quality_ci_high"]

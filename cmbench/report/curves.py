@@ -1,7 +1,9 @@
 """Score-vs-PR curves: methods at matched pruning ratios, the area under each curve, and their plot.
 
 A curve is a method's points ``(realised test PR, score)``, one per target PR its own knob was
-calibrated to (``python -m cmbench curves``). On a curve:
+calibrated to (``python -m cmbench curves``); each point also carries the device KV bytes of its run over
+FullKV's (``kv_bytes_ratio``), and the plot draws score against those bytes beside score against PR (a
+storage format or a merging rule moves a method along the bytes axis, not the PR axis). On a curve:
 
 - :func:`score_at` interpolates linearly in realised PR between neighbouring points (NaN outside the
   realised range; points of equal PR are averaged first);
@@ -37,10 +39,11 @@ from cmbench.report.reading import read_table
 from cmbench.runs import atomic
 from cmbench.scoring.quality_names import QUALITY_FIELDS
 
-CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", "test_pr", "score", "ci_low", "ci_high",
-                 "n_tasks", "label", "run_dir", "note"]
-"""The columns of ``curves.csv`` (``test_pr``: the PR realised on the test suite; ``note``: the calibration's
-note, or why a target has no point)."""
+CURVE_COLUMNS = ["method", "target_pr", "knob", "knob_value", "calibration_pr", "test_pr", "kv_bytes_ratio", "score",
+                 "ci_low", "ci_high", "n_tasks", "label", "run_dir", "note"]
+"""The columns of ``curves.csv`` (``test_pr``: the PR realised on the test suite; ``kv_bytes_ratio``: the
+device KV bytes there over FullKV's, the leaderboard's "KV bytes"; ``note``: the calibration's note, or why
+a target has no point)."""
 AREA_COLUMNS = ["method", "pr_low", "pr_high", "auc", "mean_score", "points"]
 CURVES_FILE, AREA_FILE, PLOT_FILE = "curves.csv", "auc.csv", "curves.png"
 REFERENCE_FILE, QUALITY_PLOT_FILE, QUALITY_TABLE_FILE = ("curves_reference.csv", "quality_vs_memory.png",
@@ -135,40 +138,60 @@ def score_range(scores) -> tuple[float, float]:
     return min([0.0, *values]), max([1.0, *values])
 
 
+BYTES_AXIS = "kv_bytes_ratio"
+"""The curves table's column of the second panel's x axis (device KV bytes over FullKV's)."""
+
+
 def curves_plot(curves: pd.DataFrame, path: str | Path, reference: tuple[float, float] | None = None,
                 metric: str = "score") -> Path:
     """Score (y) against realised test PR (x), one line per method with its 95% CI band; the reference
     (FullKV: ``(score, ci95 half-width)``) as a horizontal line with its band. The y-axis is the
-    score range (:func:`score_range`), bands clipped to it."""
+    score range (:func:`score_range`), bands clipped to it. When any point has its device KV bytes over
+    FullKV's (``kv_bytes_ratio``), a second panel draws the same scores against them (in % of FullKV's),
+    FullKV's reference the same; a point without its bytes is left out of that panel only."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     points = curves.dropna(subset=["test_pr", "score"])
+    with_bytes = BYTES_AXIS in points.columns and points[BYTES_AXIS].notna().any()
+    fig, axes = plt.subplots(1, 2 if with_bytes else 1, figsize=(12.0 if with_bytes else 6.4, 4.4), dpi=120,
+                             squeeze=False)
     scores = [*points["score"], *([] if reference is None or math.isnan(reference[0]) else [reference[0]])]
     lo, hi = score_range(scores)
+    panels = [("test_pr", "realised pruning ratio on the test suite (%)", "PR (each method's own knob, calibrated)")]
+    if with_bytes:
+        panels.append((BYTES_AXIS, "device KV bytes on the test suite (% of FullKV's)", "KV bytes (the same runs)"))
+    for ax, (column, xlabel, what) in zip(axes[0], panels):
+        _score_panel(ax, points.dropna(subset=[column]), column, (lo, hi), reference)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{metric} (mean max-similarity)")
+        ax.set_title(f"CMBench: {metric} vs {what}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return Path(path)
+
+
+def _score_panel(ax, points: pd.DataFrame, column: str, span: tuple[float, float],
+                 reference: tuple[float, float] | None) -> None:
+    """One panel of :func:`curves_plot`: FullKV's line and band, then each method's scores and CI band
+    against ``100 * points[column]``, the y axis ``span`` with its margins."""
+    lo, hi = span
     if reference is not None and not math.isnan(reference[0]):
         score, ci = reference
         ax.axhline(score, color="black", lw=1, label="fullkv")
         if not math.isnan(ci):
             ax.axhspan(max(lo, score - ci), min(hi, score + ci), color="black", alpha=0.08)
     for method, g in points.groupby("method", sort=False):
-        g = g.sort_values("test_pr")
-        line, = ax.plot(100 * g["test_pr"], g["score"], "o-", ms=3, label=str(method))
-        ax.fill_between(100 * g["test_pr"], g["ci_low"].clip(lo, hi), g["ci_high"].clip(lo, hi),
+        g = g.sort_values(column)
+        line, = ax.plot(100 * g[column], g["score"], "o-", ms=3, label=str(method))
+        ax.fill_between(100 * g[column], g["ci_low"].clip(lo, hi), g["ci_high"].clip(lo, hi),
                         color=line.get_color(), alpha=0.15)
     ax.set_ylim(lo - SCORE_MARGIN, hi + SCORE_MARGIN)
-    ax.set_xlabel("realised pruning ratio on the test suite (%)")
-    ax.set_ylabel(f"{metric} (mean max-similarity)")
-    ax.set_title(f"CMBench: {metric} vs PR (each method's own knob, calibrated)", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return Path(path)
 
 
 def write_curves(curves: pd.DataFrame, out: str | Path, reference: tuple[float, float], metric: str) -> pd.DataFrame:
@@ -191,8 +214,9 @@ def write_curves(curves: pd.DataFrame, out: str | Path, reference: tuple[float, 
 
 def board_point(row: Mapping[str, Any]) -> dict[str, Any]:
     """A curve point from a leaderboard row (:func:`cmbench.report.leaderboard.leaderboard`): realised
-    PR, score and CI bounds, task count, and each quality metric's mean and CI bounds."""
-    point = {"test_pr": row["pr"], "score": row["score"], "ci_low": row["score"] - row["score_ci95"],
+    PR, device KV bytes over FullKV's (NaN in a row from before they were recorded), score and CI bounds,
+    task count, and each quality metric's mean and CI bounds."""
+    point = {"test_pr": row["pr"], BYTES_AXIS: row.get("kv_bytes_ratio", math.nan), "score": row["score"], "ci_low": row["score"] - row["score_ci95"],
              "ci_high": row["score"] + row["score_ci95"], "n_tasks": row["n_tasks"]}
     for name in QUALITY_FIELDS:
         if name in row:
