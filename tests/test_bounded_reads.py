@@ -184,17 +184,15 @@ class MiniTask:
 
 def test_an_npz_whose_arrays_declare_more_than_the_limit_is_refused_before_decompressing(tmp_path):
     path = tmp_path / "ctx.npz"
-    # a bomb: 1.5 GiB of zeros declared in the header, a few MiB compressed; np.savez_compressed would need the
-    # array in memory, so the member is written by streaming zeros through the zip's deflate
+    # the header of a bomb: 1.5 GiB of uint8 declared; the data after it is never read, so a few bytes of it
+    # make the test cheap (the hostile pass builds the whole 3 GiB bomb)
     header = {"descr": "|u1", "fortran_order": False, "shape": (1536, 1024, 1024)}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         with archive.open("frames.npy", "w", force_zip64=True) as member:
             np.lib.format.write_array_header_1_0(member, header)
-            block = bytes(64 * 2**20)
-            for _ in range(24):
-                member.write(block)
-        np.lib.format.write_array(archive.open("camera_x.npy", "w"), np.zeros(4, np.int64))
-    assert path.stat().st_size < 8 * 2**20
+            member.write(bytes(2**20))
+        with archive.open("camera_x.npy", "w") as member:
+            np.lib.format.write_array(member, np.zeros(4, np.int64))
     with pytest.raises(MiniWorldDataError, match=r"t1: .*ctx.npz: its arrays declare 1.5 GiB \(frames: uint8 "
                                                  r"\[1536, 1024, 1024\]\), over the 1.0 GiB limit of a context array"):
         load_context(MiniTask(tmp_path, "ctx.npz"))
