@@ -405,7 +405,7 @@ def test_the_markdown_table_cell_by_cell():
                              "scales and metadata included; FullKV's computed from the geometry).")
     assert lines[-1] == ("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                          "`other_code_tasks` in leaderboard.csv.")
-    for absent in ("Host store", "Quality", "Paired comparisons", lb.MATCHED_NOTE):
+    for absent in ("Host store", "Quality", "Fidelity", "Paired comparisons", lb.MATCHED_NOTE):
         assert absent not in text
     assert lb.markdown_table(board).endswith(".csv.\n")
 
@@ -458,6 +458,20 @@ def test_markdown_host_store_quality_matched_and_comparison_sections():
     assert "Paired comparisons" not in lb.markdown_table(board, compared.iloc[:0])
     older = board.drop(columns=list(lb.STORE_COLUMNS))  # a board from before the host-store columns
     assert "Host store" not in lb.markdown_table(older) and "| ret&lt;1&gt; | 0.5000 |" in lb.markdown_table(older)
+
+
+def test_markdown_fidelity_section_shows_the_columns_and_entries_with_values():
+    board = board_frame([dict(method="fullkv", score=0.6, pr=0.0), dict(method="a|b", score=0.5, pr=0.5),
+                         dict(method="apart", score=0.4, pr=0.5)],  # apart: no pair with FullKV, no row
+                        psnr_vs_fullkv=[math.inf, 31.236, NAN], ssim_vs_fullkv=[1.0, 0.81254, NAN],
+                        last_frame_psnr_vs_fullkv=[math.inf, 24.5, NAN], last_frame_ssim_vs_fullkv=[NAN] * 3)
+    lines = lb.markdown_table(board).splitlines()
+    at = lines.index("| Method | PSNR vs FullKV (dB) | SSIM vs FullKV | Last-frame PSNR vs FullKV (dB) |")
+    assert lines[at - 2].startswith("Fidelity to FullKV (each continuation against FullKV's of the same task and seed")
+    assert lines[at + 1:at + 5] == ["|---|---|---|---|", "| fullkv | ∞ | 1.0000 | ∞ |",
+                                    "| a\\|b | 31.24 | 0.8125 | 24.50 |"]
+    assert not any(line.startswith("| apart |") for line in lines[at:])
+    assert "Fidelity" not in lb.markdown_table(board.drop(columns=list(lb.FIDELITY_LABELS)))  # a board from before
 
 
 def test_an_escaped_metric_name_heads_the_table():

@@ -529,3 +529,23 @@ def test_markup_in_any_record_field_is_shown_as_text(made_runs):
     text = build_report([full, deco], tmp / "report").index.read_text()
     assert "<img src=x onerror" not in text and "<b>bold</b>" not in text
     assert "&lt;img src=x onerror=alert(1)&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text
+
+
+def test_the_board_shows_kv_bytes_over_fullkvs_and_the_fidelity_columns_that_have_values(made_runs, monkeypatch):
+    tmp, data, full, deco = made_runs
+    original = html.leaderboard
+
+    def with_bytes_and_fidelity(runs, *curves):  # FullKV first (score 0.8), then deco
+        return original(runs, *curves).assign(kv_bytes_ratio=[1.0, 0.125], psnr_vs_fullkv=[math.inf, 31.236],
+                                              ssim_vs_fullkv=[1.0, 0.8125], last_frame_psnr_vs_fullkv=[math.inf, 24.5],
+                                              last_frame_ssim_vs_fullkv=[math.nan, math.nan])
+
+    monkeypatch.setattr(html, "leaderboard", with_bytes_and_fidelity)
+    text = build_report([full, deco], tmp / "report").index.read_text()
+    board = table_rows(text, "leaderboard")
+    shown = [(r["method"], r["kv_bytes_ratio"], r["psnr_vs_fullkv"], r["ssim_vs_fullkv"], r["last_frame_psnr_vs_fullkv"])
+             for r in board]
+    assert shown == [("fullkv", "100.00%", "∞", "1.0000", "∞"), ("deco", "12.50%", "31.24", "0.8125", "24.50")]
+    block = re.search(r'data-table="leaderboard".*?</table>', text, re.DOTALL).group(0)
+    assert ">KV bytes / FullKV<" in block and ">PSNR vs FullKV (dB)<" in block and ">Last-frame PSNR vs FullKV (dB)<" in block
+    assert "last_frame_ssim_vs_fullkv" not in block  # no entry has a value: not shown

@@ -69,6 +69,9 @@ def page_tables(text: str) -> list[str]:
     ("fps_speedup", 2.0, "2.00x"),  # speedup before fps
     ("fps_per_token", 1234.56, "1234.6"),  # fps before per_token
     ("seconds_flops", 1234.56, "1234.6"),  # seconds before flops
+    ("kv_bytes_ratio", 0.1255, "12.55%"),  # a share of FullKV's bytes, not MB
+    ("psnr_vs_fullkv", 31.2345, "31.23"),  # dB
+    ("last_frame_ssim_vs_fullkv", 0.87654, "0.8765"),
     ("prune", 0.5, "0.5000"),  # starts with "pr" but not "pr_": a plain number
     ("sprint_pr_x", 0.5, "0.5000"),  # "_pr" inside, not at the end
 ])
@@ -76,6 +79,11 @@ def test_a_float_is_formatted_by_what_its_column_name_says(column, value, text):
     cell = format_value(column, value)
     assert cell == Cell(text, repr(float(value)), True)
     assert format_value(column, np.float32(value)).text == format_value(column, float(np.float32(value))).text
+
+
+def test_an_infinite_psnr_shows_as_infinity_and_sorts_as_javascripts_infinity():
+    assert format_value("psnr_vs_fullkv", math.inf) == Cell("∞", "Infinity", True)  # identical frames
+    assert format_value("score", -math.inf) == Cell("-inf", "-Infinity", True)
 
 
 def test_missing_bool_int_and_text_values():

@@ -52,6 +52,7 @@ from cmbench.runs.atomic import dead_builds
 from cmbench.runs.output_folder import Legacy, OutputFolder, claim
 from cmbench.report.reading import folder_config
 from cmbench.report.leaderboard import (
+    FIDELITY_LABELS,
     FLAG_COLUMN,
     FLAG_MARK,
     MATCHED_NOTE,
@@ -67,6 +68,7 @@ from cmbench.report.leaderboard import (
     load_runs,
     paired_deltas,
     pareto_plot,
+    shown_fidelity,
 )
 from cmbench.scoring.quality_names import QUALITY_LABELS
 
@@ -86,8 +88,8 @@ LABELS = {
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
-    "test": "Test",
-    **QUALITY_LABELS,
+    "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV",
+    **QUALITY_LABELS, **FIDELITY_LABELS,
 }
 
 
@@ -137,8 +139,10 @@ def format_value(column: str, value: Any) -> Cell:
     name = column.lower()
     if name.endswith("_ci95"):
         text = f"± {v:.4f}"
-    elif name == "pr" or name.endswith("_pr") or name.startswith("pr_"):
+    elif name == "pr" or name.endswith("_pr") or name.startswith("pr_") or name.endswith("_ratio"):
         text = f"{100 * v:.2f}%"
+    elif "psnr" in name:
+        text = "∞" if v == math.inf else f"{v:.2f}"
     elif "bytes" in name:
         text = f"{v / 1e6:.2f}"
     elif "speedup" in name:
@@ -149,7 +153,7 @@ def format_value(column: str, value: Any) -> Cell:
         text = f"{v:,.0f}"
     else:
         text = f"{v:.4f}"
-    return Cell(text, repr(v), True)
+    return Cell(text, repr(v) if math.isfinite(v) else ("Infinity" if v > 0 else "-Infinity"), True)  # JS's names
 
 
 def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
@@ -509,8 +513,9 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
     board = leaderboard(runs, curves).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
     order = {label: i for i, label in enumerate(board["method"])}
     runs = sorted(runs, key=lambda r: (r.label != REFERENCE_METHOD, order.get(r.label, len(order))))
+    shown = board.drop(columns=[c for c in FIDELITY_LABELS if c in board.columns and c not in shown_fidelity(board)])
     tables = [
-        table("leaderboard", "Leaderboard", board,
+        table("leaderboard", "Leaderboard", shown,
               "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
               + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])
               + (f" {frame_count_note(board)}" if frame_count_note(board) else "")),

@@ -251,6 +251,30 @@ def board_metric(board: pd.DataFrame) -> str:
 
 
 STORE_COLUMNS = ("peak_store_bytes", "moved_bytes_per_chunk")
+FIDELITY_LABELS = {"psnr_vs_fullkv": "PSNR vs FullKV (dB)", "ssim_vs_fullkv": "SSIM vs FullKV",
+                   "last_frame_psnr_vs_fullkv": "Last-frame PSNR vs FullKV (dB)",
+                   "last_frame_ssim_vs_fullkv": "Last-frame SSIM vs FullKV"}
+"""The headers of the fidelity columns the pages show (:mod:`cmbench.report.fidelity`), in their order."""
+
+
+def shown_fidelity(board: pd.DataFrame) -> list[str]:
+    """The fidelity columns of :data:`FIDELITY_LABELS` that some entry of ``board`` has a value in (none
+    when no FullKV entry was among the board's inputs, or in a board written before them)."""
+    return [c for c in FIDELITY_LABELS if c in board.columns and board[c].notna().any()]
+
+
+def fidelity_lines(board: pd.DataFrame) -> list[str]:
+    """The fidelity-to-FullKV table of the entries with a value (``∞`` dB: identical frames), else nothing."""
+    shown = shown_fidelity(board)
+    if not shown:
+        return []
+    lines = ["", "Fidelity to FullKV (each continuation against FullKV's of the same task and seed, mean over the "
+             "pairs; last frame: the drift at the continuation's end)", "",
+             "| Method | " + " | ".join(FIDELITY_LABELS[c] for c in shown) + " |", "|---|" + "---|" * len(shown)]
+    for _, r in board[board[shown].notna().any(axis=1)].iterrows():
+        cells = ["∞" if r[c] == math.inf else _cell(r[c], "{:.2f}" if "psnr" in c else "{:.4f}") for c in shown]
+        lines.append(f"| {markdown_text(r['method'])} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def store_lines(board: pd.DataFrame) -> list[str]:
@@ -301,6 +325,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
               "KV bytes: the device bytes of the KV cache over FullKV's on the same tasks (summed over the "
               "continuation's chunks, scales and metadata included; FullKV's computed from the geometry)."]
     lines += store_lines(board)
+    lines += fidelity_lines(board)
     quality = [c for c in QUALITY_FIELDS if c in board.columns]
     if quality:
         lines += ["", "Quality (VBench's metrics on the same continuations; `*_light`: VBench's formula on CPU "
