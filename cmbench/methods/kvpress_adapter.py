@@ -102,7 +102,7 @@ def press_class(spec: str) -> type:
 def build_press(spec: str | Mapping[str, Any], compression_ratio: float) -> Any:
     """A press from a class name or import path, or a mapping ``{_target_: name or path, field: value}``
     of the press's own fields; its ``compression_ratio`` (if it has one) set to ``compression_ratio``."""
-    options = dict(spec) if isinstance(spec, Mapping) else {"_target_": spec}
+    options: dict[str, Any] = dict(spec) if isinstance(spec, Mapping) else {"_target_": spec}
     target = options.pop("_target_", None)
     if not isinstance(target, str) or not target:
         raise ConfigError(f"method kvpress: press {spec!r} needs a '_target_' (a press class name or import path)")
