@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from cmbench.calibration.matched_pr import calibration_paths
 from cmbench.calibration.target_pr import requested_target, resolve_target_pr
-from cmbench.calibration.target_quantity import BYTES, PR
+from cmbench.calibration.target_quantity import BYTES, PR, bytes_floor
 from cmbench.errors import ConfigError
 from test_matched_pr_units import SHARE, lab  # noqa: F401  (the fixture)
 
@@ -75,3 +75,63 @@ def test_method_target_bytes_resolves_into_the_knob_and_its_record_fields(lab): 
     fields = resolved.record_fields()
     assert fields["target_bytes"] == 0.25 and fields["calibration_bytes"] == pytest.approx(1 - share)
     assert fields["target_pr"] is None and fields["calibration_pr"] is None
+
+
+# ------------------------------------------------------------------ the floor of a bytes target
+
+
+def test_the_bytes_floor_sums_the_window_over_fullkvs_history_chunk_by_chunk():
+    # chunks of 4 frames after a 12-frame context: FullKV holds 12, 16, 20; an 8-frame window holds 8 each
+    assert bytes_floor(8, 12, 12, 4) == pytest.approx(24 / 48)
+    # a window longer than the early history holds all of it: min(12, 14) + 14 + 14 over 12 + 16 + 20
+    assert bytes_floor(14, 12, 12, 4) == pytest.approx(40 / 48)
+    assert bytes_floor(8, 0, 0, 4) == 1.0  # no continuation chunk: nothing to save
+
+
+def floor_config(method: dict) -> OmegaConf:
+    """A root config of the tiny backbone on MiniWorld's shape (192-frame contexts, 16 generated)."""
+    from cmbench.backbones.tiny import DEFAULT_WEIGHTS
+
+    cfg = {"method": method, "storage": {"name": "fp"}, "generation": {"continuation_frames": 16},
+           "data": {"clips": 6, "clip_frames": 32, "fps": 16},
+           "backbone": {"path": str(DEFAULT_WEIGHTS), "context": {"fps": 16, "temporal_stride": 1}}}
+    return OmegaConf.create(cfg)
+
+
+def test_a_bytes_target_below_the_sink_and_recent_window_is_refused_in_one_line():
+    # streaming's knob is its recent window: at its least (0 chunks) only the 1-chunk sink stays,
+    # 4 frames against 192 + 196 + 200 + 204: 16 / 792
+    with pytest.raises(ConfigError) as err:
+        requested_target(floor_config({"name": "streaming", "target_bytes": 0.02}), BYTES)
+    assert str(err.value) == (
+        "method.target_bytes=0.02: below 0.0202, what streaming's sink and recent window alone store (1 + 0 chunks "
+        "of 4 latent frames, kept whatever its recent_chunks, against FullKV's 192 context + 16 continuation "
+        "frames); give method.target_bytes >= 0.0203")
+    assert "\n" not in str(err.value)
+    assert requested_target(floor_config({"name": "streaming", "target_bytes": 0.0203}), BYTES) == 0.0203
+    # decoprune keeps its 1-chunk sink and 1-chunk recent window whatever its gamma: 32 / 792
+    with pytest.raises(ConfigError, match=r"^method.target_bytes=0.04: below 0.0404, what decoprune's sink and recent "
+                                          r"window alone store \(1 \+ 1 chunks"):
+        requested_target(floor_config({"name": "decoprune", "target_bytes": 0.04}), BYTES)
+    wide = floor_config({"name": "decoprune", "target_bytes": 0.1, "sink_chunks": 4, "recent_chunks": 4})
+    with pytest.raises(ConfigError, match=r"below 0.1616, .*\(4 \+ 4 chunks"):  # 32 frames: 128 / 792
+        requested_target(wide, BYTES)
+
+
+@pytest.mark.parametrize("change", [
+    {"storage": {"name": "kivi"}},  # fewer bytes per token: the fp floor does not bind
+    {"data": {"clips": None}},  # a dataset whose contexts the config does not size
+    {"backbone": {"path": "/nowhere/weights.safetensors"}},  # the chunk is not declared
+    {"method": {"_target_": "my.Plugin"}},  # a plug-in's rule may keep less than its window
+    {"method": {"max_history_tokens": 64}},  # a cap below the window
+])
+def test_no_floor_is_checked_where_it_cannot_be_computed(change):
+    cfg = OmegaConf.merge(floor_config({"name": "streaming", "target_bytes": 0.01}), change)
+    assert requested_target(cfg, BYTES) == 0.01
+
+
+def test_the_calibrate_command_refuses_a_bytes_target_below_the_floor_under_its_own_key():
+    from cmbench.calibration.matched_pr import calibrate_method
+
+    with pytest.raises(ConfigError, match=r"^target_bytes=0.01: below 0.0202, what streaming's"):
+        calibrate_method(floor_config({"name": "streaming"}), 0.01, quantity=BYTES)

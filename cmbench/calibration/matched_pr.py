@@ -38,7 +38,7 @@ from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
 from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_value
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
-from cmbench.calibration.target_quantity import PR, TargetQuantity
+from cmbench.calibration.target_quantity import BYTES, PR, TargetQuantity, check_bytes_floor
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 from cmbench.hashing import config_hash
@@ -430,6 +430,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         No knob, quota mode, a target the knob's range cannot reach, bad calibration data.
     """
     target_pr = quantity.check(target_pr, quantity.key)
+    if quantity is BYTES:
+        check_bytes_floor(cfg, target_pr, quantity.key)
     searched = quantity.searched(target_pr)
     if not 0.0 < tolerance < 1.0:
         raise ConfigError(f"calibration.tolerance={tolerance}: expected a PR difference in (0, 1)")

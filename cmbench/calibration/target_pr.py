@@ -29,7 +29,7 @@ from omegaconf import DictConfig, open_dict
 
 from cmbench.calibration.matched_pr import Calibration, calibrate_method, calibration_options, method_knob, pr_tag
 from cmbench.calibration.progress import CalibrationProgress
-from cmbench.calibration.target_quantity import BYTES, PR, QUANTITIES, TargetQuantity
+from cmbench.calibration.target_quantity import BYTES, PR, QUANTITIES, TargetQuantity, check_bytes_floor
 from cmbench.config_paths import editable_copy, to_dict
 from cmbench.errors import ConfigError
 from cmbench.identity.labels import auto_label, storage_suffix
@@ -78,7 +78,8 @@ def requested_target(cfg: DictConfig, quantity: TargetQuantity = PR) -> float | 
     Raises
     ------
     ConfigError
-        One line: a target outside its range, a target together with a quota or another target.
+        One line: a target outside its range, a target together with a quota or another target, a bytes
+        target below what the method's sink and recent window alone store.
     """
     target = cfg.method.get(quantity.key)
     if target is None:
@@ -92,6 +93,8 @@ def requested_target(cfg: DictConfig, quantity: TargetQuantity = PR) -> float | 
     other = [q.key for q in QUANTITIES if q is not quantity and cfg.method.get(q.key) is not None]
     if other:
         raise ConfigError(f"method {name}: method.{quantity.key} and method.{other[0]} both set the knob: give one of them")
+    if quantity is BYTES:
+        check_bytes_floor(cfg, target, f"method.{quantity.key}")
     return target
 
 
