@@ -19,7 +19,9 @@ from cmbench.data.manifest import validate_manifest
 from cmbench.data.video import VideoError, VideoReader, read_frames_at, read_video, write_video
 from cmbench.miniworld.readers import MiniWorldDataError, load_context
 from cmbench.report.reading import folder_config, read_records
+from cmbench.lock import RunFolderError
 from cmbench.runs.records import RecordsError, RecordWriter, read_task_records
+from cmbench.runs.score_videos import check_output
 
 ROW = {"task_id": "a1", "status": "ok", "label": "x", "score": 0.5}
 
@@ -144,6 +146,14 @@ def test_a_sparse_6_gib_file_in_a_run_folder_is_refused_naming_it(tmp_path, name
     sparse(folder / name, 6 * GiB)
     with pytest.raises(ReadLimitError, match=rf"{folder / name}: 6.0 GiB, over the .* limit of a"):
         read_records(folder)
+
+
+def test_a_score_folders_sparse_config_is_refused_naming_its_size_before_a_rescore(tmp_path):
+    out = tmp_path / "scores"
+    out.mkdir()
+    sparse(out / "config.yaml", 6 * GiB)
+    with pytest.raises(RunFolderError, match=rf"out={out}: {out / 'config.yaml'}: 6.0 GiB, over the 4.0 MiB limit"):
+        check_output(out, tmp_path / "videos")
 
 
 def test_a_config_that_is_a_fifo_is_refused_not_waited_on(tmp_path):

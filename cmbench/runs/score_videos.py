@@ -32,6 +32,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from cmbench import bounded_read
 from cmbench.data import Task
 from cmbench.data.adapter import ContinuationShape, DatasetAdapter
 from cmbench.data.video import VideoReader, is_lossless
@@ -86,7 +87,10 @@ def check_output(out: Path, videos: Path) -> None:
     config = out / "config.yaml"
     if config.is_file() or config.is_symlink():
         try:
-            scored = OmegaConf.to_container(OmegaConf.load(config)) if config.is_file() else None
+            text = bounded_read.read_text(config, "config") if config.is_file() else None
+            scored = OmegaConf.to_container(OmegaConf.create(text)) if text is not None else None
+        except bounded_read.ReadLimitError as err:
+            raise RunFolderError(f"out={out}: {err}{hint}") from err
         except Exception as err:  # any yaml error: the folder is not ours to overwrite
             raise RunFolderError(f"out={out}: its config.yaml is unreadable ({type(err).__name__}){hint}") from err
         named = scored.get("videos") if isinstance(scored, dict) else None
