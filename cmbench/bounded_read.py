@@ -35,6 +35,7 @@ LIMITS: dict[str, int] = {  # the kinds of files CMBench reads from folders it d
     "summary": 64 * MiB,  # summary.json
     "calibration log": 16 * MiB,  # <out_dir>/calibration/*.json
     "manifest": 256 * MiB,  # metadata.jsonl
+    "table": 64 * MiB,  # a CSV table a command wrote and another reads (curves.csv, leaderboard.csv)
     "context array": 1 * GiB,  # an .npz of a dataset (MiniWorld's lossless contexts): the arrays' declared bytes
 }
 FRAME_PIXELS = 7680 * 4320  # the largest frame decoded (8K UHD): one frame of a streamed video is held at a time

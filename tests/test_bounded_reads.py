@@ -18,7 +18,7 @@ from cmbench.calibration.matched_pr import read_log
 from cmbench.data.manifest import validate_manifest
 from cmbench.data.video import VideoError, VideoReader, read_frames_at, read_video, write_video
 from cmbench.miniworld.readers import MiniWorldDataError, load_context
-from cmbench.report.reading import folder_config, read_records
+from cmbench.report.reading import folder_config, read_records, read_table
 from cmbench.lock import RunFolderError
 from cmbench.runs.records import RecordsError, RecordWriter, read_task_records
 from cmbench.runs.score_videos import check_output
@@ -154,6 +154,12 @@ def test_a_score_folders_sparse_config_is_refused_naming_its_size_before_a_resco
     sparse(out / "config.yaml", 6 * GiB)
     with pytest.raises(RunFolderError, match=rf"out={out}: {out / 'config.yaml'}: 6.0 GiB, over the 4.0 MiB limit"):
         check_output(out, tmp_path / "videos")
+
+
+def test_a_sparse_curves_table_is_refused_naming_its_size(tmp_path):
+    path = sparse(tmp_path / "curves.csv", 6 * GiB)
+    with pytest.raises(ReadLimitError, match=rf"{path}: 6.0 GiB, over the 64.0 MiB limit of a table"):
+        read_table(path, ["method"], "curves", "curves")
 
 
 def test_a_config_that_is_a_fifo_is_refused_not_waited_on(tmp_path):

@@ -71,7 +71,7 @@ def read_table(path: str | Path, columns: Iterable[str], kind: str, command: str
     path = Path(path)
     if not path.is_file():
         raise ReportError(f"{path}: no {kind} file (python -m cmbench {command} writes one)")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = bounded_read.read_text(path, "table", errors="replace")
     remedy = f"a {command} run stopped while writing it?"
     if not text.strip():
         raise ReportError(f"{path}: empty ({remedy}): rerun python -m cmbench {command}")
