@@ -130,8 +130,20 @@ def test_no_floor_is_checked_where_it_cannot_be_computed(change):
     assert requested_target(cfg, BYTES) == 0.01
 
 
-def test_the_calibrate_command_refuses_a_bytes_target_below_the_floor_under_its_own_key():
+def test_the_calibrate_command_refuses_a_bytes_target_below_the_floor_under_its_own_key(tmp_path):
     from cmbench.calibration.matched_pr import calibrate_method
 
+    cfg = OmegaConf.merge(floor_config({"name": "streaming"}), {"out_dir": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"^target_bytes=0.01: below 0.0202, what streaming's"):
-        calibrate_method(floor_config({"name": "streaming"}), 0.01, quantity=BYTES)
+        calibrate_method(cfg, 0.01, quantity=BYTES)
+
+
+def test_the_shipped_configs_give_the_floor_of_a_run(tmp_path):
+    """``run method=decoprune method.target_bytes=0.01``: the tiny backbone and MiniWorld configs as shipped
+    size the floor (192-frame contexts, 4-frame chunks) before any calibration or model."""
+    from cmbench.api import compose_config
+
+    with pytest.raises(ConfigError, match=r"^method.target_bytes=0.01: below 0.0404, what decoprune's .*against "
+                                          r"FullKV's 192 context \+ 16 continuation frames\)"):
+        resolve_target_pr(compose_config("decoprune", ["method.target_bytes=0.01", f"out_dir={tmp_path}"]),
+                          verbose=False)
