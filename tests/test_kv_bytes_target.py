@@ -123,6 +123,7 @@ def test_a_bytes_target_below_the_sink_and_recent_window_is_refused_in_one_line(
     {"data": {"clips": None}},  # a dataset whose contexts the config does not size
     {"backbone": {"path": "/nowhere/weights.safetensors"}},  # the chunk is not declared
     {"method": {"_target_": "my.Plugin"}},  # a plug-in's rule may keep less than its window
+    {"method": {"name": "my_plugin"}},  # ... and its name is not a registered method's
     {"method": {"max_history_tokens": 64}},  # a cap below the window
 ])
 def test_no_floor_is_checked_where_it_cannot_be_computed(change):

@@ -25,6 +25,7 @@ from typing import Any
 from cmbench.backbones.wan.timeline import prepared_length
 from cmbench.errors import ConfigError
 from cmbench.methods.base import Method
+from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import METHODS, build_method
 
 
@@ -69,6 +70,7 @@ class TargetQuantity:
         if not ok:
             span = "(0, 1]" if low_open else "[0, 1)"
             raise ConfigError(f"{where}={target!r}: expected {self.what} in {span}, e.g. {where}={self.example:g}")
+        assert isinstance(target, (int, float))  # checked above
         return float(target)
 
     def searched(self, target: float) -> float:
@@ -125,18 +127,18 @@ def declared_chunk_frames(backbone: Mapping[str, Any]) -> int | None:
     return int(chunk) if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 else None
 
 
-def least_window(method_cfg: Mapping[str, Any]) -> tuple[Method, int] | None:
-    """The built-in method of ``method_cfg`` at the end of its knob's range that keeps least, and the chunks
-    it always keeps (sink + recent window); ``None`` for a plug-in method (its rule may keep less), one
-    with a cap on its history (``max_history_tokens``) or without a knob."""
-    cls = METHODS.get(str(method_cfg.get("name")))
-    if cls is None or cls.knob is None or method_cfg.get("_target_") or method_cfg.get("max_history_tokens") is not None:
+def least_window(method_cfg: Mapping[str, Any]) -> tuple[Method, Knob, int] | None:
+    """The built-in method of ``method_cfg`` at the end of its knob's range that keeps least, that knob, and
+    the chunks the method always keeps (sink + recent window); ``None`` for a plug-in method (its rule may
+    keep less), one with a cap on its history (``max_history_tokens``) or without a knob."""
+    name = str(method_cfg.get("name"))
+    knob = METHODS.get(name).knob if name in METHODS else None  # a plug-in's name is not registered
+    if knob is None or method_cfg.get("_target_") or method_cfg.get("max_history_tokens") is not None:
         return None
-    knob = cls.knob
     least = knob.high if knob.increasing else knob.low
     keys = {k: v for k, v in method_cfg.items() if k not in (BYTES.key, PR.key)}
     method = build_method({**keys, knob.name: int(least) if knob.integer else least})
-    return method, method.sink_chunks + method.recent_chunks
+    return method, knob, method.sink_chunks + method.recent_chunks
 
 
 def check_bytes_floor(cfg: Any, target: float, where: str) -> None:
@@ -162,22 +164,22 @@ def check_bytes_floor(cfg: Any, target: float, where: str) -> None:
     if _group(cfg, "storage").get("name", "fp") != "fp":
         return
     chunk = declared_chunk_frames(backbone)
+    found = least_window(_group(cfg, "method"))
+    if chunk is None or found is None:
+        return
     context = _group(backbone, "context")
     try:
         source = int(data["clips"]) * int(data["clip_frames"])
-        frames = prepared_length(source, float(data["fps"]), float(context["fps"]), chunk or 0,
+        frames = prepared_length(source, float(data["fps"]), float(context["fps"]), chunk,
                                  int(context.get("temporal_stride", 4)))[1]
         continuation = int(generation["continuation_frames"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError):
         return
-    found = least_window(_group(cfg, "method")) if chunk else None
-    if found is None:
-        return
-    method, chunks = found
+    method, knob, chunks = found
     floor = bytes_floor(chunks * chunk, frames, continuation, chunk)
     if target < floor:
         raise ConfigError(
             f"{where}={target:g}: below {floor:.4f}, what {method.name}'s sink and recent window alone store "
             f"({method.sink_chunks} + {method.recent_chunks} chunks of {chunk} latent frames, kept whatever its "
-            f"{type(method).knob.name}, against FullKV's {frames} context + {continuation} continuation frames); "
+            f"{knob.name}, against FullKV's {frames} context + {continuation} continuation frames); "
             f"give {where} >= {math.ceil(floor * 1e4) / 1e4:g}")
