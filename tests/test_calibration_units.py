@@ -4,7 +4,9 @@ pooled from FullKV attention under each context's conditioning and the run's gen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ import cmbench.calibration.pruning_ratio as pruning_ratio
 import cmbench.runs.evaluator
 import cmbench.runs.runner
 import cmbench.spec  # noqa: F401
+from cmbench.cache.quantized import StorageFormat, storage_format
 from cmbench.calibration.head_map import calibrate_head_scores, paper_check
 from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_value
 from cmbench.errors import ConfigError
@@ -117,6 +120,14 @@ def task(task_id: str, context_id: str) -> SimpleNamespace:
     return SimpleNamespace(task_id=task_id, context_id=context_id)
 
 
+@dataclass(frozen=True)
+class SettingsOf:
+    """What the spied meter's ``generation_settings`` returns: the block it read, and the storage format the
+    meter sets on it."""
+    generation: Any
+    storage: StorageFormat = StorageFormat()
+
+
 @pytest.fixture
 def spied_meter(monkeypatch):
     """A :class:`PRMeter` whose backbone, memory plan, encoder, prefill and generation are recorders;
@@ -156,7 +167,7 @@ def spied_meter(monkeypatch):
     monkeypatch.setattr("cmbench.runs.evaluator.encode_context", encode_context)
     monkeypatch.setattr("cmbench.runs.evaluator.HeldPrefill", lambda latents: SimpleNamespace(latents=latents))
     monkeypatch.setattr("cmbench.runs.evaluator.prefilled_for", prefilled_for)
-    monkeypatch.setattr("cmbench.spec.generation_settings", lambda generation: ("settings of", generation))
+    monkeypatch.setattr("cmbench.spec.generation_settings", SettingsOf)
     monkeypatch.setattr(pruning_ratio, "build_adapter", lambda data: ("adapter of", data))
     monkeypatch.setattr(pruning_ratio, "continue_task", fake_continue)
     cfg = OmegaConf.create({"data": {"root": "/cal"}, "backbone": {"name": "tiny", "context": {"frames": 8}},
@@ -192,9 +203,22 @@ def test_each_task_runs_as_the_evaluator_runs_it(spied_meter):
     plan = SimpleNamespace(backbone_config=("backbone config", "tiny"), method=method)
     for entry, (tid, ctx) in zip(log["prefill"], [("a", "ctx1"), ("c", "ctx1"), ("b", "ctx2")]):
         assert entry == dict(latents=f"latents of {ctx}", task=tid, cond=("cond", tid), backbone=backbone,
-                             method=method, settings=("settings of", cfg.generation), memory=plan, seed=7)
+                             method=method, settings=SettingsOf(cfg.generation), memory=plan, seed=7)
     assert log["continue"] == [(backbone, ("prefilled", tid), ("cond", tid), 4, task_seed(7, tid))
                                for tid in ("a", "c", "b")]
+
+
+def test_each_task_runs_in_the_runs_storage_format(spied_meter):
+    """The cache of every calibration task stores its history in the run's ``storage`` format, so a bytes
+    target is measured in the bytes the run stores; its knobs are checked as ``run`` checks them."""
+    _, cfg, log, _ = spied_meter
+    kivi = {"name": "kivi", "bits": 2, "group_size": 16, "residual": 64}
+    meter = PRMeter(OmegaConf.merge(cfg, {"storage": kivi}), [task("a", "ctx1"), task("b", "ctx2")])
+    meter.task_prs(object())
+    assert [entry["settings"].storage for entry in log["prefill"]] == [storage_format(kivi)] * 2
+    assert storage_format(kivi).quantized and storage_format(kivi) != StorageFormat()
+    with pytest.raises(ConfigError, match="storage.bits"):
+        PRMeter(OmegaConf.merge(cfg, {"storage": {**kivi, "bits": 3}}), [task("a", "ctx1")])
 
 
 def test_each_context_is_encoded_once_and_the_backbone_built_once_across_measurements(spied_meter):

@@ -170,6 +170,28 @@ def test_a_configured_value_on_target_is_the_calibration_after_one_probe(lab):
                                                 f"keyed/share_pr25_{key}.json", f"keyed/share_probes_{probe_key}.json"))
 
 
+KIVI4 = {"name": "kivi", "bits": 4, "group_size": 32, "residual": 128}
+
+
+def test_a_quantized_storage_format_is_its_own_calibration_with_its_own_probes(lab):
+    """A target in a quantized format is measured in that format, so it is another calibration than full
+    precision's (key, probes and logged setting name the format) and another bit width another again;
+    ``storage=fp`` keeps the key a config without a storage group has (full-precision folders stay valid)."""
+    def run(storage):
+        cfg = lab.config(SHARE)
+        if storage is not None:
+            cfg.storage = storage
+        return calibrate_method(cfg, 0.25)
+
+    plain, fp, kivi4, kivi2 = run(None), run({"name": "fp"}), run(KIVI4), run({**KIVI4, "bits": 2})
+    assert fp.key == plain.key and fp.probe_key == plain.probe_key and fp.cached
+    assert len({plain.probe_key, kivi4.probe_key, kivi2.probe_key}) == 3
+    assert not kivi4.cached and not kivi2.cached and len(lab.measured) == 3  # each format measured afresh
+    assert not any(k.startswith("storage") for k in plain.setting)
+    assert {k: v for k, v in kivi4.setting.items() if k.startswith("storage")} == {
+        "storage.name": "kivi", "storage.bits": 4, "storage.group_size": 32, "storage.residual": 128, "storage.stages": 1}
+
+
 def test_a_calibration_is_reused_and_its_files_written_only_when_they_are_not_its_own(lab):
     first = lab.run(SHARE, 0.25)
     yaml_path, log_path = Path(first.yaml), Path(first.log)

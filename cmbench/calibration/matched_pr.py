@@ -36,7 +36,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
-from cmbench.calibration.pruning_ratio import PRMeter, calibration_config, calibration_tasks, knob_value
+from cmbench.calibration.pruning_ratio import (PRMeter, calibration_config, calibration_storage, calibration_tasks,
+                                            knob_value)
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
 from cmbench.calibration.target_quantity import BYTES, PR, TargetQuantity, check_bytes_floor
 from cmbench.config_paths import to_dict
@@ -345,14 +346,23 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
     return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}").items()}
 
 
+def quantized_storage(cfg: DictConfig) -> dict[str, Any]:
+    """``{"storage": <format's fields>}`` when ``cfg``'s run stores its history quantized, else ``{}``: a part of
+    what decides a calibration's probes (PR and bytes are measured in the format), absent in full precision,
+    as in a run's hash, so that full-precision calibrations keep their keys."""
+    storage = calibration_storage(cfg)
+    return {"storage": asdict(storage)} if storage.quantized else {}
+
+
 def calibration_setting(cfg: DictConfig, method_setting: dict[str, Any], root: str, n_tasks: int, tolerance: float,
                         max_probes: int) -> dict[str, Any]:
     """What decides a calibration besides its code and target, flat by the keys a user sets
     (:attr:`Calibration.setting`): the method without its knob, the data (the calibration folder
-    ``root`` among them), backbone, generation, seeds and the calibration options."""
+    ``root`` among them), backbone, generation, seeds, the calibration options and a quantized storage format."""
     values = {"calibration": {"tasks": n_tasks, "tolerance": tolerance, "max_probes": max_probes, "root": root},
               "sample_seed": OmegaConf.select(cfg, "sample_seed"), "seed": int(cfg.seed), "method": method_setting,
-              "data": to_dict(cfg.data), "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation)}
+              "data": to_dict(cfg.data), "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
+              **quantized_storage(cfg)}
     return {k: v for key, value in portable(values).items() for k, v in _flat(value, key).items()}
 
 
@@ -449,7 +459,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     probe_key = calibration_probe_key({"method": setting, "knob": asdict(knob),
                                        "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
                                        "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
-                                       "seed": int(cfg.seed), "code": code.hash,
+                                       "seed": int(cfg.seed), "code": code.hash, **quantized_storage(cfg),
                                        **({} if quantity is PR else {"quantity": quantity.name})})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
     logged = calibration_setting(cfg, setting, data["root"], n_tasks, tolerance, max_probes)

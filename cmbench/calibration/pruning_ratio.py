@@ -11,12 +11,14 @@ decoded or scored. Contexts are encoded once and reused for every setting measur
 The calibration data (:func:`calibration_config`): for MiniWorld, the same suite knobs built with
 ``world_seed + 1`` under ``calibration.root`` (default ``<data.root>_calibration``, the held-out world
 the head map is calibrated on); for any other dataset (the official set), a folder of calibration
-contexts in the same format, given as ``calibration.root``.
+contexts in the same format, given as ``calibration.root``. The cache stores its history in the run's
+storage format (:func:`calibration_storage`): a bytes target is measured in the bytes the run stores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cmbench.cache.quantized import StorageFormat
 from cmbench.calibration.target_quantity import PR, TargetQuantity
-from cmbench.config_paths import editable_copy
+from cmbench.config_paths import editable_copy, to_dict
 from cmbench.data import Task, load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.errors import ConfigError
@@ -64,6 +67,21 @@ def calibration_config(cfg: DictConfig) -> DictConfig:
     return out
 
 
+def calibration_storage(cfg: DictConfig) -> StorageFormat:
+    """The storage format of ``cfg``'s run (its ``storage`` group; full precision without one), checked
+    against the backbone's head dim as ``run`` checks it: the format a calibration measures in.
+
+    Raises
+    ------
+    ConfigError
+        The format's knobs out of range (:func:`cmbench.spec.storage_spec`).
+    """
+    from cmbench.spec import storage_spec
+
+    block = cfg.get("storage")
+    return storage_spec(None if block is None else to_dict(block), to_dict(cfg.backbone))
+
+
 def calibration_tasks(cfg: DictConfig, n_tasks: int) -> list[Task]:
     """The calibration tasks: the suite built or checked (:meth:`ensure`), then the same stratified seeded
     sample of ``n_tasks`` that ``run limit=n_tasks`` takes (``cfg`` from :func:`calibration_config`)."""
@@ -84,7 +102,7 @@ class PRMeter:
     ----------
     cfg : DictConfig
         The root config of the calibration data (:func:`calibration_config`): ``data``, ``backbone``,
-        ``generation``, ``seed``.
+        ``generation``, ``seed`` and the run's ``storage`` format, if any (:func:`calibration_storage`).
     tasks : list of Task
         :func:`calibration_tasks`.
     on_task : callable ``(done, total)``, optional
@@ -103,7 +121,7 @@ class PRMeter:
         self.tasks = tasks
         self.on_task = on_task
         self.quantity = quantity
-        self.settings = generation_settings(cfg.generation)
+        self.settings = replace(generation_settings(cfg.generation), storage=calibration_storage(cfg))
         self.adapter = build_adapter(cfg.data)
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.backbone: Any = None
