@@ -117,6 +117,7 @@ class CpuMeter:
     @contextmanager
     def session(self) -> Iterator[None]:
         """Record every allocation and free inside the block; the windows' peaks are ready after it."""
+        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -124,7 +125,7 @@ class CpuMeter:
         events, windows = [], {}
         for e in prof.profiler.kineto_results.events():
             name = e.name()
-            if name == "[memory]" and str(e.device_type()) == "DeviceType.CPU":
+            if name == "[memory]" and e.device_type() == DeviceType.CPU:
                 events.append((e.start_ns(), e.nbytes()))
             elif name.startswith(WINDOW):
                 windows[name[len(WINDOW):]] = (e.start_ns(), e.end_ns())
@@ -147,12 +148,14 @@ class CudaMeter:
 
     @contextmanager
     def session(self) -> Iterator[None]:
+        """Count from the memory allocated when the block starts."""
         torch.cuda.synchronize(self.device)
         self.base = torch.cuda.memory_allocated(self.device)
         yield
 
     @contextmanager
     def window(self, key: str) -> Iterator[None]:
+        """A measured window inside :meth:`session`: the level at its start and the allocator's peak in it."""
         torch.cuda.synchronize(self.device)
         start = torch.cuda.memory_allocated(self.device) - self.base
         torch.cuda.reset_peak_memory_stats(self.device)
