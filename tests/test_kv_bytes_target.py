@@ -118,6 +118,18 @@ def test_a_bytes_target_below_the_sink_and_recent_window_is_refused_in_one_line(
         requested_target(wide, BYTES)
 
 
+def test_a_backbone_that_declares_its_chunk_and_compresses_time_by_its_default_stride():
+    # a Wan-shaped backbone: 3-latent-frame chunks, temporal stride 4 by default; 192 frames at 16 fps become
+    # 198 padded pixel frames, 51 latent frames; 12 generated frames are 4 chunks: 4 x 6 / (51 + 54 + 57 + 60)
+    cfg = OmegaConf.merge(floor_config({"name": "decoprune", "target_bytes": 0.1}),
+                          {"generation": {"continuation_frames": 12}})
+    cfg.backbone = {"chunk_frames": 3, "context": {"fps": 16}}
+    with pytest.raises(ConfigError, match=r"below 0.1081, .*\(1 \+ 1 chunks of 3 latent frames, .*against FullKV's 51 "
+                                          r"context \+ 12 continuation frames\)"):
+        requested_target(cfg, BYTES)
+    assert PR.check(0.0, "method.target_pr") == 0.0  # no pruning is a PR target too
+
+
 @pytest.mark.parametrize("change", [
     {"storage": {"name": "kivi"}},  # fewer bytes per token: the fp floor does not bind
     {"data": {"clips": None}},  # a dataset whose contexts the config does not size

@@ -121,8 +121,8 @@ def declared_chunk_frames(backbone: Mapping[str, Any]) -> int | None:
     if chunk is None and backbone.get("path"):
         beside = Path(str(backbone["path"])).with_suffix(".json")
         try:
-            chunk = json.loads(beside.read_text()).get("chunk_frames") if beside.is_file() else None
-        except (OSError, ValueError):
+            chunk = json.loads(beside.read_text()).get("chunk_frames")
+        except (OSError, ValueError):  # no config beside the weights, or not one
             chunk = None
     return int(chunk) if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 else None
 
