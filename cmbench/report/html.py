@@ -88,7 +88,7 @@ LABELS = {
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
-    "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV",
+    "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV", "quality_undefined": "Still tasks (quality undefined)",
     **QUALITY_LABELS, **FIDELITY_LABELS,
 }
 

@@ -61,7 +61,7 @@ from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
 from cmbench.report.text import markdown_text
 from cmbench.scoring.frame_count import flagged
-from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS
+from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS, TEMPORAL_QUALITY, is_undefined
 
 __all__ = ["NUMERIC", "REFERENCE_METHOD", "REPORT_FILES", "UNNAMED_METRIC", "ReportError", "RunRecords", "breakdown",
            "check_comparable", "clustered_mean_ci", "comparison_pairs", "comparisons", "find_curves", "folder_manifest",
@@ -170,6 +170,17 @@ def quality_summary(frame: pd.DataFrame, names: Iterable[str]) -> dict[str, floa
     return out
 
 
+UNDEFINED_COLUMN = "quality_undefined"
+"""Successful records of an entry whose frame-comparing quality metrics are undefined (a still, black or
+one-frame continuation): left out of the quality means. On a board only when some entry has one."""
+
+
+def undefined_quality(frame: pd.DataFrame) -> int:
+    """How many successful records of ``frame`` record a quality metric as undefined on their video."""
+    absent = successful(frame)["quality_absent"]
+    return int(sum(isinstance(a, dict) and any(map(is_undefined, a.values())) for a in absent))
+
+
 def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per entry: metric, score (mean, 95% CI, spread over seeds), PR, the quality metrics the
     records carry (VBench's names, each with its clustered 95% CI, after PR), speed-ups vs FullKV
@@ -215,6 +226,9 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
     quality = quality_metrics(runs)
     if quality:
         values = pd.DataFrame([quality_summary(run.frame, quality) for run in runs])
+        undefined = [undefined_quality(run.frame) for run in runs]
+        if any(undefined):  # the column only where some continuation was still: other boards keep their columns
+            values[UNDEFINED_COLUMN] = undefined
         after_pr = cols.index("pr") + 1
         for offset, column in enumerate(values.columns):
             board.insert(after_pr + offset, column, values[column].to_numpy())
@@ -332,11 +346,20 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
                   "features, not VBench's numbers; mean ± 95% CI clustered by context)", "",
                   "| Method | " + " | ".join(QUALITY_LABELS.get(c, c) for c in quality) + " |",
                   "|---|" + "---|" * len(quality)]
-        for _, r in board.iterrows():
-            cells = [_cell(r[c], "{:.4f}") + ("" if math.isnan(r[f"{c}_ci95"]) else f" ± {r[f'{c}_ci95']:.4f}")
+        undefined = board[UNDEFINED_COLUMN] if UNDEFINED_COLUMN in board.columns else pd.Series(0, board.index)
+        for i, r in board.iterrows():
+            cells = ["undefined" if undefined[i] and c in TEMPORAL_QUALITY and math.isnan(r[c])
+                     else _cell(r[c], "{:.4f}") + ("" if math.isnan(r[f"{c}_ci95"]) else f" ± {r[f'{c}_ci95']:.4f}")
                      for c in quality]
             name = markdown_text(r["method"]) + (" †" if r["other_code_tasks"] else "")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        still = [f"{markdown_text(m)} {int(n)} of {int(t)}" for m, n, t in zip(board["method"], undefined, board["n_tasks"])
+                 if n]
+        if still:
+            lines += ["", "Undefined: a still, black or one-frame continuation (all frames identical, or fewer than 2) "
+                      "has no temporal flickering or consistency to measure (VBench's formulas would score it a "
+                      "perfect 1); those tasks are left out of the temporal and consistency means: "
+                      + ", ".join(still) + " tasks."]
     if matched:
         lines += ["", MATCHED_NOTE]
     if frame_count_note(board):

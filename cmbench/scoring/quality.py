@@ -15,7 +15,10 @@ whole. The formulas (VBench's code, ``vbench/*.py``; docs/scoring.md, "Quality m
 
 A metric that cannot run here (its package or weights missing, a video too short) raises
 :class:`QualityUnavailable` with the reason; :class:`QualityScorer` records it beside the values, so a
-column is absent with its reason, never silently.
+column is absent with its reason, never silently. On a continuation with fewer than 2 frames or whose
+frames are all identical (a still or black video), every metric that compares frames
+(:data:`~cmbench.scoring.quality_names.TEMPORAL_QUALITY`) is absent as undefined (:class:`QualityPass`):
+VBench's formulas would score such a video a perfect 1.0, rewarding a continuation that froze.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from cmbench.errors import CMBenchError
+from cmbench.scoring.quality_names import TEMPORAL_QUALITY, UNDEFINED
 
 
 class QualityUnavailable(CMBenchError):
@@ -267,22 +271,49 @@ class QualityScorer:
 
 class QualityPass:
     """Every metric of a :class:`QualityScorer` accumulating over one video, so the quality metrics
-    ride on a pass the scorer makes anyway (a streamed video is decoded no extra time for them)."""
+    ride on a pass the scorer makes anyway (a streamed video is decoded no extra time for them).
+
+    It also counts the frames and whether all of them equal the first: a video with fewer than 2 frames,
+    or a still one (every frame identical, a black video too), has its frame-comparing metrics
+    (:data:`TEMPORAL_QUALITY`) recorded as undefined instead of their formula's perfect value.
+    """
 
     def __init__(self, scorer: QualityScorer):
         self.unavailable = dict(scorer.unavailable)
         self.accumulators = {m.name: m.accumulator() for m in scorer.metrics}
+        self.frames = 0
+        self._first: np.ndarray | None = None
+        self._still = True
 
     def add(self, frames: np.ndarray) -> None:
         """The next consecutive frames, ``uint8 [B, H, W, 3]``."""
+        if len(frames) and self._still:
+            if self._first is None:
+                self._first = np.array(frames[0], copy=True)  # [H, W, 3]
+            self._still = bool((frames == self._first).all())
+        self.frames += len(frames)
         for acc in self.accumulators.values():
             acc.add(frames)
+
+    def undefined(self) -> str | None:
+        """Why the frame-comparing metrics are undefined on the frames added so far, or None."""
+        if self.frames < 2:
+            return (f"{UNDEFINED}the continuation has {self.frames} frame{'' if self.frames == 1 else 's'}: "
+                    "a temporal or consistency metric compares frames")
+        if self._still:
+            return (f"{UNDEFINED}all {self.frames} frames of the continuation are identical (a still or black "
+                    "video): a temporal or consistency metric would call it perfect")
+        return None
 
     def result(self) -> QualityScores:
         """The metrics over every frame added; a metric that cannot be computed is absent with its reason."""
         values: dict[str, float] = {}
         absent = dict(self.unavailable)
+        undefined = self.undefined()
         for name, acc in self.accumulators.items():
+            if undefined is not None and name in TEMPORAL_QUALITY:
+                absent[name] = undefined
+                continue
             try:
                 values[name] = float(acc.value())
             except QualityUnavailable as err:

@@ -20,3 +20,18 @@ QUALITY_LABELS = {
 BOUNDED_QUALITY = ("subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
                    "subject_consistency_light", "background_consistency_light")
 """The metrics in [0, 1] by their formula."""
+
+TEMPORAL_QUALITY = ("subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness",
+                    "subject_consistency_light", "background_consistency_light")
+"""The metrics that compare frames with each other. On a continuation with fewer than 2 frames, or whose
+frames are all identical (a still or black video), they are undefined, not perfect: VBench's formulas give
+such a video 1.0, which would reward a continuation that froze."""
+
+UNDEFINED = "undefined: "
+"""How the reason recorded for an undefined metric (``quality_absent``) begins."""
+
+
+def is_undefined(reason: object) -> bool:
+    """Whether a recorded ``quality_absent`` reason says the metric is undefined on that video (a still,
+    black or one-frame continuation), rather than unavailable on the machine."""
+    return isinstance(reason, str) and reason.startswith(UNDEFINED)
