@@ -91,7 +91,8 @@ RESULT_KEYS = tuple(k for k in keys_with_role(SCORER_KEYS, "identity") if k not 
 #    modes), per-reference scores and their aggregation.
 SCORER_VERSION = 2
 # Bump when a change of the quality metrics' code changes their numbers.
-QUALITY_VERSION = 1
+# 2: frame-comparing metrics undefined on a still, black or one-frame continuation (were 1.0).
+QUALITY_VERSION = 2
 
 
 def build_stage(kind: str, cfg: Mapping[str, Any], runtime: Runtime):
