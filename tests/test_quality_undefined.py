@@ -104,3 +104,11 @@ def test_leaderboard_means_over_defined_tasks_with_the_count(tmp_path):
     assert "| mixed | 0.8500" in text
     note = next(line for line in text.splitlines() if line.startswith("Undefined:"))
     assert note.endswith("frozen 3 of 3, mixed 1 of 3 tasks.")
+
+
+def test_a_board_of_still_continuations_alone_shows_its_quality_undefined(tmp_path):
+    frozen = write_run(tmp_path / "frozen", "frozen", [("a1", None, True), ("b1", None, True)])
+    board = leaderboard(load_runs([frozen]))
+    assert np.isnan(board.loc[0, "temporal_flickering"]) and board.loc[0, UNDEFINED_COLUMN] == 2
+    text = markdown_table(board)
+    assert "| frozen | undefined |" in text and text.rstrip().endswith("frozen 2 of 2 tasks.")

@@ -153,9 +153,12 @@ def _ratio(reference: pd.Series, entry: pd.Series) -> float:
 
 def quality_metrics(runs: Iterable[RunRecords]) -> list[str]:
     """The quality fields (VBench's names, :data:`QUALITY_FIELDS` order) that any entry's successful
-    records carry."""
+    records carry, or record as undefined on their video (a board of still continuations shows them
+    undefined, not nothing)."""
     frames = [successful(r.frame) for r in runs]
-    return [name for name in QUALITY_FIELDS if any(f[name].notna().any() for f in frames)]
+    undefined = {name for f in frames for absent in f["quality_absent"] if isinstance(absent, dict)
+                 for name, reason in absent.items() if is_undefined(reason)}
+    return [name for name in QUALITY_FIELDS if name in undefined or any(f[name].notna().any() for f in frames)]
 
 
 def quality_summary(frame: pd.DataFrame, names: Iterable[str]) -> dict[str, float]:
