@@ -166,7 +166,7 @@ def test_a_configured_value_on_target_is_the_calibration_after_one_probe(lab):
     assert (lab.folder / "keyed" / f"share_probes_{probe_key}.json").read_text() == json.dumps(
         {"method": "share", "probe_key": probe_key, "probes": [[0.25, 0.25]]}, indent=2) + "\n"
     assert sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file()) == sorted(
-        Path("runs/calibration") / p for p in ("method/share_pr25.yaml", "share_pr25.json",
+        Path("runs/calibration") / p for p in (".cmbench-written.json", "method/share_pr25.yaml", "share_pr25.json",
                                                 f"keyed/share_pr25_{key}.json", f"keyed/share_probes_{probe_key}.json"))
 
 

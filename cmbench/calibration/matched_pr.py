@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,8 @@ from cmbench.hashing import config_hash
 from cmbench.lock import RunLock
 from cmbench.methods.base import Method
 from cmbench.methods.knobs import Knob
+from cmbench.runs import atomic
+from cmbench.runs.output_folder import Legacy, OutputFolder, OutputFolderError, claim
 from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
 from cmbench.identity.code import code_identity, portable
 from cmbench.identity.labels import resolve_method_class
@@ -257,11 +258,48 @@ def _valid_probes(probes: Any) -> dict[float, float]:
     return valid
 
 
+CALIBRATION_LEGACY = Legacy(required=(("*_pr*.json",), ("*_bytes*.json",)),
+                            names=("method", KEYED_DIR, "*_pr*.json", "*_bytes*.json"))
+"""A calibration folder written before markers existed: its logs, ``method/`` and ``keyed/``."""
+
+
+def claim_calibration(out_dir: str | Path, log_name: str) -> OutputFolder:
+    """Claim ``<out_dir>/calibration`` for a calibration whose log is named ``log_name``, before any work
+    (:mod:`cmbench.runs.output_folder`: an empty folder or one CMBench made), and list what it writes there.
+
+    Raises
+    ------
+    OutputFolderError
+        One line: the folder is a file or a link, someone else's, another kind's, its log of that name is
+        not CMBench's, or its ``method/`` or ``keyed/`` is a link or a file (written through, it would
+        write outside the folder).
+    """
+    base = Path(out_dir) / CALIBRATION_DIR
+    folder = claim(base, "calibration", "out_dir's calibration folder", names=("method", KEYED_DIR, log_name),
+                   legacy=CALIBRATION_LEGACY)
+    for sub in ("method", KEYED_DIR):
+        inside = base / sub
+        if inside.is_symlink() or (inside.exists() and not inside.is_dir()):
+            raise OutputFolderError(f"{folder.where}: its {sub} is {'a link' if inside.is_symlink() else 'not a folder'}"
+                                    f" (a calibration is never written through one): remove it, or choose another out_dir")
+    folder.add("method", KEYED_DIR, log_name)
+    return folder
+
+
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` whole, through a new hidden file renamed into place (never through a link,
+    symbolic or hard: :func:`cmbench.runs.atomic.write_text`); its folder is created when missing.
+
+    Raises
+    ------
+    cmbench.runs.atomic.OutputError
+        The folder cannot be written (one line naming the file).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise atomic.OutputError(f"cannot write {path}: {err.strerror or err}") from err
+    atomic.write_text(path, text)
 
 
 def calibration_probe_key(setting: dict[str, Any]) -> str:
@@ -450,6 +488,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}  # refuses bad knobs
     name = str(cfg.method.name)
     yaml_path, log_path = calibration_paths(str(cfg.out_dir), name, target_pr, quantity)
+    claim_calibration(str(cfg.out_dir), log_path.name)  # someone else's folder is refused before any work
     cal_cfg = calibration_config(cfg)
     tasks = calibration_tasks(cal_cfg, n_tasks)
     manifest = Path(str(cal_cfg.data.root)) / str(cal_cfg.data.manifest)
