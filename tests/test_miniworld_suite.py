@@ -276,6 +276,44 @@ def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
         build_suite(_data_cfg(tmp_path / "d", sources={"cartoon": {"videos": 1, "reappear": 1, "revisit": 0}}))
 
 
+def test_a_rebuild_never_replaces_a_folder_the_builder_did_not_make_alone(tmp_path):
+    """A rebuild replaces the whole root: a user's file beside a build, a folder whose build.json is
+    someone else's, a build.json that is a link, and a file as the root are each refused in one line
+    naming data.root, and left as they were."""
+    root = tmp_path / "mw"
+    build_suite(_small(root))
+    digest = _tree_digest(root)
+    (root / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=f"^data.root={root}: a MiniWorld build that also holds notes.txt, which the "
+                                          "builder did not write .*; move it away, or choose an empty or new data.root"):
+        build_suite(_small(root, min_target_frames=5))
+    assert (root / "notes.txt").read_text() == "mine"
+    (root / "notes.txt").unlink()
+    assert _tree_digest(root) == digest
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "build.json").write_text(json.dumps({"build_hash": "x", "tool": "make"}))
+    (project / "metadata.jsonl").write_text("my rows\n")
+    with pytest.raises(ConfigError, match=f"^data.root={project}: not empty and not a MiniWorld build "
+                                          r"\(it holds build.json, metadata.jsonl; no build.json of the builder's\)"):
+        build_suite(_small(project))
+    assert (project / "metadata.jsonl").read_text() == "my rows\n"
+
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "build.json").symlink_to(root / "build.json")
+    with pytest.raises(ConfigError, match="not a MiniWorld build"):
+        build_suite(_small(linked))
+    assert _tree_digest(root) == digest and [p.name for p in linked.iterdir()] == ["build.json"]
+
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match=f"^data.root={afile}: is a file, not a folder"):
+        build_suite(_small(afile))
+    assert afile.read_text() == "x"
+
+
 # A child process that builds the suite of the config given as JSON, starting only once ``go`` exists
 # (after writing ``ready``), so that two children really build at the same moment.
 BUILDER = """

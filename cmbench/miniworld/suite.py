@@ -21,6 +21,12 @@ build holds an inter-process lock (``.<root>.lock`` beside the root), writes int
 sibling folder and publishes it with a rename, so a reader never sees a half suite and a build killed
 mid-way leaves only a hidden folder that the next build removes. A process that finds the lock held
 waits, then uses the suite the holder published.
+
+A rebuild replaces the root as a whole, so the builder writes only into a root that is missing, empty,
+or a build of its own: one whose ``build.json`` is the builder's record (a regular file, not a link,
+holding the build hash, version, config and counts) and which holds nothing but the suite's entries
+(:data:`SUITE_ENTRIES`). A file, or a folder holding anything else (a user's files beside a suite, or
+a folder of another kind), is refused in one line naming it and what is in the way.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from cmbench import bounded_read
 from cmbench.data.task import Reference, Task, as_box
 from cmbench.data.video import read_video, write_video
 from cmbench.errors import ConfigError
@@ -46,6 +54,10 @@ from cmbench.miniworld.scene import FRAME, SOURCES, Scene, check_width, scene_fr
 from cmbench.lock import RunLock
 
 BUILD_VERSION = 1  # bump when the generator changes what a given config produces
+SUITE_ENTRIES = ("build.json", "metadata.jsonl", "videos", "context", "ground_truth")
+"""What a suite root holds at its top level: a root that holds anything else is not the builder's."""
+BUILD_RECORD_MAX_BYTES = 1 << 20  # build.json is a few kilobytes
+SHOWN = 3  # entries named in a refusal
 ID_PREFIX = {"synthetic": "syn", "real": "real"}
 
 
@@ -303,8 +315,7 @@ def build_suite(data_cfg: Any) -> Path:
                                                  file=sys.stderr)):
         if _is_build_of(root, cfg):  # another process built it while this one waited
             return root
-        if root.exists() and not (root / "build.json").is_file() and any(root.iterdir()):
-            raise ConfigError(f"{root} exists and is not a MiniWorld build (no build.json); choose another data.root")
+        check_root(root)
         for leftover in root.parent.glob(f".{root.name}.building-*"):  # of killed builds: the lock is ours
             shutil.rmtree(leftover, ignore_errors=True)
         staging = root.with_name(f".{root.name}.building-{os.getpid()}")  # the lock holder's alone
@@ -318,16 +329,61 @@ def build_suite(data_cfg: Any) -> Path:
     return root
 
 
+def check_root(root: Path) -> None:
+    """Refuse to build at ``root`` unless it is missing, empty, or a build of this builder's alone.
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``data.root``: a file; a folder whose ``build.json`` is not the builder's record;
+        a build that also holds entries the builder did not write.
+    """
+    hint = "choose an empty or new data.root, so nothing of yours is replaced"
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"data.root={root}: is a file, not a folder; {hint}")
+    if not root.exists():
+        return
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError as err:
+        raise ConfigError(f"data.root={root}: cannot be read: {err.strerror or err}; {hint}") from err
+    if not entries:
+        return
+    others = [e for e in entries if e not in SUITE_ENTRIES]
+    if build_record(root) is None:
+        shown = ", ".join(entries[:SHOWN]) + (f" and {len(entries) - SHOWN} more" if len(entries) > SHOWN else "")
+        raise ConfigError(f"data.root={root}: not empty and not a MiniWorld build (it holds {shown}; no build.json "
+                          f"of the builder's); {hint}")
+    if others:
+        shown = ", ".join(others[:SHOWN]) + (f" and {len(others) - SHOWN} more" if len(others) > SHOWN else "")
+        raise ConfigError(f"data.root={root}: a MiniWorld build that also holds {shown}, which the builder did not "
+                          f"write (a rebuild replaces the whole folder); move {'them' if len(others) > 1 else 'it'} "
+                          f"away, or {hint}")
+
+
+def build_record(root: Path) -> dict[str, Any] | None:
+    """``root``'s ``build.json`` when it is the builder's record (a regular file, not a link, under
+    :data:`BUILD_RECORD_MAX_BYTES`, a JSON object with the build hash, version, config and counts), else None."""
+    path = root / "build.json"
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > BUILD_RECORD_MAX_BYTES:
+            return None
+        with os.fdopen(bounded_read.open_regular(path), "rb") as handle:
+            record = json.loads(handle.read(BUILD_RECORD_MAX_BYTES + 1))
+    except (OSError, ValueError, bounded_read.ReadLimitError):
+        return None
+    keys = ("build_hash", "version", "config", "counts")
+    return record if isinstance(record, dict) and all(k in record for k in keys) else None
+
+
 def _is_build_of(root: Path, cfg: SuiteConfig) -> bool:
     """Whether ``root`` holds a finished build of ``cfg`` (``build.json`` is written last, and a root
     only ever appears whole, by a rename)."""
-    record = root / "build.json"
-    if not (record.is_file() and (root / "metadata.jsonl").is_file()):
+    if not (root / "metadata.jsonl").is_file():
         return False
-    try:
-        return bool(json.loads(record.read_text()).get("build_hash") == cfg.build_hash())
-    except ValueError:
-        return False
+    record = build_record(root)
+    return record is not None and record.get("build_hash") == cfg.build_hash()
 
 
 def _publish(staging: Path, root: Path) -> None:
