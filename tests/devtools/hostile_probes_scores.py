@@ -66,6 +66,33 @@ def short_continuation_is_scored_as_missing(ws: Workspace, folder: Path) -> None
                           f"{got.get('frames_received')}, not failed with 4")
 
 
+def still_continuation_has_undefined_quality(ws: Workspace, folder: Path) -> None:
+    """Each task's first frame repeated 16 times (one task black instead): the frame-comparing quality
+    metrics are undefined (empty, with the reason), never VBench's perfect 1 for a frozen video, and the
+    leaderboard shows them undefined with the count."""
+    from cmbench.data.video import write_lossless_video
+
+    run = base_run(ws)
+    rows = records(run)
+    still = folder / "still"
+    still.mkdir()
+    for i, row in enumerate(rows):
+        frames = _frames(run / row["video"])
+        frozen = np.zeros_like(frames) if i == 0 else np.repeat(frames[:1], len(frames), axis=0)
+        write_lossless_video(still / f"{row['task_id']}.mkv", frozen, 16)
+    succeeded(score(ws, still, folder / "scores"))
+    for got in records(folder / "scores"):
+        reason = (got.get("quality_absent") or {}).get("temporal_flickering", "")
+        if got.get("temporal_flickering") is not None or not reason.startswith("undefined: "):
+            raise ProbeFailed(f"{got['task_id']}: a still continuation has temporal_flickering="
+                              f"{got.get('temporal_flickering')} (reason {reason!r}), not undefined")
+    succeeded(leaderboard(ws, [folder / "scores"], folder / "board"))
+    text = (folder / "board" / "leaderboard.md").read_text()
+    contains(text, f" {len(rows)} of {len(rows)} tasks.",
+             "leaderboard.md's count of undefined tasks")
+    contains(text, "| undefined |", "leaderboard.md's undefined quality cell")
+
+
 def run_refuses(override: str, *names: str):
     """A probe: ``run <override>`` is refused in one line naming ``names`` and leaves no run."""
 
@@ -142,6 +169,7 @@ def ctrl_c_during_run(ws: Workspace, folder: Path) -> None:
 PROBES: list[Probe] = [
     Probe("score-glued-continuation-scores-its-defined-frames", glued_continuation_scores_as_its_defined_frames),
     Probe("score-short-continuation-scored-as-missing", short_continuation_is_scored_as_missing),
+    Probe("score-still-continuation-quality-undefined", still_continuation_has_undefined_quality),
     Probe("run-threads-a-million", run_refuses("threads=1000000", "threads=1000000", "at most")),
     Probe("run-seed-2-to-the-70", run_refuses(f"seed={2**70}", "seed=", "at most")),
     Probe("run-shard-count-2.5", run_refuses("shard.count=2.5", "shard.count=2.5")),

@@ -124,6 +124,62 @@ def resumed_run_writes_through_no_hard_link(ws: Workspace, folder: Path) -> None
         raise ProbeFailed("the resumed run's records are not the earlier ones followed by the new ones")
 
 
+def calibrate_into_a_users_calibration_folder(ws: Workspace, folder: Path) -> None:
+    """``calibrate out_dir=`` a folder whose ``calibration/`` is someone's: refused before any work."""
+    mine = folder / "out" / "calibration"
+    mine.mkdir(parents=True)
+    (mine / "streaming_pr50.json").write_text('{"the user": "own notes"}\n')
+    (mine / "notes.txt").write_text("notes\n")
+    before = snapshot(mine)
+    done = ws.cmbench("calibrate", "method=streaming", "target_pr=0.5", f"out_dir={mine.parent}", *ws.suite_overrides)
+    refused(done, f"calibration folder {mine}", "not empty and not written by CMBench")
+    unchanged(mine, before, "the user's calibration folder")
+
+
+def calibrate_writes_through_no_linked_sub_folder(ws: Workspace, folder: Path) -> None:
+    """A received calibration folder (CMBench's marker) whose ``keyed/`` is a link to a folder outside it:
+    refused before any work, the outside folder untouched."""
+    cal = folder / "out" / "calibration"
+    cal.mkdir(parents=True)
+    (cal / ".cmbench-written.json").write_text(json.dumps({"written_by": "cmbench", "kind": "calibration",
+                                                           "files": ["keyed", "method"]}))
+    outside = folder / "outside"
+    outside.mkdir()
+    (outside / "victim.json").write_bytes(VICTIM)
+    (cal / "keyed").symlink_to(outside)
+    before = snapshot(outside)
+    done = ws.cmbench("calibrate", "method=streaming", "target_pr=0.5", f"out_dir={cal.parent}", *ws.suite_overrides)
+    refused(done, f"calibration folder {cal}", "its keyed is a link")
+    unchanged(outside, before, "the folder outside that keyed/ linked to")
+
+
+def prepare_over_a_folder_with_a_build_json_of_someone_else(ws: Workspace, folder: Path) -> None:
+    """``prepare data.root=`` a user's folder that happens to hold a ``build.json``: a build replaces its
+    root as a whole, so it is refused and every file kept."""
+    mine = folder / "project"
+    mine.mkdir()
+    (mine / "build.json").write_text('{"build_hash": "make", "targets": ["all"]}\n')
+    (mine / "main.c").write_text("int main(void) { return 0; }\n")
+    before = snapshot(mine)
+    overrides = [o for o in ws.suite_overrides if not o.startswith("data.root=")]
+    done = ws.cmbench("prepare", f"data.root={mine}", *overrides)
+    refused(done, f"data.root={mine}", "not a MiniWorld build")
+    unchanged(mine, before, "the user's folder")
+
+
+def prepare_over_a_suite_with_a_file_of_yours(ws: Workspace, folder: Path) -> None:
+    """A MiniWorld suite with a user's file added, rebuilt with another knob: refused, the file kept."""
+    base_run(ws)  # the shared suite exists once the shared run does
+    suite = folder / "suite"
+    shutil.copytree(ws.root / "suite", suite, symlinks=True)
+    (suite / "notes.txt").write_text("my notes on the suite\n")
+    before = snapshot(suite)
+    overrides = [o for o in ws.suite_overrides if not o.startswith("data.root=")]
+    done = ws.cmbench("prepare", f"data.root={suite}", *overrides, "data.world_seed=7")
+    refused(done, f"data.root={suite}", "also holds notes.txt")
+    unchanged(suite, before, "the suite with the user's file")
+
+
 PROBES: list[Probe] = [
     Probe("leaderboard-out-over-a-users-folder", leaderboard_out_over_a_users_folder),
     Probe("leaderboard-out-over-a-run-folder-it-reads", leaderboard_out_over_a_run_folder_it_reads),
@@ -133,4 +189,8 @@ PROBES: list[Probe] = [
     Probe("score-out-in-the-dataset-folder", score_out_in_the_dataset_folder),
     Probe("diagnose-out-is-a-file", diagnose_out_is_a_file),
     Probe("resumed-run-writes-through-no-hard-link", resumed_run_writes_through_no_hard_link),
+    Probe("calibrate-into-a-users-calibration-folder", calibrate_into_a_users_calibration_folder),
+    Probe("calibrate-writes-through-no-linked-sub-folder", calibrate_writes_through_no_linked_sub_folder),
+    Probe("prepare-over-a-folder-with-a-build-json-of-someone-else", prepare_over_a_folder_with_a_build_json_of_someone_else),
+    Probe("prepare-over-a-suite-with-a-file-of-yours", prepare_over_a_suite_with_a_file_of_yours),
 ]
