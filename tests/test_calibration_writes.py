@@ -13,17 +13,8 @@ import pytest
 
 from cmbench.calibration.matched_pr import keep_probe, shared_probes
 from cmbench.runs.output_folder import MARKER, OutputFolderError
+from test_link_safe_writes import VICTIM, victim  # noqa: F401  (a file outside the folder: the fixture)
 from test_matched_pr_units import SHARE, lab  # noqa: F401  (the fixture)
-
-VICTIM = "a file of someone's, outside the calibration folder\n"
-
-
-@pytest.fixture
-def victim(tmp_path):
-    path = tmp_path / "elsewhere" / "victim.txt"
-    path.parent.mkdir()
-    path.write_text(VICTIM)
-    return path
 
 
 def test_a_calibration_folder_lists_what_it_wrote(lab):  # noqa: F811
@@ -40,14 +31,14 @@ def test_a_linked_log_outside_the_folder_stays_unchanged(lab, victim, link):  # 
     log.unlink()
     (os.symlink if link == "symlink" else os.link)(victim, log)
     lab.run(SHARE, 0.25)  # reused from keyed/, published again over the link
-    assert victim.read_text() == VICTIM
+    assert victim.read_bytes() == VICTIM
     assert not log.is_symlink() and json.loads(log.read_text())["value"] == pytest.approx(0.25)
 
 
-def plant(victim, path, link):
-    """A symbolic or hard link to ``victim`` at the temporary name a writer of ``path`` would use if it named
+def plant(target, path, link):
+    """A symbolic or hard link to ``target`` at the temporary name a writer of ``path`` would use if it named
     it after its process id (``.<name>.<pid>.tmp``)."""
-    (os.symlink if link == "symlink" else os.link)(victim, path.with_name(f".{path.name}.{os.getpid()}.tmp"))
+    (os.symlink if link == "symlink" else os.link)(target, path.with_name(f".{path.name}.{os.getpid()}.tmp"))
 
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
@@ -65,7 +56,7 @@ def test_a_link_at_a_temporary_name_is_never_written_through(lab, victim, link):
     keyed_log.unlink()
     plant(victim, keyed_log, link)
     assert lab.run(SHARE, 0.25).cached  # the log named after the target, kept again under its key
-    assert victim.read_text() == VICTIM
+    assert victim.read_bytes() == VICTIM
     assert json.loads(keyed_log.read_text())["value"] == json.loads((lab.folder / "share_pr25.json").read_text())["value"]
     assert "share: 0.25" in (lab.folder / "method" / "share_pr25.yaml").read_text()
     assert shared_probes(lab.folder, "share", "k", logs=False) == {0.5: 0.5}

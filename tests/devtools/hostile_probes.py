@@ -26,6 +26,7 @@ from pathlib import Path
 
 from devtools.hostile import (REPO, Outcome, Probe, ProbeFailed, Workspace, absent, contains, lacks, no_traceback,
                                         refused, same_bytes, snapshot, succeeded, unchanged, wait_for)
+from cmbench.runs.output_folder import transient
 
 SMALL_SUITE = [  # 3 contexts, 4 tasks: the suite the run tests use
     "data.clip_frames=24", "data.min_absence_frames=16", "data.sources.synthetic.videos=2",
@@ -254,7 +255,7 @@ def killed_rescore_keeps_the_earlier_records(ws: Workspace, folder: Path) -> Non
     proc = ws.start(*args)
     wait_for(lambda: any(out.glob(".records.jsonl*.tmp")), proc, 300, "the rescore started writing records")
     killed(proc)
-    kept = {n: b for n, b in snapshot(out).items() if not n.startswith(".")}
+    kept = {n: b for n, b in snapshot(out).items() if not transient(Path(n).name)}  # the killed writer's own
     if kept != before:
         raise ProbeFailed(f"a rescore killed while writing changed {sorted(set(kept) ^ set(before)) or 'the records'}")
     again = ws.python(*args)
@@ -363,7 +364,10 @@ def sweep_board_covers_the_sweeps_tasks(ws: Workspace, folder: Path) -> None:
     done = ws.cmbench("run", "-m", "method=fullkv,streaming", f"task_ids=[{task}]", f"out_dir={folder / 'runs'}",
                       "progress=false", *ws.suite_overrides)
     succeeded(done)
-    board = (folder / "runs" / "miniworld" / "leaderboard" / "leaderboard.csv").read_text().splitlines()
+    boards = sorted((folder / "runs" / "miniworld" / "leaderboard" / "sweeps").glob("*/leaderboard.csv"))
+    if len(boards) != 1:
+        raise ProbeFailed(f"the sweep wrote {len(boards)} boards under <leaderboard.out>/sweeps/, not one")
+    board = boards[0].read_text().splitlines()
     header = board[0].split(",")
     counts = {row.split(",")[0]: row.split(",")[header.index("n_tasks")] for row in board[1:]}
     if counts != {"fullkv": "1", "streaming": "1"}:

@@ -6,7 +6,6 @@ suite, one real run folder) come from :mod:`devtools.hostile_probes`.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys

@@ -75,13 +75,23 @@ def score_out_in_the_videos_folder(ws: Workspace, folder: Path) -> None:
     unchanged(videos, before, "the videos folder")
 
 
-def score_out_in_the_dataset_folder(ws: Workspace, folder: Path) -> None:
+def copied_suite(ws: Workspace, folder: Path) -> Path:
+    """A copy of the shared MiniWorld suite at ``folder/suite``."""
     base_run(ws)  # the shared suite exists once the shared run does
     suite = folder / "suite"
     shutil.copytree(ws.root / "suite", suite, symlinks=True)
+    return suite
+
+
+def suite_overrides_at(ws: Workspace, root: Path) -> list[str]:
+    """The small suite's overrides with ``data.root`` moved to ``root``."""
+    return [f"data.root={root}", *(o for o in ws.suite_overrides if not o.startswith("data.root="))]
+
+
+def score_out_in_the_dataset_folder(ws: Workspace, folder: Path) -> None:
+    suite = copied_suite(ws, folder)
     before = snapshot(suite)
-    overrides = [o for o in ws.suite_overrides if not o.startswith("data.root=")]
-    done = ws.cmbench("score", f"videos={base_run(ws) / 'videos'}", f"out={suite}", f"data.root={suite}", *overrides)
+    done = ws.cmbench("score", f"videos={base_run(ws) / 'videos'}", f"out={suite}", *suite_overrides_at(ws, suite))
     refused(done, f"out={suite}", "not empty and not written by CMBench")
     unchanged(suite, before, "the dataset folder")
 
@@ -161,21 +171,17 @@ def prepare_over_a_folder_with_a_build_json_of_someone_else(ws: Workspace, folde
     (mine / "build.json").write_text('{"build_hash": "make", "targets": ["all"]}\n')
     (mine / "main.c").write_text("int main(void) { return 0; }\n")
     before = snapshot(mine)
-    overrides = [o for o in ws.suite_overrides if not o.startswith("data.root=")]
-    done = ws.cmbench("prepare", f"data.root={mine}", *overrides)
+    done = ws.cmbench("prepare", *suite_overrides_at(ws, mine))
     refused(done, f"data.root={mine}", "not a MiniWorld build")
     unchanged(mine, before, "the user's folder")
 
 
 def prepare_over_a_suite_with_a_file_of_yours(ws: Workspace, folder: Path) -> None:
     """A MiniWorld suite with a user's file added, rebuilt with another knob: refused, the file kept."""
-    base_run(ws)  # the shared suite exists once the shared run does
-    suite = folder / "suite"
-    shutil.copytree(ws.root / "suite", suite, symlinks=True)
+    suite = copied_suite(ws, folder)
     (suite / "notes.txt").write_text("my notes on the suite\n")
     before = snapshot(suite)
-    overrides = [o for o in ws.suite_overrides if not o.startswith("data.root=")]
-    done = ws.cmbench("prepare", f"data.root={suite}", *overrides, "data.world_seed=7")
+    done = ws.cmbench("prepare", *suite_overrides_at(ws, suite), "data.world_seed=7")
     refused(done, f"data.root={suite}", "also holds notes.txt")
     unchanged(suite, before, "the suite with the user's file")
 
