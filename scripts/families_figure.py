@@ -92,7 +92,9 @@ def draw(board: pd.DataFrame, out: Path, title: str | None = None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    import matplotlib.ticker  # noqa: F401  (the bytes axis' labels)
+
+    fig, ax = plt.subplots(figsize=(10.5, 5.6))
     reference = board[board["family"] == "reference"]
     for row in reference.itertuples():
         ax.axhline(row.score, color="black", lw=1, ls="--", label=f"FullKV ({row.score:.3f})")
@@ -102,13 +104,15 @@ def draw(board: pd.DataFrame, out: Path, title: str | None = None) -> Path:
     for i, (name, group) in enumerate(points(board).groupby("family", sort=True)):
         ax.errorbar(group["x"], group["y"], yerr=group["yerr"], fmt="o", color=colours(i), capsize=3, label=name)
         for row in group.itertuples():
-            ax.annotate(row.method, (row.x, row.y), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                        color=colours(i))
+            ax.annotate(row.method.replace("-g32-r128", ""), (row.x, row.y), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7, color=colours(i))
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "1258" else ""))
     ax.set_xlabel("device KV bytes, % of FullKV's (log scale)")
     ax.set_ylabel("score (mean, 95% CI clustered by context)")
     ax.set_title(title or "Score vs device KV bytes, by family of KV compression")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
