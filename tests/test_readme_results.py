@@ -1,0 +1,101 @@
+"""The findings table (results/paper_findings.md) and the README's findings and quality paragraphs say
+exactly what the committed records and CSVs give: the table is rebuilt from results/paper/ and compared
+cell by cell, the README's blocks are regenerated and compared (scripts/paper_findings.py and
+scripts/update_readme_results.py write them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cmbench.paper.criteria import BY_NUMBER, FAILS, HOLDS, INCONCLUSIVE
+from cmbench.paper.findings import Finding, summary_lines
+from cmbench.paper.readme import FINDINGS, QUALITY, REFERENCE, TABLE, blocks, committed_page, quality_block, with_blocks
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def committed():
+    here = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return committed_page()
+    finally:
+        os.chdir(here)
+
+
+def cells(text: str) -> dict[tuple[str, str], str]:
+    """The table's cells by (row number, column name)."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    out = {}
+    for line in lines[2:]:
+        row = [c.strip() for c in line[2:-2].split(" | ")]
+        out.update({(row[0], name): value for name, value in zip(header, row)})
+    return out
+
+
+def test_the_evidence_is_committed():
+    for folder in FINDINGS:
+        records = list((REPO / folder).rglob("records*.jsonl"))
+        assert records, f"{folder}: no committed records"
+        assert not list((REPO / folder).rglob("*.mp4")) and not list((REPO / folder).rglob("*.mkv"))
+
+
+def test_every_cell_of_the_committed_table_is_what_the_committed_records_give(committed):
+    rebuilt, findings, second = committed
+    want = (REPO / TABLE).read_text()
+    have, expected = cells(rebuilt), cells(want)
+    assert sorted(have) == sorted(expected)
+    wrong = [f"row {row}, {column}: the records give {have[row, column]!r}, the table says {value!r}"
+             for (row, column), value in expected.items() if have[row, column] != value]
+    assert not wrong, "\n".join(wrong)
+    assert rebuilt == want  # the preamble and criteria too
+    assert [f.number for f in findings] == sorted(BY_NUMBER) and second is not None
+
+
+def test_the_readme_paragraphs_are_generated_from_the_committed_files(committed):
+    _, findings, second = committed
+    readme = (REPO / "README.md").read_text()
+    assert with_blocks(readme, blocks(REPO, findings, second), "README.md") == readme, \
+        "README.md is stale: run python scripts/update_readme_results.py"
+
+
+def test_quality_block_reads_lowest_highest_and_range_per_metric(tmp_path):
+    (tmp_path / QUALITY).parent.mkdir(parents=True)
+    pd.DataFrame([
+        ("light", "memory", 0.75, 0.95, 7, 0.20, 0.95, 0.75),
+        ("temporal_flickering", "quality", 0.75, 0.95, 7, 0.99, 1.01, 0.02),
+        ("background_consistency_light", "quality", 0.75, 0.95, 7, 0.80, 1.30, 0.50),
+        ("subject_consistency_light", "quality", 0.75, 0.95, 7, 0.97, 1.00, 0.03),
+    ], columns=["metric", "kind", "pr_low", "pr_high", "points", "min_vs_fullkv", "max_vs_fullkv",
+                "range_vs_fullkv"]).to_csv(tmp_path / QUALITY, index=False)
+    pd.DataFrame([("fullkv", 0.91, 0.94, 0.73, 0.57), ("random", 0.5, 0.9, 0.7, 0.6)],
+                 columns=["method", "score", "temporal_flickering", "subject_consistency_light",
+                          "background_consistency_light"]).to_csv(tmp_path / REFERENCE, index=False)
+    text = quality_block(tmp_path)
+    assert "| memory (light) | 0.200 / 0.950 | **0.750** |" in text
+    assert "| background consistency (light) | 0.800 / 1.300 | 0.500 |" in text
+    assert "FullKV: memory 0.910, flickering 0.940, subject 0.730, background 0.570" in text
+    assert "Over PR 0.75-0.95 (7 calibrated points" in text
+    # the widest quality metric is named on its own, the others by their largest range
+    assert text.endswith("move by at most 0.030 and background consistency (light) by 0.500.")
+
+
+def test_summary_pairs_the_two_worlds_by_finding_number():
+    def finding(number: int, verdict: str) -> Finding:
+        return Finding(BY_NUMBER[number], "m", "c", verdict, f"why {number}")
+
+    text = summary_lines([finding(1, HOLDS), finding(2, INCONCLUSIVE)], [finding(2, FAILS), finding(1, HOLDS)])
+    first, second = text.splitlines()
+    assert first.startswith("1. ") and first.endswith(f"**{HOLDS}**; second world: **{HOLDS}**. why 1.")
+    assert second == f"2. {BY_NUMBER[2].name}: **{INCONCLUSIVE}**; second world: **{FAILS}**. why 2."
+
+
+def test_a_missing_marker_names_the_file_and_block():
+    with pytest.raises(ValueError, match="README.md: no <!-- quality --> .* quality paragraph"):
+        with_blocks("no markers here", {"quality": "x"}, "README.md")
