@@ -100,5 +100,6 @@ class CountedFrames:
             count += len(batch)
             if keep:
                 yield batch[:keep]
+            del batch  # not held while the source reads the next batch: one batch alive at a time
         self.received = count
         self._check(count)
