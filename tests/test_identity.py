@@ -151,7 +151,7 @@ def test_labels_name_the_knobs_that_differ_from_the_class_defaults():
     assert run_label(compose_config("decoprune", ["method.gamma=0.1"])) == "decoprune"  # the default itself
     assert run_label(compose_config("decoprune_hs")) == "decoprune_hs"  # head map follows the backbone
     assert run_label(compose_config("streaming", ["label=sink_only", "method.recent_chunks=0"])) == "sink_only"
-    with pytest.raises(ConfigError, match="label='/' cannot name a folder"):
+    with pytest.raises(ConfigError, match="label=/: holds '/', which is a path separator; choose a plain name"):
         run_label(compose_config("decoprune", ["label=/"]))
     assert auto_label({"name": "random", "keep_counts": {"4": 10}}) == 'random@keep_counts={"4":10}'
 

@@ -11,7 +11,7 @@ LINGBOT = ("plan", "backbone=lingbot_world_v2_1_3b", "method=decoprune", "method
 
 
 @pytest.mark.parametrize("override, message", [
-    ("generation.continuation_frames=0", "generation.continuation_frames=0: expected a whole number >= 1"),
+    ("generation.continuation_frames=0", "generation.continuation_frames=0: expected a whole number >= 1, at most 4096"),
     ("parallel.sequence=0", "parallel.sequence=0: expected a whole number of ranks per model >= 1"),
     ("method.gamma=nan", "method.gamma=nan: expected a finite number"),
     ("data.fps=0", "data.fps=0: expected a finite number > 0"),

@@ -82,7 +82,7 @@ def test_key_lists_are_derived_from_the_schema():
     assert SELECTION_KEYS == ("label", "limit", "sample_seed", "task_ids", "subset", "shard", "progress", "progress_every", "progress_seconds",
                               "keep_other_code", "out_dir", "leaderboard", "report", "runs", "save_videos",
                               "lossless_max_pixels", "videos", "out", "experiment", "threads", "parallel", "check", "target_pr",
-                              "methods", "target_prs", "calibration")
+                              "target_bytes", "methods", "target_prs", "calibration")
     assert "seed" not in SELECTION_KEYS and "generation" not in SELECTION_KEYS
     assert "label" in SELECTION_KEYS  # a display name: relabelling reruns nothing
     assert RUNTIME_KEYS == ("name", "description", "paper", "device", "precision", "batch_size", "cache_dir")

@@ -53,7 +53,7 @@ def refused(tmp_path: Path, capsys, *args: str) -> str:
     ("generation.reindex_virtual_length=0", "generation.reindex_virtual_length=0: expected a finite number > 0"),
     ("generation.reindex_recent=-1", "generation.reindex_recent=-1: expected a whole number >= 0"),
     ("generation.reindex_recent=true", "generation.reindex_recent=True: expected a whole number >= 0"),
-    ("generation.continuation_frames=0", "generation.continuation_frames=0: expected a whole number >= 1"),
+    ("generation.continuation_frames=0", "generation.continuation_frames=0: expected a whole number >= 1, at most 4096"),
     ("generation.rope_reindex=2", "generation.rope_reindex=2: expected true or false"),
     ("generation.timesteps=[999,-5]", "generation.timesteps=[999, -5]: expected a list of numbers in (0, 1000]"),
     ("method.gamma=nan", "method.gamma=nan: expected a finite number"),
