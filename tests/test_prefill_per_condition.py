@@ -108,7 +108,7 @@ def test_score_source_mp4_scores_the_saved_mp4_decoded_again(miniworld, monkeypa
     prepared = ev.prepare([task])
     scored = []
     real_score = ev.scorer.score_task
-    monkeypatch.setattr(ev.scorer, "score_task", lambda t, frames, refs: scored.append(frames) or real_score(t, frames, refs))
+    monkeypatch.setattr(ev.scorer, "score_task", lambda t, frames, refs, **k: scored.append(frames) or real_score(t, frames, refs, **k))
     lossless = ev.evaluate(task, prepared, seed=0)
     monkeypatch.setattr(ev, "score_source", "mp4")
     lossy = ev.evaluate(task, prepared, seed=0)
