@@ -42,7 +42,7 @@ def calibrate(tmp_path, monkeypatch):
         hash=code["hash"], parts={"cmbench": code["hash"], "manifest": "m"}))
 
     class Meter:
-        def __init__(self, cfg, tasks, on_task=None):
+        def __init__(self, cfg, tasks, on_task=None, quantity=None):
             pass
 
         def __call__(self, method):
