@@ -6,6 +6,7 @@ worked out by hand from the documented formulas."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -138,18 +139,26 @@ def fakes(monkeypatch):
         recorder.lengths.append(2)  # tokens of the chunk denoised
         return state.next_cont
 
+    def write_file(path, frames):
+        """The frames into a real file too, so a video written to a temporary and renamed into place
+        (the link-safe writes) is found under its final name."""
+        videos[Path(path)] = frames
+        with open(path, "wb") as handle:
+            np.save(handle, frames)
+
     def write_video(path, frames, fps):
         log.append(("write_video", Path(path), fps))
-        videos[Path(path)] = frames
+        write_file(path, frames)
         return Path(path)
 
     def write_lossless_video(path, frames, fps):
         log.append(("write_lossless", Path(path), fps))
-        videos[Path(path)] = frames
+        write_file(path, frames)
 
     def read_video(path):
         log.append(("read_video", Path(path)))
-        return videos[Path(path)] // 2, {"fps": "as written"}  # the decoded mp4 differs from the frames
+        frames = videos[Path(path)] if Path(path) in videos else np.load(path)
+        return frames // 2, {"fps": "as written"}  # the decoded mp4 differs from the frames
 
     monkeypatch.setattr(ev_module, "check_settings", lambda method, settings: log.append(("check", method, settings)))
     monkeypatch.setattr(ev_module, "plan_inputs", lambda *args: ("inputs", *args))
@@ -312,8 +321,20 @@ def test_a_continuation_is_saved_as_mp4_and_small_ones_losslessly_too(fakes, tmp
     assert ev.save(_task("t1"), FRAMES) == f"videos/t1.{want}"
     written = [(tmp_path / "videos" / "t1.mp4", 12.0)] + ([(tmp_path / "videos" / "t1.mkv", 12.0)] if want == "mkv"
                                                           else [])
-    assert _calls(fakes.log, "write_video") + _calls(fakes.log, "write_lossless") == written
+    calls = _calls(fakes.log, "write_video") + _calls(fakes.log, "write_lossless")
+    # each written to a new hidden file beside its target (keeping the suffix the writer picks the
+    # container by), then renamed over the target: never written through what is at the target
+    assert [(_renamed_to(path), fps) for path, fps in calls] == written
+    assert all(not path.exists() for path, _ in calls) and all(path.is_file() for path, _ in written)
+    assert all(np.array_equal(np.load(path), FRAMES) for path, _ in written)
     assert all(frames is FRAMES for frames in fakes.videos.values())
+
+
+def _renamed_to(tmp: Path) -> Path:
+    """The target of a temporary written beside it (``.<name>.<hex>.tmp<suffix>``)."""
+    match = re.fullmatch(r"\.(.+)\.[0-9a-f]{8}\.tmp(\.\w+)", tmp.name)
+    assert match and match.group(1).endswith(match.group(2)), tmp.name
+    return tmp.parent / match.group(1)
 
 
 def test_nothing_is_saved_without_a_video_output(fakes):
