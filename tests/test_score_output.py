@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from cmbench.cli.main import INTERRUPTED
 from cmbench.runs.records import RecordWriter
 from test_scoring_cli import dataset, fresh_videos, score_in_process  # noqa: F401  (dataset: a fixture)
 
@@ -86,6 +87,7 @@ def test_a_killed_rescore_keeps_the_earlier_records(dataset, tmp_path, monkeypat
     assert score_in_process(root, videos, out, "scorer.cache_dir=null") == 1
     earlier = (out / "records.jsonl").read_bytes()
     summary = (out / "summary.json").read_bytes()
+    marker = (out / ".cmbench-written.json").read_bytes()  # the write guard's marker
     real = RecordWriter.write
     written = []
 
@@ -96,12 +98,13 @@ def test_a_killed_rescore_keeps_the_earlier_records(dataset, tmp_path, monkeypat
         return real(self, record)
 
     monkeypatch.setattr(RecordWriter, "write", killed_after_one)
-    with pytest.raises(KeyboardInterrupt):
-        score_in_process(root, videos, out, "scorer.cache_dir=null")
+    assert score_in_process(root, videos, out, "scorer.cache_dir=null") == INTERRUPTED  # Ctrl-C: status 130
     monkeypatch.undo()
     assert (out / "records.jsonl").read_bytes() == earlier and len(records(out)) == 3
     assert (out / "summary.json").read_bytes() == summary
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "records.jsonl", "summary.json"]
+    assert (out / ".cmbench-written.json").read_bytes() == marker
+    assert sorted(p.name for p in out.iterdir()) == [".cmbench-written.json", "config.yaml", "records.jsonl",
+                                                     "summary.json"]
     # SIGKILL leaves a hidden partial file: the next score clears it and the leaderboard never reads it
     (out / ".records.jsonl.abc123.tmp").write_text(json.dumps({"task_id": "x"}) + "\n")
     assert score_in_process(root, videos, out, "scorer.cache_dir=null") == 1
