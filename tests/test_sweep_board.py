@@ -25,7 +25,8 @@ def methods(csv):
 
 
 def sweep_boards(board):
-    return {folder.name: methods(folder / "leaderboard.csv") for folder in (board / "sweeps").iterdir()}
+    return {folder.name: methods(folder / "leaderboard.csv") for folder in (board / "sweeps").iterdir()
+            if folder.is_dir()}  # the folder's write-guard marker is a file beside the sweeps
 
 
 def test_a_second_sweep_keeps_the_first_sweeps_rows_on_the_full_board(tmp_path, capsys):
