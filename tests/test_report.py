@@ -131,8 +131,8 @@ def test_leaderboard_numbers(runs):
     assert by_type.loc[("decoprune", "revisit"), "score"] == pytest.approx(0.4)
 
     md = paths["leaderboard.md"].read_text()
-    # no attention cost in these records (—); the FPS ratio was not measured together (no machine): *
-    assert "| decoprune | 0.6667 ± 0.2824 | 85.00% | — | 4.00x* | 32.0 |" in md
+    # no KV bytes nor attention cost in these records (—); the FPS ratio was not measured together (no machine): *
+    assert "| decoprune | 0.6667 ± 0.2824 | 85.00% | — | — | 4.00x* | 32.0 |" in md
     assert paths["pareto.png"].stat().st_size > 1000
 
 
@@ -189,7 +189,7 @@ def test_a_run_without_any_successful_task_is_reported_with_its_failures(runs):
     assert board.loc["broken", "n_tasks"] == 0 and board.loc["broken", "failures"] == 4
     assert math.isnan(board.loc["broken", "score"]) and math.isnan(board.loc["broken", "pr"])
     assert list(board.index) == ["fullkv", "broken"]  # nothing measured sorts last
-    assert "| broken | — | — | — | — | — | — | 1 | 0 | 4 |" in paths["leaderboard.md"].read_text()
+    assert "| broken | — | — | — | — | — | — | — | 1 | 0 | 4 |" in paths["leaderboard.md"].read_text()
     deltas = pd.read_csv(paths["paired_deltas.csv"]).set_index("method")
     assert deltas.loc["broken", "n_pairs"] == 0
 
@@ -364,8 +364,8 @@ def test_the_headline_speed_up_is_the_attention_cost_and_fps_says_when_it_was_me
     assert board.loc["a", "speedup_vs_fullkv"] == pytest.approx(4.0)  # 64 frames in 1 s vs 4 s
     assert board["fps_measured_together"].to_dict() == {"fullkv": True, "a": True, "b": False, "c": False}
     md = paths["leaderboard.md"].read_text()
-    assert "| a | 0.5000 ± 0.0000 | 0.00% | 4.00x | 4.00x | 64.0 |" in md
-    assert "| b | 0.5000 ± 0.0000 | 0.00% | 8.00x | 4.00x* | 64.0 |" in md and "`*`: not measured together" in md
+    assert "| a | 0.5000 ± 0.0000 | 0.00% | — | 4.00x | 4.00x | 64.0 |" in md
+    assert "| b | 0.5000 ± 0.0000 | 0.00% | — | 8.00x | 4.00x* | 64.0 |" in md and "`*`: not measured together" in md
 
 
 def test_a_run_shows_its_current_label_and_flags_records_from_other_code(tmp_path):
