@@ -213,7 +213,7 @@ def in_process(tmp: Path, weights: Path, out_dir: Path, *args: str) -> int:
         ("threads=0", "threads=0: expected a whole number of torch threads >= 1"),
         ("task_ids=[]", "task_ids=[] selects no task"),
         ("data.name=..", "data.name='..' cannot name a folder"),
-        ("label=/", "label='/' cannot name a folder"),
+        ("label=/", "label=/: holds '/', which is a path separator; choose a plain name"),
         ("shard.index=2", "shard.index must be in [0, shard.count), got index=2 count=1"),
         ("method.quota_pr=1.5", "decoprune: quota_pr must be in [0, 1), got 1.5"),  # the method's own check
         ("method.target_pr=1.5", "method.target_pr=1.5: expected a pruning ratio in [0, 1), e.g. method.target_pr=0.85"),
