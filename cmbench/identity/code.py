@@ -66,7 +66,8 @@ HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "bounded_r
                 "config_schema.py", "doc_examples.py", "errors.py", "identity", "lock.py", "method_check.py",
                 "paper", "provenance.py", "registry.py", "shipped.py",
                 "report",
-                "runs/__init__.py", "runs/atomic.py", "runs/experiment.py", "runs/progress.py", "runs/ranks.py",
+                "runs/__init__.py", "runs/atomic.py", "runs/experiment.py", "runs/output_folder.py", "runs/progress.py",
+                "runs/ranks.py",
                 "runs/records.py", "runs/runner.py", "runs/score_videos.py", "runs/summary.py")
 """The rest of the package: it selects, runs, stores and reports, and never changes a number.
 (``calibration`` writes method configs and head maps; those are hashed as config and backbone files.)"""
