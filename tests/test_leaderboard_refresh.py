@@ -11,6 +11,7 @@ import pytest
 from cmbench.cli.main import main
 from cmbench.report import ReportError, write_reports
 from cmbench.report.gate import FILE as GATE_FILE
+from cmbench.report.board_folder import board_folder
 from cmbench.report.leaderboard import refresh_matched_column
 from test_backbone_gate import GOOD, gate_runs
 from test_curves import CURVES
@@ -30,11 +31,11 @@ def board_runs(tmp_path):
 def test_refilling_the_column_writes_the_board_a_full_leaderboard_with_those_curves_writes(tmp_path):
     runs = board_runs(tmp_path)
     full = tmp_path / "full"
-    full.mkdir()
+    board_folder(full, ["curves.csv"]).add("curves.csv")  # written by curves, as that command claims it
     CURVES.to_csv(full / "curves.csv", index=False)
     write_reports(runs, full, focus=["a"])  # with the curves from the start (and a comparison)
     old = tmp_path / "old"
-    old.mkdir()
+    board_folder(old, ["curves.csv"]).add("curves.csv")
     only_a = CURVES[CURVES.method == "a"]
     only_a.to_csv(old / "curves.csv", index=False)
     write_reports(runs, old, focus=["a"])  # made before b's curve

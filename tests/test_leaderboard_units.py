@@ -19,6 +19,7 @@ import pytest
 
 from cmbench.report import ReportError, read_records
 from cmbench.report import leaderboard as lb
+from cmbench.report.board_folder import board_folder
 from test_backbone_gate import FLAT, GOOD, gate_runs
 from test_report import T975_DF1, TASKS, record, seeded, write_run
 
@@ -72,8 +73,9 @@ def pair(tmp_path):
 # ------------------------------------------------------------------------------------------ leaderboard()
 COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv", "continuation_fps",
            "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-           "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "peak_store_bytes",
-           "moved_bytes_per_chunk"]
+           "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "psnr_vs_fullkv",
+           "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv", "frame_count_flags",
+           "peak_store_bytes", "moved_bytes_per_chunk"]
 
 
 def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
@@ -373,7 +375,8 @@ def board_frame(rows, **extra_columns):
         Further columns (quality, ``score_at_85pr``), one value per row.
     """
     base = {c: NAN for c in COLUMNS}
-    base.update(metric="DINO", n_tasks=4, failures=0, seeds=1, other_code_tasks=0, fps_measured_together=None)
+    base.update(metric="DINO", n_tasks=4, failures=0, seeds=1, other_code_tasks=0, fps_measured_together=None,
+                frame_count_flags=0)  # a count, as leaderboard() writes it
     frame = pd.DataFrame([{**base, **r} for r in rows], columns=COLUMNS)
     for name, values in extra_columns.items():
         frame.insert(4, name, values) if name == lb.MATCHED_COLUMN else frame.__setitem__(name, values)
@@ -415,7 +418,7 @@ def test_markdown_without_stars_or_daggers_says_nothing_of_them():
                          dict(method="b", score=0.4, pr=0.5, speedup_vs_fullkv=2.0, fps_measured_together=True)])
     text = lb.markdown_table(board)
     assert "| a | 0.5000 | 50.00% | — | — | 2.00x | — |" in text and "| b | 0.4000 | 50.00% | — | — | 2.00x | — |" in text
-    assert "`*`" not in text and "†" not in text
+    assert "`*`" not in text and "†" not in text and lb.FLAG_MARK not in text
     assert "FPS speed-up: measured continuation FPS over FullKV's; `scripts/bench_speed.py`" in text
 
 
@@ -542,8 +545,8 @@ def test_a_board_is_written_best_first_in_six_digit_csvs_with_every_file(tmp_pat
 
 def test_a_new_board_replaces_the_old_one_whole_and_leaves_other_files(tmp_path, capsys):
     out = tmp_path / "board"
-    out.mkdir()
-    for name in ("comparisons.csv", "backbone_gate.csv", "leaderboard.md", "notes.txt"):
+    board_folder(out).add("comparisons.csv", "backbone_gate.csv", "leaderboard.md")  # an earlier board's files
+    for name in ("comparisons.csv", "backbone_gate.csv", "leaderboard.md", "notes.txt"):  # notes.txt: the user's
         (out / name).write_text("old\n")
     paths = lb.write_reports([write_run(tmp_path / "fullkv", full_rows())], out)
     assert not (out / "comparisons.csv").exists() and not (out / "backbone_gate.csv").exists()
@@ -645,7 +648,7 @@ def test_curves_beside_the_board_or_named_fill_score_at_85_pr(tmp_path):
     full = write_run(tmp_path / "fullkv", full_rows())
     out = tmp_path / "board"
     assert lb.find_curves(out) is None
-    out.mkdir()
+    board_folder(out, ["curves.csv"]).add("curves.csv")  # written by curves, as that command claims it
     (out / "curves.csv").write_text("method,test_pr,score\nfullkv,0.8,0.6\nfullkv,0.9,0.4\n")
     (tmp_path / "named.csv").write_text("method,test_pr,score\nfullkv,0.8,0.2\nfullkv,0.9,0.4\n")
     assert lb.find_curves(out)["score"].tolist() == [0.6, 0.4]
