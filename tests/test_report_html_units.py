@@ -754,7 +754,7 @@ def test_build_report_builds_beside_the_folder_and_swaps_it_in(tmp_path, stubbed
 
 def test_build_report_refuses_a_folder_of_yours_before_reading_anything(tmp_path, stubbed):
     mine = report_folder(tmp_path / "mine", {"thesis.tex": "years of work"})
-    with pytest.raises(ReportError, match="not empty and not a CMBench report"):
+    with pytest.raises(OutputFolderError, match="not empty and not written by CMBench"):
         html.build_report(["x"], mine)
     assert stubbed.calls == {} and (mine / "thesis.tex").is_file()
 

@@ -13,6 +13,7 @@ from cmbench.data.video import write_video
 from cmbench.report import gallery
 from cmbench.report.html import build_report
 from cmbench.report.leaderboard import ReportError
+from cmbench.runs.output_folder import OutputFolderError
 from test_report_html import continuation_frames, made_runs  # noqa: F401  (made_runs: a fixture)
 
 PAYLOAD = """
@@ -75,15 +76,16 @@ def test_report_refuses_an_output_folder_that_is_not_a_report(made_runs):  # noq
     out = tmp / "photos"
     (out / "img").mkdir(parents=True)
     (out / "img" / "precious.jpg").write_bytes(b"a user's photo")
-    with pytest.raises(ReportError, match=r"report\.out=.*photos: not empty and not a CMBench report"):
+    with pytest.raises(OutputFolderError, match=r"report\.out=.*photos: not empty and not written by CMBench"):
         build_report([full, deco], out)
     assert (out / "img" / "precious.jpg").read_bytes() == b"a user's photo"
     report = tmp / "report"
     build_report([full, deco], report)
     assert build_report([full, deco], report).tasks == 3  # an earlier report is replaced
     (report / "notes.txt").write_text("mine")  # a report folder holding a user's file is not replaced
-    with pytest.raises(ReportError, match="not empty and not a CMBench report"):
+    with pytest.raises(OutputFolderError, match="notes.txt is there and CMBench did not write it"):
         build_report([full, deco], report)
+    assert (report / "notes.txt").read_text() == "mine"
 
 
 def test_a_failed_report_leaves_the_previous_page_whole(made_runs, monkeypatch):  # noqa: F811

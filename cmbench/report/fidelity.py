@@ -11,12 +11,15 @@ over pixels, channels and frames (1.0 when identical). An entry's value is the m
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.ndimage import gaussian_filter
 
-from cmbench.data.video import read_video
+from cmbench import bounded_read
+from cmbench.data.video import VideoError, VideoReader
+from cmbench.errors import ConfigError
 from cmbench.identity.paths import inside
 from cmbench.report.comparisons import both_finished
 from cmbench.report.reading import RunRecords
@@ -58,13 +61,35 @@ def video_fidelity(frames: np.ndarray, reference: np.ndarray) -> dict[str, float
             "last_frame_ssim_vs_fullkv": ssim(frames[-1], reference[-1])}
 
 
+def _video(folder: str, video: object) -> Path | None:
+    """The saved video a record names, or None when it names none, names one outside its run folder (never
+    read, as the report's gallery never shows one) or its file is gone."""
+    if not isinstance(video, str):
+        return None
+    try:
+        path = inside(folder, *video.split("/"))
+    except ConfigError:
+        return None
+    return path if path.is_file() else None
+
+
 def _frames(folder: str, video: str) -> np.ndarray:
-    return read_video(inside(folder, *video.split("/")))[0]
+    """The frames of the continuation ``video`` saved in ``folder``, held as decoded (never allocated from its header's frame count, which
+    a received video may set to millions: :func:`cmbench.data.video.read_video` trusts it up to a batch)."""
+    reader = VideoReader(inside(folder, *video.split("/")), whole=True)
+    frames: list[np.ndarray] = []
+    for frame in reader:
+        if (len(frames) + 1) * frame.nbytes > bounded_read.DECODE_BUDGET:
+            raise VideoError(str(bounded_read.over_limit(reader.path, (len(frames) + 1) * frame.nbytes,
+                                                         "decoded video", bounded_read.DECODE_BUDGET)))
+        frames.append(frame)
+    return np.stack(frames)
 
 
 def fidelity(run: RunRecords, reference: RunRecords) -> dict[str, float]:
     """:data:`FIDELITY_COLUMNS` of ``run`` against ``reference`` (FullKV), each the mean over the task-and-seed
-    pairs both finished with a saved video (a pair whose video files are gone is left out); NaN without one.
+    pairs both finished with a saved video (a pair whose video files are gone, or named outside their run
+    folder, is left out); NaN without one.
 
     Raises
     ------
@@ -74,9 +99,7 @@ def fidelity(run: RunRecords, reference: RunRecords) -> dict[str, float]:
     mine, ref = both_finished(run, reference)
     rows = []
     for (_, a), (_, b) in zip(mine.iterrows(), ref.iterrows()):
-        if not (isinstance(a["video"], str) and isinstance(b["video"], str)):
-            continue
-        if not all(inside(r["folder"], *r["video"].split("/")).is_file() for r in (a, b)):
+        if _video(a["folder"], a["video"]) is None or _video(b["folder"], b["video"]) is None:
             continue
         try:
             rows.append(video_fidelity(_frames(a["folder"], a["video"]), _frames(b["folder"], b["video"])))
