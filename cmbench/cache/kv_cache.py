@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -618,7 +619,7 @@ class KVCache:
             delta = new - bank.field("tpos")
             if isinstance(bank, QuantizedBank):  # decoded, rotated and encoded again
                 if bool((delta != 0).any()):
-                    bank.rekey(lambda keys, rows, delta=delta: shift_positions(keys, self.rope, delta[rows]))
+                    bank.rekey(partial(self._shifted, delta=delta))
                 bank.tpos[: bank.n] = new
                 continue
             keys, _ = bank.history()
@@ -631,6 +632,10 @@ class KVCache:
                     keys[:, start:stop] = shift_positions(keys[:, start:stop], self.rope, block)
             bank.tpos[: bank.n] = new
         self.reindexed = (q0, n_recent, l_virt)
+
+    def _shifted(self, keys: torch.Tensor, rows: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """Keys ``[B, m, Hg, D]`` of history rows ``rows [m]`` moved by ``delta[rows]`` temporal positions."""
+        return shift_positions(keys, self.rope, delta[rows])
 
     # ------------------------------------------------------------------ accounting
     def visible_counts(self) -> torch.Tensor:

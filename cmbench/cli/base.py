@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, search_path_overrides
-from cmbench.errors import CMBenchError, ConfigError
+from cmbench.errors import CMBenchError
 from cmbench.registry import Registry, import_object
 
 SWEEP_FLAGS = ("-m", "--multirun")

@@ -606,6 +606,7 @@ def refresh_matched_column(out_dir: str | Path, curves: str | Path | None = None
                                               kind="comparisons", command="leaderboard"),
                                    out / "comparisons.csv", COMPARISON_NUMBERS)
     gated = gate.read_gate(out / gate.FILE) if (out / gate.FILE).is_file() else pd.DataFrame(columns=list(gate.COLUMNS))
+    folder.add("leaderboard.csv", "leaderboard.md")
     written = {"leaderboard.csv": atomic.write_with(out / "leaderboard.csv",
                                                     lambda tmp: board.to_csv(tmp, index=False, float_format="%.6g")),
                "leaderboard.md": atomic.write_text(out / "leaderboard.md", markdown_table(board, compared) + gate.markdown(gated))}
@@ -625,4 +626,3 @@ def remove_stale_builds(out: Path) -> list[Path]:
     for folder in gone:
         shutil.rmtree(folder, ignore_errors=True)
     return gone
-    folder.add("leaderboard.csv", "leaderboard.md")
