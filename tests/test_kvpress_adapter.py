@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -26,6 +27,7 @@ from cmbench.hashing import derive_seed
 from cmbench.method_check import check_method
 from cmbench.methods import build_method
 from cmbench.methods.base import BeforeChunk, ChunkSignals
+from cmbench.methods.kvpress_adapter import import_kvpress
 from fakes import fake_geometry
 
 needs_kvpress = pytest.mark.skipif(importlib.util.find_spec("kvpress") is None,
@@ -91,7 +93,7 @@ def test_each_listed_press_keeps_exactly_the_tokens_its_own_score_ranks_highest(
     exactly the 8 of its 32 tokens the press's own ``score`` ranks highest on that layer's keys and values
     (and the newest chunk's probe query), earlier chunks and the window untouched; the global random
     state is as before (a stochastic press cannot move the sampler's noise)."""
-    import kvpress
+    kvpress = import_kvpress()
 
     method = build_method({"name": "kvpress", "press": press, "compression_ratio": RATIO, "recent_chunks": 2})
     state = torch.get_rng_state()
@@ -143,7 +145,7 @@ def test_the_listing_and_the_docs_cover_every_press_of_kvpress():
     """``ls method`` lists the presses that run (at least five, two of them reading attention weights);
     docs/methods.md names every other press kvpress exports with the reason it cannot run, and none that
     runs."""
-    import kvpress
+    kvpress = import_kvpress()
 
     from cmbench.cli.ls import press_listing
 
@@ -177,3 +179,29 @@ def test_without_kvpress_the_method_is_one_line_naming_the_extra(monkeypatch):
         build_method({"name": "kvpress"})
     assert "\n" not in str(err.value)
     assert press_listing() == "presses: kvpress is not installed (pip install -e '.[kvpress]')"
+
+
+@needs_kvpress
+def test_loading_kvpress_leaves_transformers_attention_to_the_other_models_in_the_process():
+    """kvpress wraps transformers' registered attention functions when imported; the wrapper takes
+    ``dropout`` positionally, which SAM 2's attention call does not pass. Loading kvpress through the
+    adapter (a fresh process: the import happens once) leaves every function as transformers had it, and
+    a tiny SAM 2 attention layer still runs after it."""
+    script = (
+        "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as f\n"
+        "before = {k: f[k] for k in f}\n"
+        "from cmbench.methods.kvpress_adapter import import_kvpress, press_class\n"
+        "import_kvpress(); press_class('KnormPress'); press_class('kvpress.KeyDiffPress')\n"
+        "changed = sorted(k for k in before if f[k] is not before[k])\n"
+        "assert not changed, changed\n"
+        "import torch\n"
+        "from transformers.models.sam2.modeling_sam2 import Sam2Attention\n"
+        "from transformers import Sam2MaskDecoderConfig\n"
+        "cfg = Sam2MaskDecoderConfig(hidden_size=16, num_attention_heads=2)\n"
+        "cfg._attn_implementation = 'sdpa'\n"
+        "layer = Sam2Attention(cfg)\n"
+        "x = torch.randn(1, 1, 5, 16)\n"
+        "assert layer(x, x, x)[0].shape == (1, 1, 5, 16)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -27,9 +27,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterator, Mapping
 
 import torch
 
@@ -44,11 +45,32 @@ EXTRA = "pip install -e '.[kvpress]'"  # the optional dependency (README, "kvpre
 
 
 def import_kvpress() -> Any:
-    """The installed ``kvpress`` module; a one-line :class:`ConfigError` naming the extra when absent."""
+    """The installed ``kvpress`` module; a one-line :class:`ConfigError` naming the extra when absent.
+
+    Importing kvpress wraps every attention function transformers registers (its head-wise masking
+    during LLM generation), and the wrapper's signature breaks other models' attention calls (SAM 2 in
+    the deep scorer, in the same process). The adapter calls presses' ``score`` alone, never that
+    generation path, so the import leaves transformers' attention functions as it found them.
+    """
     try:
-        return importlib.import_module("kvpress")
+        with attention_functions_kept():
+            return importlib.import_module("kvpress")
     except ImportError as err:
         raise ConfigError(f"method kvpress needs the optional package kvpress ({err}): {EXTRA}") from err
+
+
+@contextmanager
+def attention_functions_kept() -> Iterator[None]:
+    """Put back, on leaving, each of transformers' registered attention functions replaced inside."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as functions
+
+    before = dict(functions.items())
+    try:
+        yield
+    finally:
+        for name, function in before.items():
+            if functions[name] is not function:
+                functions[name] = function
 
 
 @dataclass
@@ -85,7 +107,8 @@ def press_class(spec: str) -> type:
     if "." in spec:
         module, _, name = spec.rpartition(".")
         try:
-            cls = getattr(importlib.import_module(module), name)
+            with attention_functions_kept():  # the user's module may import kvpress
+                cls = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError) as err:
             raise ConfigError(f"method kvpress: press {spec!r} cannot be imported ({err})") from err
     else:
