@@ -31,9 +31,9 @@ def test_a_read_only_file_system_reports_the_first_error(tmp_path, monkeypatch):
 
 
 def test_a_run_never_writes_its_files_through_a_link_in_its_folder(tmp_path, monkeypatch):
-    """Links planted in the run directory, at the files' names and at the temporary names a writer
-    derived from its process id would use, are replaced or left alone, never written through."""
-    from cmbench.runs import evaluator, experiment
+    """Links planted in a run directory CMBench made, at the files' names and at the temporary names a
+    writer derived from its process id would use, are replaced or left alone, never written through."""
+    from cmbench.runs import evaluator, experiment, output_folder
 
     data = tmp_path / "data"
     write_context_video(data / "videos" / "synthetic" / "syn_001.mp4", seed=0)
@@ -45,7 +45,9 @@ def test_a_run_never_writes_its_files_through_a_link_in_its_folder(tmp_path, mon
     monkeypatch.setattr(evaluator.ModelEvaluator, "from_spec", classmethod(lambda cls, spec, videos=None: fake))
 
     run_dir = spec.outputs.run_dir
-    run_dir.mkdir(parents=True)
+    # a run folder CMBench made (its marker lists the three files), then links planted in it: an
+    # unmarked folder holding them is refused whole by the write guard (tests/test_write_guard.py)
+    output_folder.claim(run_dir, "run", "the run directory").add("config.yaml", "run.json", "summary.json")
     victims = {}
     for name in ("config.yaml", "run.json", "summary.json"):
         for link in (run_dir / name, run_dir / f".{name}.{os.getpid()}.tmp"):
