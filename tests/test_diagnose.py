@@ -133,6 +133,7 @@ def test_the_command_writes_its_files_on_a_small_suite(tmp_path):
     """``python -m cmbench diagnose`` end to end (in-process) on one context of a small MiniWorld suite."""
     from cmbench.cli.base import run_hydra
     from cmbench.cli.diagnose import FILES, execute
+    from cmbench.runs.output_folder import MARKER
     from test_run_command import SMALL_SUITE
 
     weights = tmp_path / "tiny.safetensors"
@@ -140,7 +141,7 @@ def test_the_command_writes_its_files_on_a_small_suite(tmp_path):
     out = tmp_path / "out"
     (job,) = run_hydra(execute, [f"data.root={tmp_path / 'suite'}", *SMALL_SUITE, f"backbone.path={weights}",
                                  "method=streaming", "task_ids=[syn_001_reappear_01]", f"out={out}"])
-    assert job.code == 0 and sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert job.code == 0 and sorted(p.name for p in out.iterdir()) == sorted([*FILES, MARKER])  # the write guard's
     rows = pd.read_csv(out / "diagnose.csv")
     assert set(rows["context_id"]) == {"videos/synthetic/syn_001"} and set(rows["arm"]) == set(ARMS)
     assert rows["chunk"].nunique() == 6 * 24 // 4 and set(rows["step"]) == {0, 1, 2, 3}
