@@ -40,6 +40,7 @@ LIMITS: dict[str, int] = {  # the kinds of files CMBench reads from folders it d
 }
 FRAME_PIXELS = 7680 * 4320  # the largest frame decoded (8K UHD): one frame of a streamed video is held at a time
 DECODE_BUDGET = 4 * GiB  # the most bytes of frames one whole-video decode holds (uint8 [F, H, W, 3])
+GROWTH_BLOCK = 1 << 20  # a file that grows while it is read is read on in blocks of this many bytes
 
 
 class ReadLimitError(CMBenchError):
@@ -109,7 +110,10 @@ def read_bytes(path: str | Path, kind: str) -> bytes:
         size = os.fstat(fd).st_size
         if size > limit:
             raise over_limit(path, size, kind)
-        data = handle.read(limit + 1)
+        data = handle.read(size + 1)  # sized by the file (a read of the limit allocates the limit)
+        grew = len(data) > size  # since it was measured: read on in blocks, to the limit
+        while grew and len(data) <= limit and (more := handle.read(min(GROWTH_BLOCK, limit + 1 - len(data)))):
+            data += more
     if len(data) > limit:
         raise over_limit(path, max(len(data), size), kind)
     return data

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tracemalloc
 import zipfile
 
 import numpy as np
@@ -90,6 +91,29 @@ def test_a_file_at_its_limit_is_read_and_one_byte_more_is_not(tmp_path, monkeypa
     (tmp_path / "b").write_bytes(b"123456789")
     with pytest.raises(ReadLimitError, match="9 bytes, over the 8 bytes limit"):
         bounded_read.read_bytes(tmp_path / "b", "config")
+
+
+def test_a_small_file_read_allocates_its_size_not_its_kinds_limit(tmp_path):
+    """A 20-byte manifest is read without allocating the manifest limit (256 MiB; a report reads one
+    manifest per run folder)."""
+    (tmp_path / "metadata.jsonl").write_text('{"task_id": "t"}\n\n\n')
+    tracemalloc.start()
+    try:
+        assert bounded_read.read_text(tmp_path / "metadata.jsonl", "manifest") == '{"task_id": "t"}\n\n\n'
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 * 2**20
+
+
+def test_a_file_longer_than_its_measured_size_is_read_whole_up_to_its_limit(monkeypatch):
+    """A file that grows after it is measured (here /proc/self/status: regular, measured as 0 bytes) is
+    read to its end, and refused once past the limit."""
+    text = bounded_read.read_text("/proc/self/status", "config")
+    assert text.startswith("Name:") and "\nPid:" in text and len(text) > 100
+    monkeypatch.setitem(bounded_read.LIMITS, "config", 16)
+    with pytest.raises(ReadLimitError, match="over the 16 bytes limit of a config"):
+        bounded_read.read_bytes("/proc/self/status", "config")
 
 
 def test_lines_are_bounded_one_at_a_time_and_a_torn_last_line_is_marked(tmp_path, monkeypatch):
