@@ -437,15 +437,21 @@ def main_table(stdout):
     return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
 
 
+def main_rows(stdout):
+    """The rows of the leaderboard's first table, ``{method: {column header: cell}}``."""
+    header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in main_table(stdout)]
+    return {row[0]: dict(zip(header, row)) for row in rows}
+
+
 def test_a_knob_and_seed_sweep_gets_distinct_labels_one_row_per_setup_and_a_deterministic_cost(setup, tmp_path,
                                                                                                capsys):
     tmp, weights = setup
     out = run_here(capsys, tmp, weights, "-m", "method=decoprune", "method.quota_pr=0.8,0.9", "seed=2,3", ONE_CONTEXT,
                   f"out_dir={tmp_path / 'runs'}")
     assert out.returncode == 0, out.stderr
-    rows = {line.split("|")[1].strip(): line.split("|") for line in main_table(out.stdout) if line.startswith("| d")}
+    rows = {method: row for method, row in main_rows(out.stdout).items() if method.startswith("d")}
     assert sorted(rows) == ["decoprune@quota_pr=0.8", "decoprune@quota_pr=0.9"]  # one row each, 2 seeds
-    assert all(cells[8].strip().startswith("2 (sd ") and cells[9].strip() == "4" for cells in rows.values())
+    assert all(row["Seeds"].startswith("2 (sd ") and row["Tasks"] == "4" for row in rows.values())
     board = pd.read_csv(tmp_path / "runs" / "miniworld" / "leaderboard" / "leaderboard_by_seed.csv")
     assert sorted(board["seed"]) == [2, 2, 3, 3]
     again = run_here(capsys, tmp, weights, "method=decoprune", "method.quota_pr=0.8", "seed=2", ONE_CONTEXT,
@@ -471,5 +477,5 @@ def test_a_seed_sweep_with_a_limit_runs_the_same_tasks_for_every_seed(setup, tmp
     runs = sorted((tmp_path / "runs" / "miniworld").glob("streaming__*"))
     tasks = [sorted(r["task_id"] for r in read_all_records(run_dir)) for run_dir in runs]
     assert len(runs) == 2 and len(tasks[0]) == 2 and tasks[0] == tasks[1]
-    row = next(line.split("|") for line in out.stdout.splitlines() if line.startswith("| streaming"))
-    assert row[8].strip().startswith("2 (sd ") and row[9].strip() == "4"
+    (row,) = [row for method, row in main_rows(out.stdout).items() if method.startswith("streaming")]
+    assert row["Seeds"].startswith("2 (sd ") and row["Tasks"] == "4"
