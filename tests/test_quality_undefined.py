@@ -112,3 +112,22 @@ def test_a_board_of_still_continuations_alone_shows_its_quality_undefined(tmp_pa
     assert np.isnan(board.loc[0, "temporal_flickering"]) and board.loc[0, UNDEFINED_COLUMN] == 2
     text = markdown_table(board)
     assert "| frozen | undefined |" in text and text.rstrip().endswith("frozen 2 of 2 tasks.")
+
+
+def test_the_html_board_says_undefined_where_the_markdown_does(tmp_path):
+    """The report's leaderboard table: an entry whose continuations were all still shows "undefined" for
+    its frame-comparing metrics, an entry with a defined mean shows the number, a NaN of another column
+    (or of an entry without still tasks) stays "—"."""
+    from cmbench.report.html import table
+
+    frozen = write_run(tmp_path / "frozen", "frozen", [("a1", None, True), ("b1", None, True)])
+    mixed = write_run(tmp_path / "mixed", "mixed", [("a1", 0.9, False), ("b1", None, True)])
+    board = leaderboard(load_runs([frozen, mixed]))
+    board["aesthetic_quality"] = np.nan
+    shown = table("leaderboard", "Leaderboard", board)
+    column = [name for name, _ in shown.columns]
+    cells = {row[column.index("method")].text: row for row in shown.rows}
+    flicker, aesthetic = column.index("temporal_flickering"), column.index("aesthetic_quality")
+    assert cells["frozen"][flicker].text == "undefined" and cells["mixed"][flicker].text == "0.9000"
+    assert cells["frozen"][aesthetic].text == "—"  # not a frame-comparing metric
+    assert cells["frozen"][column.index("temporal_flickering_ci95")].text == "—"

@@ -57,6 +57,7 @@ from cmbench.report.leaderboard import (
     FLAG_MARK,
     MATCHED_NOTE,
     REFERENCE_METHOD,
+    UNDEFINED_COLUMN,
     ReportError,
     RunRecords,
     board_metric,
@@ -70,7 +71,7 @@ from cmbench.report.leaderboard import (
     pareto_plot,
     shown_fidelity,
 )
-from cmbench.scoring.quality_names import QUALITY_LABELS
+from cmbench.scoring.quality_names import QUALITY_LABELS, TEMPORAL_QUALITY
 
 INDEX = "index.html"
 IMAGES = "img"
@@ -125,6 +126,10 @@ class ReportOutput:
     tasks: int = 0
 
 
+UNDEFINED = Cell("undefined", "", True)
+"""A frame-comparing quality metric of an entry whose continuations were all still, black or one frame."""
+
+
 def format_value(column: str, value: Any) -> Cell:
     """Format one value by what its column name says it is (fractions, bytes, ratios, counts)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -162,8 +167,10 @@ def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
     if "metric" in frame and len(frame):
         labels["score"] = board_metric(frame)
     columns = [(str(c), labels.get(str(c), str(c).replace("_", " "))) for c in frame.columns]
-    rows = [[format_value(str(c), value) for c, value in zip(frame.columns, row)]
-            for row in frame.itertuples(index=False, name=None)]
+    still = frame[UNDEFINED_COLUMN].tolist() if UNDEFINED_COLUMN in frame else [0] * len(frame)
+    rows = [[UNDEFINED if n and str(c) in TEMPORAL_QUALITY and pd.isna(value) else format_value(str(c), value)
+             for c, value in zip(frame.columns, row)]
+            for n, row in zip(still, frame.itertuples(index=False, name=None))]
     return Table(id_, title, note, columns, rows)
 
 
