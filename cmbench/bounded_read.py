@@ -35,6 +35,7 @@ LIMITS: dict[str, int] = {  # the kinds of files CMBench reads from folders it d
     "summary": 64 * MiB,  # summary.json
     "calibration log": 16 * MiB,  # <out_dir>/calibration/*.json
     "manifest": 256 * MiB,  # metadata.jsonl
+    "marker": 1 * MiB,  # an output folder's .cmbench-written.json (the top-level names CMBench wrote there)
     "table": 64 * MiB,  # a CSV table a command wrote and another reads (curves.csv, leaderboard.csv)
     "context array": 1 * GiB,  # an .npz of a dataset (MiniWorld's lossless contexts): the arrays' declared bytes
 }

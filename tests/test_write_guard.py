@@ -5,6 +5,7 @@ writes a folder: the leaderboard and its sweep boards, score, report, diagnose, 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,20 @@ def test_a_marker_that_is_a_link_is_refused(tmp_path):
     (tmp_path / "run" / MARKER).symlink_to(elsewhere)
     with pytest.raises(OutputFolderError, match="is not a marker CMBench wrote"):
         claim(tmp_path / "run", "run", "out")
+
+
+@pytest.mark.parametrize("attack", ["sparse", "fifo"])
+def test_a_marker_too_large_or_no_regular_file_is_refused_without_reading_it(tmp_path, attack):
+    """A 6 GiB sparse marker (over the 1 MiB limit of a marker) or a FIFO in its place: one line, nothing
+    read or waited on."""
+    marker = tmp_path / MARKER
+    if attack == "sparse":
+        with open(marker, "wb") as handle:
+            handle.truncate(6 * 2**30)
+    else:
+        os.mkfifo(marker)
+    with pytest.raises(OutputFolderError, match=rf"^out={tmp_path}: its {MARKER} is not a marker CMBench wrote"):
+        claim(tmp_path, "run", "out")
 
 
 def test_two_writers_adding_at_once_keep_both_names(tmp_path):

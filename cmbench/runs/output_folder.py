@@ -26,12 +26,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cmbench import bounded_read
 from cmbench.errors import CMBenchError
 from cmbench.lock import RunLock
 from cmbench.runs import atomic
 
 MARKER = ".cmbench-written.json"
-MARKER_MAX_BYTES = 1 << 20  # a marker lists top-level names: far below this
 SHOWN = 3  # entries named in a refusal
 HOLDS = {"run": "the records of a run", "score": "scores", "leaderboard": "a leaderboard", "sweeps": "sweep boards",
          "report": "a report", "diagnose": "a diagnosis", "calibration": "calibrations"}
@@ -225,12 +225,15 @@ def read_marker(folder: Path, option: str) -> tuple[str, set[str]] | None:
     except FileNotFoundError:
         return None
     where = f"{named(option, folder)}: its {MARKER}"
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MARKER_MAX_BYTES:
+    limit = bounded_read.LIMITS["marker"]
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
         raise OutputFolderError(f"{where} is not a marker CMBench wrote (a link, not a file, or over "
-                                f"{MARKER_MAX_BYTES} bytes); choose another {option}")
+                                f"{limit} bytes); choose another {option}")
     try:
-        content = json.loads(marker.read_bytes())
+        content = json.loads(bounded_read.read_bytes(marker, "marker"))
         kind, files = content["kind"], content["files"]
+    except bounded_read.ReadLimitError as err:
+        raise OutputFolderError(f"{where} is not a marker CMBench wrote ({err}); choose another {option}") from err
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise OutputFolderError(f"{where} is unreadable ({type(err).__name__}); choose another {option}") from err
     plain = isinstance(files, list) and all(isinstance(f, str) and f not in ("", ".", "..") and "/" not in f
