@@ -77,6 +77,26 @@ def test_method_target_bytes_resolves_into_the_knob_and_its_record_fields(lab): 
     assert fields["target_pr"] is None and fields["calibration_pr"] is None
 
 
+def test_a_bytes_calibration_shows_its_probes_and_result_as_bytes_not_as_pr(lab, capsys):  # noqa: F811
+    """What the user reads while a bytes target is calibrated (and after): each probe's bytes over
+    FullKV's (1 - the share saved the search measures), never a PR; a PR calibration still shows PR."""
+    from cmbench.cli.calibrate import describe
+
+    cfg = OmegaConf.merge(lab.config({**SHARE, "target_bytes": 0.25}),
+                          {"calibration": {"tolerance": 0.005, "tasks": 2, "max_probes": 6}})
+    resolve_target_pr(cfg, verbose=True)
+    probes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  probe share=")]
+    assert probes and all(": KV bytes / FullKV's " in line and "PR" not in line for line in probes)
+    shown = [float(line.split("FullKV's ")[1].split(" ")[0]) for line in probes]
+    assert shown[-1] == pytest.approx(0.25, abs=0.005)  # the bytes ratio, not the 0.75 saved
+    from cmbench.calibration.matched_pr import calibrate_method
+
+    (line, *_) = describe(calibrate_method(lab.config(SHARE), 0.25, quantity=BYTES))
+    assert "calibration KV bytes / FullKV's 0.25" in line and "PR" not in line
+    (line, *_) = describe(calibrate_method(lab.config(SHARE), 0.75))
+    assert "calibration PR 0.74" in line and "KV bytes" not in line
+
+
 # ------------------------------------------------------------------ the floor of a bytes target
 
 

@@ -35,6 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
+from cmbench.calibration.progress import probe_text
 from cmbench.calibration.pruning_ratio import (PRMeter, calibration_config, calibration_storage, calibration_tasks,
                                             knob_value)
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
@@ -196,15 +197,18 @@ def keyed_log_path(log_path: Path, key: str) -> Path:
 
 
 def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
-          probes: list[tuple[float, float]]) -> str:
+          probes: list[tuple[float, float]], quantity: TargetQuantity = PR) -> str:
+    """Why the search ended off target (``pr``, ``target`` and the probes in searched terms), or ""."""
     if abs(pr - target) <= tolerance:
         return ""
     if knob.integer:
         near = sorted({v for v, _ in probes if abs(v - value) == 1})
-        others = ", ".join(f"{knob.name}={int(v)}: PR {p:.4f}" for v, p in probes if v in near)
-        return (f"{knob.name} takes whole values and none lands within {tolerance:.4f} of PR {target:.4f}: "
-                f"{knob.name}={int(value)} gives the nearest achievable PR {pr:.4f}" + (f" ({others})" if others else ""))
-    return f"the search stopped after {len(probes)} probes at PR {pr:.4f}, {abs(pr - target):.4f} from the target"
+        others = ", ".join(f"{knob.name}={int(v)}: {probe_text(p, quantity)}" for v, p in probes if v in near)
+        return (f"{knob.name} takes whole values and none lands within {tolerance:.4f} of {probe_text(target, quantity)}: "
+                f"{knob.name}={int(value)} gives the nearest achievable {probe_text(pr, quantity)}"
+                + (f" ({others})" if others else ""))
+    return (f"the search stopped after {len(probes)} probes at {probe_text(pr, quantity)}, {abs(pr - target):.4f} "
+            f"from the target")
 
 
 def probes_path(folder: Path, method: str, probe_key: str) -> Path:
@@ -561,7 +565,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr, quantity)}", knob=knob.name, value=value,
                              calibration_pr=quantity.shown(found.pr), target_pr=target_pr, tolerance=tolerance,
                              within_tolerance=abs(found.error) <= tolerance,
-                             note=_note(knob, found.value, found.pr, searched, tolerance, [*known.items(), *found.log]),
+                             note=_note(knob, found.value, found.pr, searched, tolerance, [*known.items(), *found.log], quantity),
                              probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
                              yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
                              reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())],

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from cmbench.calibration.target_quantity import PR, TargetQuantity
 from cmbench.runs.progress import _duration as duration
 
 
@@ -33,8 +34,10 @@ class CalibrationProgress:
     """
 
     def __init__(self, knob: str, max_probes: int, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, header: str | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, header: str | None = None,
+                 quantity: TargetQuantity = PR) -> None:
         self.knob, self.max_probes, self.stream, self.clock, self.header = knob, max_probes, stream, clock, header
+        self.quantity = quantity
         self.probes: list[float] = []  # seconds each probe took
         self.started = clock()
 
@@ -51,10 +54,16 @@ class CalibrationProgress:
                    + (f", ~{duration(left)} left in this probe" if done < total else ""))
 
     def probe(self, value: float, pr: float) -> None:
-        """After a probe: its knob value and mean PR."""
+        """After a probe: its knob value and the mean searched quantity (the PR, or the share of FullKV's
+        bytes saved: shown as the bytes ratio)."""
         now = self.clock()
         self.probes.append(now - self.started)
         self.started = now
         left = self.max_probes - len(self.probes)
-        self._line(f"  probe {self.knob}={value:.6g}: PR {pr:.4f} ({duration(self.probes[-1])}; at most {left} more "
+        self._line(f"  probe {self.knob}={value:.6g}: {probe_text(pr, self.quantity)} ({duration(self.probes[-1])}; at most {left} more "
                    f"probe(s), ~{duration(sum(self.probes) / len(self.probes))} each)")
+
+
+def probe_text(searched: float, quantity: TargetQuantity = PR) -> str:
+    """What a probe measured, in the user's terms: ``PR 0.8473`` or ``KV bytes / FullKV's 0.1519``."""
+    return f"{quantity.label} {quantity.shown(searched):.4f}"

@@ -140,7 +140,7 @@ def resolve_target_pr(cfg: DictConfig, verbose: bool = True) -> ResolvedTarget:
     options = calibration_options(cfg)
     shown = CalibrationProgress(knob, int(options["max_probes"]), header=(  # no line before a refusal: one line
         f"{name}: method.{quantity.key}={target:g}: calibrating its {knob} on calibration contexts (once; later "
-        f"runs reuse it)"))
+        f"runs reuse it)"), quantity=quantity)
     cal = calibrate_method(out, target, **options,  # type: ignore[arg-type]
                            on_probe=shown.probe if verbose else None, on_task=shown.task if verbose else None,
                            quantity=quantity)

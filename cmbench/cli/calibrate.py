@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench.calibration.matched_pr import (CALIBRATION_DIR, Calibration, calibrate_method, calibration_options, method_knob,
                                             pr_tag)
-from cmbench.calibration.progress import CalibrationProgress
-from cmbench.calibration.target_quantity import BYTES, PR
+from cmbench.calibration.progress import CalibrationProgress, probe_text
+from cmbench.calibration.target_quantity import BYTES, PR, QUANTITIES, TargetQuantity
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 
@@ -56,20 +56,21 @@ def run_line(result: Calibration, overrides: list[str]) -> str:
     return f"CMBENCH_CONFIG_PATH={shlex.quote(path)} {python} -m cmbench run {' '.join(shlex.quote(a) for a in args)}"
 
 
-def show_probe(value: float, pr: float) -> None:
+def show_probe(value: float, pr: float, quantity: TargetQuantity = PR) -> None:
     """One line of the search log (of a calibration reused, not measured now)."""
-    print(f"  probe {value:.6g}: PR {pr:.4f}", flush=True)
+    print(f"  probe {value:.6g}: {probe_text(pr, quantity)}", flush=True)
 
 
-def progress(cfg: DictConfig, max_probes: int) -> CalibrationProgress:
+def progress(cfg: DictConfig, max_probes: int, quantity: TargetQuantity = PR) -> CalibrationProgress:
     """Progress lines of calibrating ``cfg.method`` (stdout, with the search log)."""
-    return CalibrationProgress(method_knob(to_dict(cfg.method)).name, max_probes, stream=sys.stdout)
+    return CalibrationProgress(method_knob(to_dict(cfg.method)).name, max_probes, stream=sys.stdout, quantity=quantity)
 
 
 def describe(result: Calibration) -> list[str]:
     """The result in a few lines: found value, calibration PR against the target, files, note."""
     state = "reused (same calibration)" if result.cached else "found"
-    lines = [f"{result.label}: {result.knob}={result.value} {state}: calibration PR {result.calibration_pr:.4f} "
+    label = next(q.label for q in QUANTITIES if q.name == result.quantity)
+    lines = [f"{result.label}: {result.knob}={result.value} {state}: calibration {label} {result.calibration_pr:.4f} "
              f"(target {result.target_pr:.4f}, {len(result.probes)} probes on {len(result.data['task_ids'])} tasks "
              f"of {result.data['root']}"
              + (f", {len(result.reused_probes)} more from calibrations to other targets" if result.reused_probes else "")
@@ -93,12 +94,12 @@ def execute(cfg: DictConfig) -> int:
           f"writing into {Path(str(cfg.out_dir)) / CALIBRATION_DIR}")
 
     options = calibration_options(cfg)
-    shown = progress(cfg, int(options["max_probes"]))
+    shown = progress(cfg, int(options["max_probes"]), quantity)
     result = calibrate_method(cfg, target, **options, on_probe=shown.probe, on_task=shown.task,  # type: ignore[arg-type]
                               quantity=quantity)
     if result.cached:
         for value, pr in result.probes:
-            show_probe(value, pr)
+            show_probe(value, pr, quantity)
     for line in describe(result):
         print(line)
     print(f"run it:\n  {run_line(result, setup_overrides())}")
