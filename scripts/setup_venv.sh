@@ -27,4 +27,12 @@ else
 fi
 say "installing CMBench (editable, extras: ${extras:-none}) and its dependencies"
 .venv/bin/pip install -e ".${extras:+[$extras]}"
+if [[ ",$extras," == *",test,"* ]]; then
+  # the kvpress adapter's tests need NVIDIA kvpress (README, "kvpress presses"): installed without its
+  # dependencies, which keeps the venv's transformers (kvpress 0.5 caps it below 5.3; the presses' scores
+  # need torch alone), then the packages importing kvpress needs
+  say "installing kvpress for the kvpress adapter's tests (without its transformers cap)"
+  .venv/bin/pip install --no-deps "kvpress>=0.5.5,<0.6"
+  .venv/bin/pip install "cachetools>=5.5.2,<6" "datasets>=2.21" "fire>=0.6,<0.7"
+fi
 say "done: .venv/bin/python -m cmbench --help lists the commands"

@@ -11,6 +11,7 @@ from cmbench.backbones.tiny import DEFAULT_WEIGHTS
 from cmbench.cache import KVCache
 from cmbench.method_check import check_method, format_results
 from cmbench.methods import ChunkSignals, Method, ScoredMethod, method_class, method_names
+from optional_methods import method_params
 
 HEAD_MAP = DEFAULT_WEIGHTS.with_name("tiny_miniworld_dynamic_head_map.json")
 
@@ -27,7 +28,7 @@ def passed(results) -> dict[str, bool]:
     return {r.name: r.passed for r in results}
 
 
-@pytest.mark.parametrize("name", method_names())
+@pytest.mark.parametrize("name", method_params())
 def test_every_registered_method_meets_the_contract(name):
     results = check_method(config_for(name), context_chunks=4, continuation_chunks=4)
     assert all(r.passed for r in results), format_results(results)
@@ -35,7 +36,7 @@ def test_every_registered_method_meets_the_contract(name):
                                          "PR accounted", "budget"]
 
 
-@pytest.mark.parametrize("name", [n for n in method_names() if issubclass(method_class(n), ScoredMethod)])
+@pytest.mark.parametrize("name", method_params(n for n in method_names() if issubclass(method_class(n), ScoredMethod)))
 def test_every_scored_method_honours_a_budget(name):
     # 8 context chunks: DeCoPrune keeps the sink and the two newest chunks dense, so 4 could not reach 0.5
     results = check_method(config_for(name, quota_pr=0.5), context_chunks=8, continuation_chunks=3)

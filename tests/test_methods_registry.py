@@ -21,6 +21,7 @@ from cmbench.methods.knobs import check_knobs, knob_minimums
 from cmbench.methods.registry import canonical_method_config, config_doc, full_method_config, register
 from cmbench.registry import Registry
 from fakes import AttentionBackbone, fake_geometry
+from optional_methods import buildable, method_params
 
 CONFIGS = CONFIG_DIR / "method"
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,10 +47,11 @@ def test_every_registered_method_has_a_config_and_documents_itself_in_its_class(
         cls = method_class(name)
         assert cls.description and describe_methods()[name]["description"] == cls.description
         assert listed[name] == {"description": cls.description, "paper": cls.paper, "origin": str(CONFIG_DIR)}
-        assert build_method(cfg).name == name
+        if buildable(name):  # a method needing an optional package is built where it is installed
+            assert build_method(cfg).name == name
 
 
-@pytest.mark.parametrize("name", method_names())
+@pytest.mark.parametrize("name", method_params())
 def test_composed_config_builds_the_class_defaults(name):
     """VALUES, not names: Hydra's ``method=<name>`` builds exactly the dataclass defaults, apart from the
     documented differences (the backbone's head map), and equals ``build_method({"name": name})``."""
