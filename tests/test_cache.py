@@ -353,19 +353,27 @@ def test_regroup_splits_banks_without_changing_attention():
         cache.regroup(1, [HeadGroup((0, 1, 2, 3))])
 
 
-def test_ledger_by_hand_with_head_groups():
-    """Eq. 4 over chunks, layers and heads; the chunk being denoised counts in neither term."""
+def split_heads_run(qkv_of) -> tuple[KVCache, PRLedger]:
+    """Three chunks of 8 tokens through a cache whose layer 0 splits its heads (0, 1) | (2, 3): bank (2, 3)
+    keeps only the newest chunk, every other bank keeps all. ``qkv_of(seed)`` gives each layer's q, k, v;
+    the ledger records each chunk and notes memory after each commit and each compaction."""
     cache = KVCache.from_geometry(G, [[HeadGroup((0, 1)), HeadGroup((2, 3))], [HeadGroup((0, 1, 2, 3))]])
     ledger = PRLedger("generation")
     for c in range(3):
         cache.begin_chunk(c, 2 * c, 2)
         ledger.record(cache)
         for layer in range(2):
-            cache.attend(layer, *qkv(c + layer))
+            cache.attend(layer, *qkv_of(c + layer))
         cache.commit_chunk()
         ledger.note_memory(cache)
-        # bank (0, heads 2-3) keeps only the newest chunk; everything else keeps all
         cache.compact(lambda b, c=c: torch.ones(b.n, dtype=torch.bool) if b.group.heads != (2, 3) else b.field("chunk") == c)
+        ledger.note_memory(cache)
+    return cache, ledger
+
+
+def test_ledger_by_hand_with_head_groups():
+    """Eq. 4 over chunks, layers and heads; the chunk being denoised counts in neither term."""
+    _, ledger = split_heads_run(qkv)
     visible = [e.visible.tolist() for e in ledger.entries]
     assert visible == [[[0] * 4, [0] * 4], [[8, 8, 8, 8], [8] * 4], [[16, 16, 8, 8], [16] * 4]]
     assert [e.full for e in ledger.entries] == [0, 8, 16]

@@ -9,12 +9,13 @@ import math
 import pytest
 import torch
 
-from cmbench.cache import HeadGroup, KVCache, PRLedger
+from cmbench.cache import KVCache, PRLedger
 from cmbench.cache.ledger import fp_bytes_per_head_token
 from cmbench.generation import continue_task, prefill
 from cmbench.methods.fullkv import FullKV
 from cmbench.methods.streaming import Streaming
 from fakes import AttentionBackbone, fake_geometry
+from test_cache import split_heads_run
 
 G = fake_geometry(num_layers=2, num_heads=4, head_dim=12)
 L = G.tokens_per_chunk  # 8 tokens per chunk of 2 frames
@@ -32,18 +33,7 @@ def test_bytes_counted_by_hand(batch, dtype, itemsize):
     One token of one head: K and V of 12 channels per batch row, ``2 * 12 * batch * itemsize`` bytes.
     """
     per = 2 * 12 * batch * itemsize
-    cache = KVCache.from_geometry(G, [[HeadGroup((0, 1)), HeadGroup((2, 3))], [HeadGroup((0, 1, 2, 3))]])
-    ledger = PRLedger("generation")
-    for c in range(3):
-        cache.begin_chunk(c, 2 * c, 2)
-        ledger.record(cache)
-        for layer in range(2):
-            cache.attend(layer, *_qkv(c + layer, batch, dtype))
-        cache.commit_chunk()
-        ledger.note_memory(cache)
-        cache.compact(lambda b, c=c: torch.ones(b.n, dtype=torch.bool) if b.group.heads != (2, 3)
-                      else b.field("chunk") == c)
-        ledger.note_memory(cache)
+    cache, ledger = split_heads_run(lambda seed: _qkv(seed, batch, dtype))
     assert fp_bytes_per_head_token(cache) == per
     # head-tokens stored while chunk c was denoised: 0; 8 tokens x 8 heads; 16 x (2 + 4) heads + 8 x 2 heads
     stored = [0, 64 * per, (16 * 6 + 8 * 2) * per]
