@@ -415,6 +415,7 @@ def test_dummyforcing_places_the_centre_bank_when_it_classifies_and_sizes_each_r
     frames would put it (4-5); the banks are sized first 2, middle 2 + 2, dummy 2 frames of 4 tokens; an
     uncalibrated cache is one dense "unclassified" bank per layer; classifying without the attention is
     refused with the chunk named."""
+    torch.manual_seed(0)  # the heads' roles follow the attention on this random context: with it, each role has a head
     backbone = AttentionBackbone(G)
     method = build_method({**DUMMY, "classify_chunk": 3})
     assert [[(g.role, g.heads) for g in layer] for layer in method.layout(G)] == [[("unclassified", (0, 1))]] * 2
