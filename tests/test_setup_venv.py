@@ -45,14 +45,25 @@ def test_each_step_is_announced_and_pip_shows_its_progress(tmp_path):
     folder = checkout(tmp_path)
     out = setup(folder, "test")
     pip = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pip ")]
-    assert len(pip) == 2 and not any(" -q" in call for call in pip)  # torch, then CMBench
+    assert len(pip) == 4 and not any(" -q" in call for call in pip)  # torch, CMBench, then kvpress for its tests
     assert "torch==2.13.0" in pip[0] and pip[1].endswith('install -e .[test]')
+    assert pip[2] == "pip install --no-deps kvpress>=0.5.5,<0.6"  # keeps the venv's transformers
+    assert pip[3].startswith("pip install cachetools")
     steps = [line for line in out if line.startswith("setup_venv: ")]
     assert out.index(steps[0]) < out.index("Collecting from pip itself")  # said before pip starts
     assert any("using the existing .venv" in s for s in steps)
     assert any("installing torch==2.13.0" in s for s in steps)
     assert any("installing CMBench (editable, extras: test)" in s for s in steps)
+    assert any("installing kvpress for the kvpress adapter's tests" in s for s in steps)
     assert out[-1].startswith("setup_venv: done")
+
+
+def test_the_main_command_installs_no_test_dependency(tmp_path):
+    """README's first command (no extra): torch and CMBench only, no kvpress."""
+    folder = checkout(tmp_path)
+    setup(folder)
+    pip = [line for line in (folder / "calls.log").read_text().splitlines() if line.startswith("pip ")]
+    assert len(pip) == 2 and pip[1].endswith("install -e .") and not any("kvpress" in call for call in pip)
 
 
 def test_a_second_run_keeps_torch_and_says_so(tmp_path):
