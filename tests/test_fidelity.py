@@ -80,3 +80,21 @@ def test_an_entry_is_the_mean_over_the_pairs_it_shares_with_fullkv(tmp_path, mon
     assert got["last_frame_ssim_vs_fullkv"] == pytest.approx((1.0 + b["last_frame_ssim_vs_fullkv"]) / 2)
     alone = fid.fidelity(entry("m", ["c"]), entry("ref", ["a"]))
     assert all(math.isnan(v) for v in alone.values())
+
+
+def test_a_saved_continuation_over_the_decode_budget_is_refused_naming_it(tmp_path, monkeypatch):
+    """Frames are held as decoded up to the decode budget; one more is refused in one line that names the
+    video, its decoded size and the limit (the budget lowered to 3 frames of this video here, and the
+    header's check passed, as a header that declares fewer frames than the file holds passes it)."""
+    from cmbench import bounded_read
+    from cmbench.data import video
+    from cmbench.data.video import VideoError, write_lossless_video
+
+    write_lossless_video(tmp_path / "videos" / "t.mkv", _video(frames=4), 16.0)
+    frame_bytes = 24 * 24 * 3
+    monkeypatch.setattr(bounded_read, "DECODE_BUDGET", 3 * frame_bytes)
+    monkeypatch.setattr(video, "_decodable", lambda path, cap, whole: None)
+    with pytest.raises(VideoError, match=rf"^{tmp_path / 'videos' / 't.mkv'}: 6.8 KiB, over the 5.1 KiB limit of a decoded video"):
+        fid._frames(str(tmp_path), "videos/t.mkv")
+    monkeypatch.setattr(bounded_read, "DECODE_BUDGET", 4 * frame_bytes)
+    assert np.array_equal(fid._frames(str(tmp_path), "videos/t.mkv"), _video(frames=4))

@@ -22,6 +22,19 @@ def test_the_bytes_quantity_searches_the_share_saved():
     assert BYTES.searched(0.15) == pytest.approx(0.85) and BYTES.shown(0.85) == pytest.approx(0.15)
     assert PR.searched(0.85) == 0.85 == PR.shown(0.85)
     assert (BYTES.tag(0.15), PR.tag(0.875)) == ("bytes15", "pr87.5")
+    assert PR.tag(0.1234567) == "pr12.3457"  # four decimals of a percent in a file name and a label
+
+
+@pytest.mark.parametrize("name, value", [("decoprune", 100.0), ("decoprune_reverse", 1e-06), ("streaming", 0),
+                                         ("tempcache", -1.0)])
+def test_the_least_window_is_the_method_at_its_knobs_least_keeping_end(name, value):
+    """The method whose sink and recent window set the bytes floor is built at the end of its knob's range
+    that keeps least, the value itself (a fractional end is not rounded to a whole number)."""
+    from cmbench.calibration.target_quantity import least_window
+
+    method, knob, chunks = least_window({"name": name})
+    assert getattr(method, knob.name) == value and type(getattr(method, knob.name)) is type(value)
+    assert chunks == method.sink_chunks + method.recent_chunks
 
 
 @pytest.mark.parametrize("quantity, value, message", [
