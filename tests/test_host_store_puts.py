@@ -3,6 +3,7 @@ byte counters equal the bytes the store holds (counted by hand from the rows' sh
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cmbench.cache.layout import HeadGroup
@@ -86,3 +87,14 @@ def test_a_bounded_store_drops_a_chunk_moved_in_two_puts_as_a_whole():
     assert store.gids(KEY).tolist() == [6, 7, 8]
     assert store.stored_bytes == 3 * ROW_BYTES == held_bytes(store)
     assert store.dropped_tokens == 6 * HG and store.peak_bytes == 6 * ROW_BYTES
+
+
+def test_ids_of_nothing_stored_are_an_empty_index_and_a_negative_budget_is_refused():
+    """A bank with nothing stored (or none of the chunks asked for) gives an empty ``long`` index, usable
+    to index rows as any other; a negative byte budget is refused naming it."""
+    store = HostStore()
+    store.put(KEY, rows([10, 11], chunk=2))
+    for empty in (HostStore().gids(KEY), store.gids(KEY, chunks=[7])):
+        assert empty.dtype == torch.long and empty.shape == (0,)
+    with pytest.raises(ValueError, match=r"^store max_bytes must be >= 0, got -1$"):
+        HostStore(max_bytes=-1)
