@@ -17,6 +17,7 @@ others until torch.distributed's timeout.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,11 +82,20 @@ def pin_device(launch: Launch, backbone: Mapping[str, Any]) -> None:
         torch.cuda.set_device(launch.local_rank)
 
 
+def _leave() -> None:
+    """Tear the process group down at exit, before the interpreter's own teardown: a rank that leaves gloo's
+    threads to it can abort on its way out ("terminate called without an active exception", seen once
+    under load on a rank that had finished first), failing a run whose records are all written."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def join(launch: Launch, parallel: ParallelSpec, backbone: Mapping[str, Any]) -> SequenceGroup:
     """Join torch.distributed (torchrun's ``env://``: gloo on the CPU; on GPUs NCCL for CUDA tensors and gloo
     for the CPU tensors of the cache's accounting) and return this rank's group of ``P`` ranks."""
     if not dist.is_initialized():
         dist.init_process_group("cpu:gloo,cuda:nccl" if _on_gpu(backbone) else "gloo")
+        atexit.register(_leave)
     p = launch.sequence
     groups = [dist.new_group(list(range(g * p, (g + 1) * p))) for g in range(launch.world // p)]  # every rank makes every group
     return SequenceGroup(launch.rank % p, p, groups[launch.group_index], check_masks=parallel.check_masks)
