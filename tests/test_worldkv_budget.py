@@ -18,6 +18,7 @@ from collections import Counter
 import pytest
 import torch
 
+from cmbench.errors import ConfigError
 from cmbench.generation import continue_task, prefill
 from cmbench.methods import build_method
 from cmbench.methods.worldkv import WorldKV
@@ -136,3 +137,11 @@ def test_the_fixed_window_reading_keeps_its_knobs_under_its_own_name():
     assert fixed.knobs() == {"sink_chunks": 1, "recent_chunks": 2, "max_history_tokens": None, "retrieval_frames": 18,
                              "keep_ratio": 0.5, "store_max_bytes": None}
     assert build_method({"name": "key_retrieval"}).knobs() == fixed.knobs()
+
+
+@pytest.mark.parametrize("keep_ratio", [0.0, 1.5, 2.0])  # a negative one: the knob check names it first
+def test_a_keep_ratio_outside_zero_to_one_is_refused_naming_it(keep_ratio):
+    """``keep_ratio`` is a share of a frame's tokens: 1.0 keeps every token, and anything not in (0, 1] is
+    refused in one line."""
+    with pytest.raises(ConfigError, match=rf"^worldkv: keep_ratio must be in \(0, 1\], got {keep_ratio}$"):
+        WorldKV(keep_ratio=keep_ratio)
