@@ -22,7 +22,7 @@ def test_the_bytes_quantity_searches_the_share_saved():
     assert BYTES.searched(0.15) == pytest.approx(0.85) and BYTES.shown(0.85) == pytest.approx(0.15)
     assert PR.searched(0.85) == 0.85 == PR.shown(0.85)
     assert (BYTES.tag(0.15), PR.tag(0.875)) == ("bytes15", "pr87.5")
-    assert PR.tag(0.1234567) == "pr12.3457"  # four decimals of a percent in a file name and a label
+    assert PR.tag(0.0512346) == "pr5.1235"  # four decimals of a percent in a file name and a label
 
 
 @pytest.mark.parametrize("name, value", [("decoprune", 100.0), ("decoprune_reverse", 1e-06), ("streaming", 0),
