@@ -11,7 +11,7 @@ import torch
 
 from cmbench.cache import KVCache
 from cmbench.methods import BeforeChunk
-from cmbench.methods.worldkv import WorldKV, anchor_novelty_keep
+from cmbench.methods.worldkv import WorldKV, anchor_novelty_keep, pose_distance
 from fakes import fake_geometry
 
 
@@ -146,3 +146,23 @@ def test_the_retrieval_budget_rounds_down_to_whole_chunks(retrieval_frames, chun
     cache, info = retrieval_setup(method, g)
     method.before_denoise(cache, BeforeChunk(geometry=g, chunk=info, phase="generation", poses=poses_from_x(xs)))
     assert restored_chunks(cache) == [list(range(1, 1 + chunks))] * g.num_layers
+
+
+def test_a_candidate_at_the_current_pose_is_at_distance_zero_even_when_rounding_lifts_the_trace_above_3():
+    """``R^T R`` of a float32 rotation can have a trace just above 3 (3.0000002): the angle's cosine
+    is clamped to 1, so the candidate at the current pose is at distance 0, not NaN (a NaN would sort
+    anywhere and the nearest chunk could go unretrieved)."""
+    def turned(axis: int, angle: float) -> torch.Tensor:
+        c, s = math.cos(angle), math.sin(angle)
+        i, j = [k for k in range(3) if k != axis]
+        r = torch.eye(3)
+        r[i, i], r[i, j], r[j, i], r[j, j] = c, -s, s, c
+        return r
+
+    turns = (turned(0, 0.1 * k) @ turned(1, 0.37 * k) @ turned(2, 0.73 * k) for k in range(200))
+    rotation = next(r for r in turns if float((r.T @ r).diagonal().sum()) > 3.0)  # what the clamp is for
+    current, other = torch.eye(4), torch.eye(4)
+    current[:3, :3] = rotation
+    other[:3, 3] = torch.tensor([1.0, 0.0, 0.0])
+    distance = pose_distance(current, torch.stack([current, other]))
+    assert torch.isfinite(distance).all() and float(distance[0]) == 0.0 and float(distance[1]) > 0.0
