@@ -96,3 +96,19 @@ def test_a_mask_without_interior_keeps_every_mask_pixel(thickness):
     assert not eroded(mask).any()
     block = texture(crop, mask)
     assert np.linalg.norm(block) == pytest.approx(1.0)
+
+
+def test_a_grid_cell_the_mask_leaves_empty_takes_the_objects_mean_colour():
+    """The layout block is each grid cell's mean Lab colour minus the object's mean; a cell holding no
+    mask pixel takes the object's mean (0 after centring), not black: an object filling the left half
+    of its crop is described the same wherever the rest of its box is cut. Here the object is the left
+    third of the crop (the 3x3 grid's left column), dark in its top third."""
+    crop = np.full((SIZE, SIZE, 3), 150, np.uint8)
+    crop[: SIZE // 3] = 60  # two colours inside the object, so its own centred cells are not all 0
+    mask = np.zeros((SIZE, SIZE), dtype=bool)
+    mask[:, : SIZE // 3] = True
+    embedder = AppearanceEmbedder(grid=3)
+    lab = cv2.cvtColor(crop, cv2.COLOR_RGB2LAB).astype(np.float64)
+    cells = embedder._layout(lab, mask).reshape(3, 3, 3)
+    assert np.all(cells[:, 1:] == 0.0)  # empty: the object's mean, centred
+    assert np.abs(cells[:, 0]).max() > 1.0  # the object's own cells differ from its mean
