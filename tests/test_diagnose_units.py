@@ -114,3 +114,18 @@ def test_summary_ci_is_undefined_with_one_context_however_many_chunks():
     rows = cluster_rows()
     (cell,) = summarise(rows[rows["context_id"] == "c"]).to_dict("records")
     assert cell["error"] == pytest.approx(6.0) and math.isnan(cell["ci95"])
+
+
+@pytest.mark.parametrize("contexts_of_b", [[], ["c2"]], ids=["b-absent", "no-shared-context"])
+def test_groups_that_share_no_context_compare_as_nothing_measured(contexts_of_b):
+    """Paired over contexts: a group that is absent, or present only in contexts the other lacks, gives a
+    comparison of the two named groups with no difference, no CI, 0 contexts, and an inconclusive verdict."""
+    from cmbench.paper.criteria import INCONCLUSIVE
+    from cmbench.paper.diagnose import Comparison, compare_groups
+
+    rows = pd.DataFrame([{"arm": "method", "step": 1, "context_id": "c1", "group": "seen_cached", "error": 0.2}]
+                        + [{"arm": "method", "step": 1, "context_id": c, "group": "new", "error": 0.5}
+                           for c in contexts_of_b])
+    got = compare_groups(rows, "method", 1, "seen_cached", "new")
+    assert isinstance(got, Comparison) and (got.a, got.b, got.contexts) == ("seen_cached", "new", 0)
+    assert math.isnan(got.difference) and math.isnan(got.ci95) and got.verdict == INCONCLUSIVE
