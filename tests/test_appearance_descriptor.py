@@ -112,3 +112,14 @@ def test_a_grid_cell_the_mask_leaves_empty_takes_the_objects_mean_colour():
     cells = embedder._layout(lab, mask).reshape(3, 3, 3)
     assert np.all(cells[:, 1:] == 0.0)  # empty: the object's mean, centred
     assert np.abs(cells[:, 0]).max() > 1.0  # the object's own cells differ from its mean
+
+
+def test_a_value_at_the_top_of_the_range_falls_wholly_in_the_last_bin():
+    """Soft binning clips at the last bin's centre: a value at ``hi`` (white's lightness, the chroma
+    plane's corner) puts its whole weight in the last bin (of each axis), and nothing past it."""
+    from cmbench.scoring.appearance import _soft_histogram
+
+    hist = _soft_histogram(np.array([[100.0]]), 0.0, 100.0, 4)
+    assert hist.tolist() == [0.0, 0.0, 0.0, 1.0]
+    joint = _soft_histogram(np.array([[1.0, 1.0], [0.0, 1.0]]), 0.0, 1.0, 3).reshape(3, 3)
+    assert joint[2, 2] == 1.0 and joint[0, 2] == 1.0 and joint.sum() == 2.0
