@@ -31,6 +31,7 @@ GiB = 2**30
 LIMITS: dict[str, int] = {  # the kinds of files CMBench reads from folders it did not write -> their limit in bytes
     "records line": 16 * MiB,  # one task record (records*.jsonl is read a line at a time)
     "config": 4 * MiB,  # a folder's config.yaml
+    "build record": 1 * MiB,  # a MiniWorld suite's build.json (a few kilobytes)
     "run file": 1 * MiB,  # a run directory's run.json
     "summary": 64 * MiB,  # summary.json
     "calibration log": 16 * MiB,  # <out_dir>/calibration/*.json

@@ -276,6 +276,21 @@ def test_bad_configs_and_foreign_roots_are_refused(tmp_path):
         build_suite(_data_cfg(tmp_path / "d", sources={"cartoon": {"videos": 1, "reappear": 1, "revisit": 0}}))
 
 
+def test_a_build_record_over_its_read_limit_is_not_the_builders(tmp_path, monkeypatch):
+    """``build.json`` is read through the bounded reader (the "build record" limit): one over it is not
+    taken as the builder's record, so its folder is refused, not rebuilt over."""
+    from cmbench import bounded_read
+    from cmbench.miniworld.suite import build_record, check_root
+
+    root = tmp_path / "mw"
+    build_suite(_small(root))
+    assert build_record(root) is not None
+    monkeypatch.setitem(bounded_read.LIMITS, "build record", (root / "build.json").stat().st_size - 1)
+    assert build_record(root) is None
+    with pytest.raises(ConfigError, match=f"^data.root={root}: not empty and not a MiniWorld build"):
+        check_root(root)
+
+
 def test_a_rebuild_never_replaces_a_folder_the_builder_did_not_make_alone(tmp_path):
     """A rebuild replaces the whole root: a user's file beside a build, a folder whose build.json is
     someone else's, a build.json that is a link, and a file as the root are each refused in one line

@@ -41,7 +41,7 @@ from cmbench.calibration.pruning_ratio import (PRMeter, calibration_config, cali
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
 from cmbench.calibration.target_quantity import BYTES, PR, TargetQuantity, check_bytes_floor
 from cmbench.config_paths import to_dict
-from cmbench.errors import ConfigError
+from cmbench.errors import ConfigError, some
 from cmbench.hashing import config_hash
 from cmbench.lock import RunLock
 from cmbench.methods.base import Method
@@ -435,8 +435,7 @@ def not_reused(log_path: Path, key: str, setting: dict[str, Any], code: dict[str
     parts = sorted(p for p in set(code) | set(earlier_code) if code.get(p) != earlier_code.get(p))
     head = f"calibration log {log_path} was made"
     if changed:
-        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        was, now = (", ".join(f"{k}={_shown(values.get(k))}" for k in changed[:3]) + more for values in (before, setting))
+        was, now = (some([f"{k}={_shown(values.get(k))}" for k in changed]) for values in (before, setting))
         return f"{head} with {was}, this one with {now}"
     if parts:
         return f"{head} by other code (its {', '.join(parts)} part{'s' if len(parts) > 1 else ''})"

@@ -50,7 +50,7 @@ def build_changes(root: Path, cfg: SuiteConfig) -> list[str]:
     if not record.is_file():
         return []
     try:
-        built = _flatten(json.loads(bounded_read.read_text(record, "config")).get("config", {}))
+        built = _flatten(json.loads(bounded_read.read_text(record, "build record")).get("config", {}))
     except (OSError, ValueError, AttributeError, bounded_read.ReadLimitError):
         return ["build.json: unreadable"]
     wanted = _flatten(asdict(cfg))

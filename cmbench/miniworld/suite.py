@@ -45,7 +45,7 @@ import numpy as np
 from cmbench import bounded_read
 from cmbench.data.task import Reference, Task, as_box
 from cmbench.data.video import read_video, write_video
-from cmbench.errors import ConfigError
+from cmbench.errors import ConfigError, some
 from cmbench.hashing import json_digest, sequence_seed
 from cmbench.miniworld.episodes import EpisodeConfig, Episode, TaskPlan, allocate_tasks, continue_prompt, plan_episode
 from cmbench.miniworld.readers import EXTENSION
@@ -56,8 +56,6 @@ from cmbench.lock import RunLock
 BUILD_VERSION = 1  # bump when the generator changes what a given config produces
 SUITE_ENTRIES = ("build.json", "metadata.jsonl", "videos", "context", "ground_truth")
 """What a suite root holds at its top level: a root that holds anything else is not the builder's."""
-BUILD_RECORD_MAX_BYTES = 1 << 20  # build.json is a few kilobytes
-SHOWN = 3  # entries named in a refusal
 ID_PREFIX = {"synthetic": "syn", "real": "real"}
 
 
@@ -351,26 +349,23 @@ def check_root(root: Path) -> None:
         return
     others = [e for e in entries if e not in SUITE_ENTRIES]
     if build_record(root) is None:
-        shown = ", ".join(entries[:SHOWN]) + (f" and {len(entries) - SHOWN} more" if len(entries) > SHOWN else "")
-        raise ConfigError(f"data.root={root}: not empty and not a MiniWorld build (it holds {shown}; no build.json "
+        raise ConfigError(f"data.root={root}: not empty and not a MiniWorld build (it holds {some(entries)}; no build.json "
                           f"of the builder's); {hint}")
     if others:
-        shown = ", ".join(others[:SHOWN]) + (f" and {len(others) - SHOWN} more" if len(others) > SHOWN else "")
-        raise ConfigError(f"data.root={root}: a MiniWorld build that also holds {shown}, which the builder did not "
+        raise ConfigError(f"data.root={root}: a MiniWorld build that also holds {some(others)}, which the builder did not "
                           f"write (a rebuild replaces the whole folder); move {'them' if len(others) > 1 else 'it'} "
                           f"away, or {hint}")
 
 
 def build_record(root: Path) -> dict[str, Any] | None:
-    """``root``'s ``build.json`` when it is the builder's record (a regular file, not a link, under
-    :data:`BUILD_RECORD_MAX_BYTES`, a JSON object with the build hash, version, config and counts), else None."""
+    """``root``'s ``build.json`` when it is the builder's record (a regular file, not a link, within the
+    bounded reader's limit of a build record, a JSON object with the build hash, version, config and
+    counts), else None."""
     path = root / "build.json"
     try:
-        info = path.lstat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > BUILD_RECORD_MAX_BYTES:
+        if not stat.S_ISREG(path.lstat().st_mode):
             return None
-        with os.fdopen(bounded_read.open_regular(path), "rb") as handle:
-            record = json.loads(handle.read(BUILD_RECORD_MAX_BYTES + 1))
+        record = json.loads(bounded_read.read_bytes(path, "build record"))
     except (OSError, ValueError, bounded_read.ReadLimitError):
         return None
     keys = ("build_hash", "version", "config", "counts")

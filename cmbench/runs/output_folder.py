@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cmbench import bounded_read
-from cmbench.errors import CMBenchError
+from cmbench.errors import CMBenchError, some
 from cmbench.lock import RunLock
 from cmbench.runs import atomic
 
 MARKER = ".cmbench-written.json"
-SHOWN = 3  # entries named in a refusal
 HOLDS = {"run": "the records of a run", "score": "scores", "leaderboard": "a leaderboard", "sweeps": "sweep boards",
          "report": "a report", "diagnose": "a diagnosis", "calibration": "calibrations"}
 """What a folder of each kind holds, for messages."""
@@ -202,8 +201,8 @@ def claim(folder: str | Path, kind: str, option: str, *, names: Iterable[str] = 
     elif entries:
         adopted = legacy.adopt(path, entries) if legacy is not None else None
         if adopted is None:
-            shown = ", ".join(entries[:SHOWN]) + (f" and {len(entries) - SHOWN} more" if len(entries) > SHOWN else "")
-            raise OutputFolderError(f"{named(option, path)}: not empty and not written by CMBench (it holds {shown}); {hint}")
+            raise OutputFolderError(f"{named(option, path)}: not empty and not written by CMBench (it holds "
+                                    f"{some(entries)}); {hint}")
         out.files = adopted
     for name in [*names, *(e for e in entries if whole and not transient(e))]:
         if not out.owns(name):
