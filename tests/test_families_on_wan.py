@@ -9,13 +9,13 @@ committed token, so each format's bytes are below full precision's."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from cmbench.api import evaluate
 from official_fixture import official_row, write_context_video, write_manifest
+from test_kvpress_adapter import needs_kvpress, presses
 from test_wan_run import turning_camera
 from tiny_lingbot import write_tiny_lingbot
 
@@ -24,7 +24,6 @@ pytestmark = pytest.mark.slow  # whole runs of a tiny model, in process
 TASK = "syn_001_reappear_01"
 KIVI = ["storage=kivi", "storage.group_size=4", "storage.residual=0"]
 QVG = ["storage=qvg", "storage.group_size=4", "storage.residual=0"]
-HAS_KVPRESS = importlib.util.find_spec("kvpress") is not None
 
 
 @pytest.fixture(scope="module")
@@ -77,16 +76,8 @@ def test_full_precision_fullkv_on_the_wan_path_stores_fullkvs_bytes(lingbot_fold
     assert record["mean_kv_bytes"] == record["fullkv_kv_bytes"]
 
 
-def listed_presses() -> list[str]:
-    if not HAS_KVPRESS:
-        return []
-    from cmbench.methods.kvpress_adapter import runnable_presses
-
-    return runnable_presses()[1]
-
-
-@pytest.mark.skipif(not HAS_KVPRESS, reason="kvpress is not installed: pip install -e '.[kvpress]'")
-@pytest.mark.parametrize("press", listed_presses())
+@needs_kvpress
+@pytest.mark.parametrize("press", presses())
 def test_each_listed_kvpress_press_runs_on_the_wan_path(lingbot_folder, monkeypatch, tmp_path, press):
     """Every press ``ls method`` lists runs through the adapter on the tiny LingBot backbone, pruning
     history tokens (compression ratio 0.5, one recent chunk) and storing fewer bytes than FullKV."""

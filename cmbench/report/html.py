@@ -70,8 +70,9 @@ from cmbench.report.leaderboard import (
     paired_deltas,
     pareto_plot,
     shown_fidelity,
+    shows_undefined,
 )
-from cmbench.scoring.quality_names import QUALITY_LABELS, TEMPORAL_QUALITY
+from cmbench.scoring.quality_names import QUALITY_LABELS
 
 INDEX = "index.html"
 IMAGES = "img"
@@ -168,7 +169,7 @@ def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
         labels["score"] = board_metric(frame)
     columns = [(str(c), labels.get(str(c), str(c).replace("_", " "))) for c in frame.columns]
     still = frame[UNDEFINED_COLUMN].tolist() if UNDEFINED_COLUMN in frame else [0] * len(frame)
-    rows = [[UNDEFINED if n and str(c) in TEMPORAL_QUALITY and pd.isna(value) else format_value(str(c), value)
+    rows = [[UNDEFINED if shows_undefined(n, str(c), value) else format_value(str(c), value)
              for c, value in zip(frame.columns, row)]
             for n, row in zip(still, frame.itertuples(index=False, name=None))]
     return Table(id_, title, note, columns, rows)

@@ -178,6 +178,12 @@ UNDEFINED_COLUMN = "quality_undefined"
 one-frame continuation): left out of the quality means. On a board only when some entry has one."""
 
 
+def shows_undefined(still: int, column: str, value: float) -> bool:
+    """Whether a board cell reads "undefined": a frame-comparing quality metric with no mean, of an entry
+    with ``still`` tasks whose continuations left it undefined (markdown and HTML boards alike)."""
+    return bool(still) and column in TEMPORAL_QUALITY and bool(pd.isna(value))
+
+
 def undefined_quality(frame: pd.DataFrame) -> int:
     """How many successful records of ``frame`` record a quality metric as undefined on their video."""
     absent = successful(frame)["quality_absent"]
@@ -351,7 +357,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
                   "|---|" + "---|" * len(quality)]
         undefined = board[UNDEFINED_COLUMN] if UNDEFINED_COLUMN in board.columns else pd.Series(0, board.index)
         for i, r in board.iterrows():
-            cells = ["undefined" if undefined[i] and c in TEMPORAL_QUALITY and math.isnan(r[c])
+            cells = ["undefined" if shows_undefined(undefined[i], c, r[c])
                      else _cell(r[c], "{:.4f}") + ("" if math.isnan(r[f"{c}_ci95"]) else f" ± {r[f'{c}_ci95']:.4f}")
                      for c in quality]
             name = markdown_text(r["method"]) + (" †" if r["other_code_tasks"] else "")
