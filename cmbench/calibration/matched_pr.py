@@ -35,7 +35,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
-from cmbench.calibration.progress import probe_text
 from cmbench.calibration.pruning_ratio import (PRMeter, calibration_config, calibration_storage, calibration_tasks,
                                             knob_value)
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
@@ -203,11 +202,11 @@ def _note(knob: Knob, value: float, pr: float, target: float, tolerance: float,
         return ""
     if knob.integer:
         near = sorted({v for v, _ in probes if abs(v - value) == 1})
-        others = ", ".join(f"{knob.name}={int(v)}: {probe_text(p, quantity)}" for v, p in probes if v in near)
-        return (f"{knob.name} takes whole values and none lands within {tolerance:.4f} of {probe_text(target, quantity)}: "
-                f"{knob.name}={int(value)} gives the nearest achievable {probe_text(pr, quantity)}"
+        others = ", ".join(f"{knob.name}={int(v)}: {quantity.text(p)}" for v, p in probes if v in near)
+        return (f"{knob.name} takes whole values and none lands within {tolerance:.4f} of {quantity.text(target)}: "
+                f"{knob.name}={int(value)} gives the nearest achievable {quantity.text(pr)}"
                 + (f" ({others})" if others else ""))
-    return (f"the search stopped after {len(probes)} probes at {probe_text(pr, quantity)}, {abs(pr - target):.4f} "
+    return (f"the search stopped after {len(probes)} probes at {quantity.text(pr)}, {abs(pr - target):.4f} "
             f"from the target")
 
 

@@ -60,10 +60,5 @@ class CalibrationProgress:
         self.probes.append(now - self.started)
         self.started = now
         left = self.max_probes - len(self.probes)
-        self._line(f"  probe {self.knob}={value:.6g}: {probe_text(pr, self.quantity)} ({duration(self.probes[-1])}; at most {left} more "
+        self._line(f"  probe {self.knob}={value:.6g}: {self.quantity.text(pr)} ({duration(self.probes[-1])}; at most {left} more "
                    f"probe(s), ~{duration(sum(self.probes) / len(self.probes))} each)")
-
-
-def probe_text(searched: float, quantity: TargetQuantity = PR) -> str:
-    """What a probe measured, in the user's terms: ``PR 0.8473`` or ``KV bytes / FullKV's 0.1519``."""
-    return f"{quantity.label} {quantity.shown(searched):.4f}"

@@ -81,6 +81,10 @@ class TargetQuantity:
         """A searched value in the user's terms (:meth:`searched` inverted)."""
         return 1.0 - searched if self.saved else searched
 
+    def text(self, searched: float) -> str:
+        """A searched value as the user reads it: ``PR 0.8473`` or ``KV bytes / FullKV's 0.1519``."""
+        return f"{self.label} {self.shown(searched):.4f}"
+
     def measured(self, ledger) -> float:
         """The searched value one continuation realised, from its :class:`cmbench.cache.ledger.PRLedger`."""
         return 1.0 - ledger.kv_bytes_ratio() if self.saved else ledger.pruning_ratio()
@@ -94,6 +98,8 @@ PR = TargetQuantity("pr", "target_pr", "a pruning ratio", "PR", saved=False, exa
 BYTES = TargetQuantity("bytes", "target_bytes", "a share of FullKV's device KV bytes", "KV bytes / FullKV's", saved=True,
                        example=0.15)
 QUANTITIES = (PR, BYTES)
+NAMED = {q.name: q for q in QUANTITIES}
+"""Each quantity by its ``name`` (as a calibration log records it)."""
 
 
 def bytes_floor(window_frames: int, context_frames: int, continuation_frames: int, chunk_frames: int) -> float:

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench.calibration.matched_pr import (CALIBRATION_DIR, Calibration, calibrate_method, calibration_options, method_knob,
                                             pr_tag)
-from cmbench.calibration.progress import CalibrationProgress, probe_text
-from cmbench.calibration.target_quantity import BYTES, PR, QUANTITIES, TargetQuantity
+from cmbench.calibration.progress import CalibrationProgress
+from cmbench.calibration.target_quantity import BYTES, NAMED, PR, TargetQuantity
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError
 
@@ -58,7 +58,7 @@ def run_line(result: Calibration, overrides: list[str]) -> str:
 
 def show_probe(value: float, pr: float, quantity: TargetQuantity = PR) -> None:
     """One line of the search log (of a calibration reused, not measured now)."""
-    print(f"  probe {value:.6g}: {probe_text(pr, quantity)}", flush=True)
+    print(f"  probe {value:.6g}: {quantity.text(pr)}", flush=True)
 
 
 def progress(cfg: DictConfig, max_probes: int, quantity: TargetQuantity = PR) -> CalibrationProgress:
@@ -69,8 +69,8 @@ def progress(cfg: DictConfig, max_probes: int, quantity: TargetQuantity = PR) ->
 def describe(result: Calibration) -> list[str]:
     """The result in a few lines: found value, calibration PR against the target, files, note."""
     state = "reused (same calibration)" if result.cached else "found"
-    label = next(q.label for q in QUANTITIES if q.name == result.quantity)
-    lines = [f"{result.label}: {result.knob}={result.value} {state}: calibration {label} {result.calibration_pr:.4f} "
+    lines = [f"{result.label}: {result.knob}={result.value} {state}: calibration {NAMED[result.quantity].label} "
+             f"{result.calibration_pr:.4f} "
              f"(target {result.target_pr:.4f}, {len(result.probes)} probes on {len(result.data['task_ids'])} tasks "
              f"of {result.data['root']}"
              + (f", {len(result.reused_probes)} more from calibrations to other targets" if result.reused_probes else "")
