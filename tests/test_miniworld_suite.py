@@ -419,3 +419,15 @@ def test_references_are_named_by_the_npz_and_read_only_when_needed(full_suite, m
     for frame, ref in zip(refs.frames(), task.references):
         assert np.array_equal(frame, frames[ref.frame_index])
     assert loads == ["real_003_revisit_01"]
+
+
+def test_context_is_the_lossless_frames_at_the_tasks_own_rate(full_suite):
+    root, _ = full_suite
+    task = next(t for t in load_manifest(root) if t.task_id == "real_003_revisit_01")
+    adapter = MiniWorldAdapter(_data_cfg(root))
+    frames, _ = load_context(task)
+    context = adapter.context(task, None)  # the tiny backbone's size and rate: the shape is not used
+    assert np.array_equal(context.frames, frames) and np.array_equal(context.reference_source, frames)
+    assert context.reference_fps == 16.0
+    slow = dataclasses.replace(task, extra={"miniworld": {**task.extra["miniworld"], "fps": 8}})
+    assert adapter.context(slow, None).reference_fps == 8.0
