@@ -146,3 +146,19 @@ def test_one_chunk_matches_diffusers_wan_transformer():
         got = ours(x, torch.full((1, 3), 0.7), grid_positions(0, 3, 4, 5), BlockCausalAttention([(0, True)], 60), text=text)
     assert expected.abs().max() > 0.5
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_batch_rows_are_independent():
+    """A batch of two predicts what each row predicts alone (per-frame time modulation and gates included)."""
+    model = _tiny_dit()
+    torch.manual_seed(3)
+    chunk, tok = 2, 2 * 16
+    x = torch.randn(2, 12, 2 * chunk, 8, 8)
+    t = torch.tensor([[0.0, 0.0, 0.9, 0.9], [0.0, 0.0, 0.3, 0.3]])  # the rows' noise levels differ
+    pos = grid_positions(0, 2 * chunk, 4, 4)
+    cam = torch.randn(2, 3, 2 * chunk, 8, 8)
+    mask = BlockCausalAttention([(0, False), (1, True)], tok)
+    with torch.no_grad():
+        both = model(x, t, pos, mask, camera=cam)
+        alone = torch.cat([model(x[i : i + 1], t[i : i + 1], pos, mask, camera=cam[i : i + 1]) for i in range(2)])
+    torch.testing.assert_close(both, alone, atol=1e-5, rtol=1e-5)
