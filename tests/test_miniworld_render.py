@@ -164,3 +164,46 @@ def test_bad_inputs_are_refused():
         render_video(scene, np.array([0.5, 4.0]))
     with pytest.raises(IndexError):
         object_mask(scene, 0, 99)
+
+
+def _resize_spy(monkeypatch):
+    """Record each cv2.resize call of the appearance module: (source shape, result)."""
+    from cmbench.miniworld import appearance
+
+    calls, real = [], appearance.cv2.resize
+    monkeypatch.setattr(appearance.cv2, "resize", lambda src, *a, **k: calls.append((src.shape, real(src, *a, **k))) or calls[-1][1])
+    return calls
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_photo_patch_is_cut_at_texture_scale_stretched_and_named_by_its_photo(seed, monkeypatch):
+    from cmbench.miniworld.appearance import photo_appearance
+
+    calls = _resize_spy(monkeypatch)
+    look = photo_appearance(12, np.random.default_rng(seed))
+    (name,) = look.key
+    (crop, _), = calls
+    # a square of at least 48 px and at most half the photo's short side: the photo's texture, not one pixel
+    assert crop[0] == crop[1] and 48 <= crop[0] < min(load_photo(name).shape[:2]) // 2
+    assert look.fill.shape == (12, 12, 3) and look.fill.dtype == np.uint8
+    lo, hi = np.percentile(look.fill, (2, 98))
+    assert lo <= 8 and hi >= 247  # contrast stretched to the full range
+    assert look.description == f"{OBJECT_PHOTOS[name]} textured"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_photo_background_keeps_the_bands_brightness_at_reduced_contrast_then_is_tinted(seed, monkeypatch):
+    from cmbench.miniworld.appearance import BACKGROUND_TINTS, photo_background
+
+    calls = _resize_spy(monkeypatch)
+    background, description = photo_background(32, 128, np.random.default_rng(seed))
+    (_, band), = calls
+    name, tint = next((n, t) for n, words in BACKGROUND_PHOTOS.items() for t in BACKGROUND_TINTS
+                      if description == f"{words} in {t} light")
+    untinted = background.astype(np.float64) / np.asarray(BACKGROUND_TINTS[tint])
+    source = band[:, :128].astype(np.float64)
+    # brightness kept (to the seam's cross-fade and the uint8 rounding); contrast reduced to 0.6 (away from
+    # the seam's first 32 columns, which the cross-fade averages with the band's end)
+    assert abs(untinted.mean() - source.mean()) < 0.05 * source.mean()
+    assert untinted[:, 32:].std() == pytest.approx(0.6 * source[:, 32:].std(), rel=0.03)
+    assert background.shape == (32, 128, 3) and name in BACKGROUND_PHOTOS
