@@ -91,6 +91,38 @@ def test_a_backbone_target_is_checked_before_it_is_called(tmp_path):
         build_backbone({"name": "evil", "_target_": "cmbench.scoring.boxes.masked_crop"})
 
 
+def test_the_shipped_backbone_config_builds_with_its_interpolations_resolved():
+    from omegaconf import OmegaConf
+
+    from cmbench.backbones.tiny import TinyWorldModel
+
+    cfg = OmegaConf.load(CONFIG_DIR / "backbone" / "tiny.yaml")  # `${package_root:}` paths to the weights
+    assert isinstance(build_backbone(cfg), TinyWorldModel)
+
+
+def test_a_backbone_that_refuses_its_arguments_is_named_with_its_target_and_the_arguments(tmp_path):
+    target = "cmbench.backbones.tiny.TinyWorldModel.from_pretrained"
+    with pytest.raises(ConfigError) as err:
+        build_backbone({"name": "mine", "_target_": target, "device": "cpu", "layers": 3, "paper": "doc only"})
+    assert str(err.value).startswith(f"backbone 'mine': {target}(device, layers): ")
+    assert "unexpected keyword argument 'layers'" in str(err.value)
+    with pytest.raises(ConfigError, match=r"^backbone '\?': "):
+        build_backbone({"_target_": target, "layers": 3})
+
+
+def test_a_loader_that_returns_no_backbone_is_refused_by_name(monkeypatch):
+    from cmbench.backbones import tiny
+    from cmbench.backbones.tiny import TinyWorldModel  # noqa: F401 - the loader's declared return type
+
+    def from_pretrained(cls, **kwargs) -> TinyWorldModel:  # declares a backbone, makes a string
+        return "weights.bin"
+
+    monkeypatch.setattr(tiny.TinyWorldModel, "from_pretrained", classmethod(from_pretrained))
+    with pytest.raises(ConfigError, match=r"^backbone 'mine': cmbench\.backbones\.tiny\.TinyWorldModel\.from_pretrained "
+                                          r"returned str, which does not implement"):
+        build_backbone({"name": "mine", "_target_": "cmbench.backbones.tiny.TinyWorldModel.from_pretrained"})
+
+
 def test_a_run_whose_backbone_yaml_names_os_system_runs_nothing(tmp_path, capsys, monkeypatch, nothing_loads):
     marker = tmp_path / "ran"
     (tmp_path / "configs" / "backbone").mkdir(parents=True)
