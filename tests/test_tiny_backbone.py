@@ -66,6 +66,23 @@ def test_space_to_depth_layout_and_round_trip():
     assert torch.equal(model.decode(model.encode(torch.from_numpy(frames))), torch.from_numpy(frames))
 
 
+def test_frames_of_another_shape_are_refused():
+    model = random_model()
+    for shape in [(32, 32, 3), (2, 32, 32, 4), (2, 32, 16, 3), (1, 2, 32, 32, 3)]:
+        with pytest.raises(ValueError, match=r"tiny model frames must be \[F, 32, 32, 3\], got"):
+            model.encode(torch.zeros(shape, dtype=torch.uint8))
+
+
+def test_camera_poses_turn_about_the_vertical_axis_by_the_windows_share_of_the_world():
+    poses = random_model().camera_poses(CameraPlan(np.array([0, WORLD // 4, WORLD // 2, 3 * WORLD // 8])))
+    assert poses.shape == (4, 4, 4) and poses.dtype == torch.float64
+    s = 2**-0.5
+    turns = {0: (1.0, 0.0), 1: (0.0, 1.0), 2: (-1.0, 0.0), 3: (-s, s)}  # (cos, sin) of 0, 90, 180, 135 degrees
+    for i, (c, n) in turns.items():
+        expected = torch.tensor([[c, 0, n, 0], [0, 1, 0, 0], [-n, 0, c, 0], [0, 0, 0, 1]], dtype=torch.float64)
+        torch.testing.assert_close(poses[i], expected, atol=1e-12, rtol=0)
+
+
 def test_positions_use_world_columns_that_wrap_around():
     model = random_model()
     pos = model.positions(np.array([252, 8]), np.array([7.0, 8.0]))
