@@ -88,3 +88,18 @@ def test_movers_never_cover_an_object_and_lighting_keeps_its_identity(pair):
         gain = dynamic.dynamics.gain(7 + np.arange(len(cams)))
         expected = np.clip(np.rint(moved * gain[:, None, None, :]), 0, 255)
         assert np.array_equal(lit, expected)
+
+
+def test_mover_colours_are_saturated_hues_spread_around_the_wheel():
+    from cmbench.miniworld.dynamics import _hue_to_rgb, sample_dynamics
+
+    wheel = {0: (255, 0, 0), 1 / 6: (255, 255, 0), 1 / 3: (0, 255, 0), 1 / 2: (0, 255, 255), 2 / 3: (0, 0, 255),
+             5 / 6: (255, 0, 255), 1 / 12: (255, 128, 0)}
+    for hue, rgb in wheel.items():
+        assert tuple(_hue_to_rgb(hue, 1.0)) == rgb, hue
+        assert tuple(_hue_to_rgb(hue, 0.5)) == tuple(int(np.rint(c / 2)) for c in rgb), hue
+    colours = np.concatenate([sample_dynamics(np.random.default_rng(seed), 64, 256).colour for seed in range(8)])
+    assert colours.dtype == np.uint8 and len(colours) >= 48
+    assert (colours.min(axis=1) == 0).all()  # saturated
+    sextants = {tuple(c > 0.5 * c.max()) for c in colours.astype(float)}
+    assert len(sextants) == 6  # reds, yellows, greens, cyans, blues, magentas: the whole wheel
