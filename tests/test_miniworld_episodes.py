@@ -1,5 +1,6 @@
 """MiniWorld episodes: exact task allocation, and context/continuation plans checked on the renderer."""
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -33,6 +34,19 @@ def test_allocation_refuses_impossible_counts():
         allocate_tasks(2, 9, 2, np.random.default_rng(0), 5)  # more than 5 per context
 
 
+def _check_pans_are_told(scene, episode, cfg):
+    """Each clip's prompt tells its pans in order, each with the direction the camera turns (right: x grows)
+    and its pace (slowly: 4 px a frame, quickly: 8)."""
+    x = episode.context_x
+    step = (np.diff(x) + scene.width // 2) % scene.width - scene.width // 2  # the signed shorter way round
+    for clip, prompt in enumerate(episode.clip_prompts):
+        moves = step[max(0, clip * cfg.clip_frames - 1) : (clip + 1) * cfg.clip_frames - 1]
+        starts = [i for i, v in enumerate(moves) if v and (i == 0 or not moves[i - 1])]  # a pan: steps between holds
+        runs = [(int(np.sign(moves[i])), abs(int(moves[i]))) for i in starts]  # (a quick pan may land on a 4-px step)
+        told = re.findall(r"pans (\w+) (\w+) to", prompt)
+        assert told == [("right" if d > 0 else "left", "slowly" if speed == 4 else "quickly") for d, speed in runs], prompt
+
+
 def _check_episode(scene, episode, task_types, cfg=CFG):
     x = episode.context_x
     assert x.shape == (cfg.context_frames,) and x.dtype == np.int64
@@ -40,6 +54,7 @@ def _check_episode(scene, episode, task_types, cfg=CFG):
     step = np.abs(np.diff(x))
     assert set(np.minimum(step, scene.width - step).tolist()) <= {0, 4, 8}
     assert len(episode.clip_prompts) == cfg.clips and all(p.startswith(("The camera", "A wrap")) for p in episode.clip_prompts)
+    _check_pans_are_told(scene, episode, cfg)
     assert [t.task_type for t in episode.tasks] == list(task_types)
     assert len({t.target_id for t in episode.tasks}) == len(task_types)
     for task in episode.tasks:
