@@ -466,3 +466,13 @@ def test_best_frame_must_index_one_of_the_n_frames(best, ok_):
     else:
         with pytest.raises(ValueError, match=rf"best_frame: is {best}, expected an index below n_frames=4"):
             TaskRecord.from_json(row)
+
+
+def test_reference_aggregation_of_scores_of_none_and_of_an_unknown_rule():
+    from cmbench.scoring.aggregation import aggregate_references
+
+    assert aggregate_references([0.2, 0.8, 0.5], "mean") == pytest.approx(0.5)
+    assert aggregate_references([0.2, 0.8, 0.5], "max") == 0.8
+    assert aggregate_references([], "mean") == 0.0 and aggregate_references([], "max") == 0.0  # no reference: 0
+    with pytest.raises(ValueError, match=r"^reference aggregation must be one of mean, max, got 'median'$"):
+        aggregate_references([0.2], "median")
