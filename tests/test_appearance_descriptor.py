@@ -123,3 +123,23 @@ def test_a_value_at_the_top_of_the_range_falls_wholly_in_the_last_bin():
     assert hist.tolist() == [0.0, 0.0, 0.0, 1.0]
     joint = _soft_histogram(np.array([[1.0, 1.0], [0.0, 1.0]]), 0.0, 1.0, 3).reshape(3, 3)
     assert joint[2, 2] == 1.0 and joint[0, 2] == 1.0 and joint.sum() == 2.0
+
+
+@pytest.mark.parametrize("smooth_sigma", [0.0, 1.0])
+def test_one_flat_colour_has_no_layout_and_matches_itself_at_any_size(smooth_sigma):
+    """A flat crop's cell means equal its mean: its layout is zero, not float noise normalised into a unit
+    vector that differs with the crop's size and would pull the cosine of two identical colours below 1."""
+    embedder = AppearanceEmbedder(smooth_sigma=smooth_sigma)
+    grid = embedder.chroma_bins**2 + embedder.lightness_bins
+    layout = slice(grid, grid + 3 * embedder.grid**2)
+    descriptors = []
+    for h, w in [(12, 12), (32, 32), (64, 48), (150, 200)]:
+        crop = np.empty((h, w, 3), dtype=np.uint8)
+        crop[:] = (90, 140, 60)
+        mask = np.zeros((h, w), dtype=bool)
+        mask[h // 6 : h - h // 6, w // 5 :] = True
+        d = embedder.describe(crop, mask)
+        assert not d[layout].any() and not d[-embedder.orientation_bins :].any()
+        descriptors.append(d)
+    for d in descriptors[1:]:
+        assert float(d @ descriptors[0]) == pytest.approx(1.0, abs=1e-9)

@@ -274,11 +274,15 @@ def test_records_carry_quality_and_older_records_upgrade():
         TaskRecord(task_id="t", status="ok", temporal_flickering=0.9, quality_absent={"temporal_flickering": "x"})
 
 
-def test_light_subject_features_are_the_appearance_descriptor_of_whole_frames():
+@pytest.mark.parametrize("smooth_sigma", [1.0, 0.0])
+def test_light_subject_features_are_the_appearance_descriptor_of_whole_frames(smooth_sigma):
     rng = np.random.default_rng(3)
-    frames = rng.integers(0, 256, size=(5, 32, 32, 3), dtype=np.uint8)
+    frames = rng.integers(0, 256, size=(6, 32, 32, 3), dtype=np.uint8)
     frames[2] = cv2.GaussianBlur(frames[2], (0, 0), 3)  # smooth content too
-    metric = SubjectConsistencyLight()
+    frames[3] = 90  # a flat frame amid textured ones: no layout of its own
+    frames[5] = 8
+    frames[5, 10:14, 10:14] = 255  # last, a dark frame with a bright spot: values in the top lightness bin
+    metric = SubjectConsistencyLight(smooth_sigma=smooth_sigma)
     full = np.ones((32, 32), dtype=bool)
     reference = metric.embedder.embed(list(frames), [full] * len(frames))  # the light scorer's own path
     assert np.abs(metric.features(frames) - reference).max() < 1e-5

@@ -20,11 +20,9 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from cmbench.scoring.appearance import AppearanceEmbedder
+from cmbench.scoring.appearance import FLAT, AppearanceEmbedder
 from cmbench.scoring.quality import ConsistencyAccumulator
 
-
-FLAT = 1e-4  # Lab units: a layout block smaller than this is float noise of a flat frame
 
 
 def _soft_histograms(values: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
