@@ -39,6 +39,11 @@ def test_token_places_follow_the_camera_on_the_wrap_around_panorama():
     assert places[2, :8].tolist() == [63, *range(7)]  # wraps around
     with pytest.raises(ValueError, match="multiples of the token width"):
         token_places(np.array([2]), 2, 8, WORLD)
+    assert places.dtype == np.int64  # place ids index per-place tables
+    assert token_places(np.array([0.0, 4.0]), 2, 8, WORLD).dtype == np.int64  # offsets read as floats (JSON)
+    for rows, cols in [(0, 8), (2, 0), (2, 5), (-2, 8)]:
+        with pytest.raises(ValueError, match=f"a {rows}x{cols} token grid does not tile"):
+            token_places(np.array([0]), rows, cols, WORLD)
 
 
 @pytest.fixture(scope="module")
