@@ -431,3 +431,21 @@ def test_context_is_the_lossless_frames_at_the_tasks_own_rate(full_suite):
     assert context.reference_fps == 16.0
     slow = dataclasses.replace(task, extra={"miniworld": {**task.extra["miniworld"], "fps": 8}})
     assert adapter.context(slow, None).reference_fps == 8.0
+
+
+def test_a_context_npz_is_read_for_its_two_arrays_only(full_suite, tmp_path):
+    """A member someone added beside ``frames`` and ``camera_x`` (here bytes that are no array) is never
+    decompressed: the context still loads, and only its two arrays come back."""
+    import shutil
+    import zipfile
+
+    root, _ = full_suite
+    task = next(t for t in load_manifest(root) if t.task_id == "real_003_revisit_01")
+    own = tmp_path / "ctx"
+    shutil.copytree(root, own, ignore=shutil.ignore_patterns("videos"))
+    moved = dataclasses.replace(task, root=own)
+    with zipfile.ZipFile(data_file(moved, "context_frames"), "a") as npz:
+        npz.writestr("notes.npy", b"not an array")
+    frames, cams = load_context(moved)
+    want_frames, want_cams = load_context(task)
+    assert np.array_equal(frames, want_frames) and np.array_equal(cams, want_cams)
