@@ -207,3 +207,19 @@ def test_a_photo_background_keeps_the_bands_brightness_at_reduced_contrast_then_
     assert abs(untinted.mean() - source.mean()) < 0.05 * source.mean()
     assert untinted[:, 32:].std() == pytest.approx(0.6 * source[:, 32:].std(), rel=0.03)
     assert background.shape == (32, 128, 3) and name in BACKGROUND_PHOTOS
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_objects_keep_their_sizes_and_sit_near_the_middle_of_their_own_place(source):
+    from cmbench.miniworld.scene import OBJECT_SIZES, PLACE_WIDTH
+
+    sizes, shifts = set(), set()
+    for seed in range(12):
+        for obj in scene_from_seed(seed, source).objects:
+            assert OBJECT_SIZES[0] <= obj.size <= OBJECT_SIZES[1]
+            centred = obj.place * PLACE_WIDTH + (PLACE_WIDTH - obj.size) // 2
+            assert -3 <= obj.x - centred <= 3  # a few pixels of jitter, never into the next place
+            assert 1 <= obj.y <= FRAME - 1 - obj.size  # a pixel of background above and below
+            sizes.add(obj.size)
+            shifts.add(obj.x - centred)
+    assert sizes == set(range(OBJECT_SIZES[0], OBJECT_SIZES[1] + 1)) and shifts == set(range(-3, 4))
