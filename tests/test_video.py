@@ -130,3 +130,37 @@ def test_read_video_allocates_by_what_decodes_not_by_what_the_header_claims(tmp_
     finally:
         tracemalloc.stop()
     assert frames.shape == (10, 16, 16, 3) and peak < 300e6
+
+
+def test_a_frame_over_the_pixel_limit_is_refused_by_its_declared_size_before_decoding(tmp_path, monkeypatch):
+    from cmbench import bounded_read
+    from cmbench.data.video import read_frames_at
+
+    path = write_video(tmp_path / "wide.mp4", np.zeros((4, 16, 64, 3), np.uint8), 16.0)
+    monkeypatch.setattr(bounded_read, "FRAME_PIXELS", 16 * 64 - 1)  # the width alone puts it over
+    for read in (lambda: VideoReader(path), lambda: read_frames_at(path, [0]), lambda: read_video(path)):
+        with pytest.raises(VideoError, match=rf"^{path}: declares 64x16 frames, over the 1,023-pixel limit"):
+            read()
+
+
+def test_a_video_that_decodes_more_than_its_header_declares_stops_at_the_decode_budget(tmp_path, monkeypatch):
+    from cmbench import bounded_read
+    from cmbench.data import video
+
+    path = write_video(tmp_path / "v.mp4", np.zeros((10, 16, 16, 3), np.uint8), 16.0)
+    monkeypatch.setattr(bounded_read, "DECODE_BUDGET", 5 * 16 * 16 * 3)
+    monkeypatch.setattr(video, "_decodable", lambda *args, **kwargs: None)  # a header that under-declares its count
+    with pytest.raises(VideoError, match=rf"^{path}: 4\.5 KiB, over the 3\.8 KiB limit of a decoded video"):  # at frame 6
+        video.read_video(path)
+
+
+def test_a_lossless_video_keeps_its_frames_bit_exact_at_its_rate_and_batches_stay_uint8(tmp_path):
+    from cmbench.data.video import write_lossless_video
+
+    frames = np.random.default_rng(0).integers(0, 256, size=(6, 16, 24, 3), dtype=np.uint8)
+    path = write_lossless_video(tmp_path / "v.mkv", frames, 12.0)
+    count, fps, height, width = probe_video(path)
+    assert (count, fps, height, width) == (6, 12.0, 16, 24)
+    batches = list(VideoReader(path).batches(4))
+    assert [b.dtype for b in batches] == [np.uint8, np.uint8]
+    assert np.array_equal(np.concatenate(batches), frames)
