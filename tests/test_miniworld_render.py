@@ -223,3 +223,15 @@ def test_objects_keep_their_sizes_and_sit_near_the_middle_of_their_own_place(sou
             sizes.add(obj.size)
             shifts.add(obj.x - centred)
     assert sizes == set(range(OBJECT_SIZES[0], OBJECT_SIZES[1] + 1)) and shifts == set(range(-3, 4))
+
+
+@pytest.mark.parametrize("size", [10, 14])
+def test_a_star_stands_on_two_legs_with_one_point_up(size):
+    mask = shape_mask("star", size)
+    assert mask.shape == (size, size) and mask.dtype == bool
+    rows = [np.flatnonzero(r) for r in mask if r.any()]
+    top, bottom = rows[0], rows[-1]
+    assert len(top) <= 2 and abs(top.mean() - (size - 1) / 2) < 0.5  # one point, centred
+    runs = np.split(bottom, np.flatnonzero(np.diff(bottom) > 1) + 1)
+    assert len(runs) == 2  # two legs
+    assert np.array_equal(mask, mask[:, ::-1])  # symmetric about the vertical axis
