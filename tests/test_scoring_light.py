@@ -142,3 +142,19 @@ def test_light_config_builds_on_cpu():
     scorer = build_scorer(OmegaConf.load(CONFIG_DIR / "scorer" / "light.yaml"), cache_dir="")
     assert scorer.cache is None and scorer.name == "light"
     assert isinstance(scorer.detector, TemplateDetector) and scorer.detector.smooth_sigma == 0.7
+
+
+def test_grabcut_starts_from_exactly_the_box_and_every_frame_gets_a_mask(monkeypatch):
+    """Everything outside the box is GrabCut's background from the start (its rectangle is the box's pixels);
+    an empty box or one covering the whole frame needs no GrabCut, and the frames after it still get theirs."""
+    from cmbench.scoring import grabcut_segmenter
+
+    rects, real = [], grabcut_segmenter.cv2.grabCut
+    monkeypatch.setattr(grabcut_segmenter.cv2, "grabCut", lambda img, labels, rect, *a: rects.append(rect) or real(img, labels, rect, *a))
+    frames = np.zeros((4, 32, 32, 3), np.uint8)
+    frames[:, 12:22, 6:20] = (200, 30, 30)
+    boxes = np.array([[0, 0, 0, 0], [0, 0, 32, 32], [4.0, 10.0, 22.0, 24.0], [4.0, 10.0, 22.0, 24.0]])
+    masks = GrabCutSegmenter().segment(frames, boxes)
+    assert len(masks) == 4 and not masks[0].any() and masks[1].all()
+    assert rects == [(4, 10, 18, 14)] * 2  # x, y, width, height of the box's pixels
+    assert masks[2][12:22, 6:20].all() and not masks[2][:10].any() and not masks[2][24:].any()
