@@ -351,3 +351,16 @@ def test_preprocessing_time_on_a_cpu_is_cpu_time_not_time_taken_by_other_jobs():
             pass
 
     assert 20.0 <= _per_frame_ms(work, 2, torch.device("cpu")) < 60.0
+
+
+def test_a_dino_processor_without_a_centre_crop_is_refused_naming_the_model(tiny_config, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    model = tmp_path / "dino-no-crop"
+    shutil.copytree(Path(tiny_config["embedder"]["model"]), model)
+    processor = json.loads((model / "preprocessor_config.json").read_text())
+    (model / "preprocessor_config.json").write_text(json.dumps({**processor, "do_center_crop": False}))
+    with pytest.raises(ValueError, match=rf"^{model}: the DINOv2 image processor has no centre crop "
+                                         r"\(do_center_crop is false\)$"):
+        Dinov2Embedder(str(model), resolve_runtime("cpu"))
