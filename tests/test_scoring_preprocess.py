@@ -222,3 +222,15 @@ def test_center_crop_padding_by_hand():
     """A 1 x 2 image in a 4 x 3 crop: 3 rows missing (2 above, 1 below), 1 column (1 left, 0 right)."""
     image = torch.tensor([[[[7, 9]]]], dtype=torch.uint8)
     assert center_crop(image, (4, 3))[0, 0].tolist() == [[0, 0, 0], [0, 0, 0], [0, 7, 9], [0, 0, 0]]
+
+
+def test_imagenet_normalisation_is_channel_first_float32_with_the_imagenet_statistics():
+    from cmbench.scoring.imagenet import IMAGENET_MEAN
+
+    image = np.zeros((2, 3, 3), np.uint8)
+    image[..., 0], image[..., 1], image[..., 2] = 0, 255, 51
+    out = imagenet_normalize(image)
+    assert out.shape == (3, 2, 3) and out.dtype == np.float32  # what the models' float32 inputs are
+    for channel, value in enumerate((0.0, 1.0, 0.2)):
+        expected = (value - IMAGENET_MEAN[channel]) / IMAGENET_STD[channel]
+        assert np.allclose(out[channel], expected, atol=1e-6)
