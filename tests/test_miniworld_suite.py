@@ -157,6 +157,7 @@ def _check_rows_against_the_renderer(root: Path, rows: list[dict]) -> None:
         assert ref["timestamp_seconds"] == frame / 16
         mask = object_masks(scene, cams[frame : frame + 1], target)[0]
         assert mask.sum() == obj.area
+        assert ext["event_clip"] == frame // ext["clip_frames"]  # the clip in which the target is seen
         x0, y0, x1, y1 = np.asarray(ref["bbox_xyxy_normalized"]) * 32
         rows_, cols = np.nonzero(mask)
         assert (x0, y0, x1, y1) == (cols.min(), rows_.min(), cols.max() + 1, rows_.max() + 1)
@@ -449,3 +450,12 @@ def test_a_context_npz_is_read_for_its_two_arrays_only(full_suite, tmp_path):
     frames, cams = load_context(moved)
     want_frames, want_cams = load_context(task)
     assert np.array_equal(frames, want_frames) and np.array_equal(cams, want_cams)
+
+
+def test_the_manifest_name_is_fixed_and_may_be_left_out(full_suite, tmp_path):
+    root, _ = full_suite
+    with pytest.raises(ConfigError, match="MiniWorld always writes metadata.jsonl; leave data.manifest at its default"):
+        build_suite(_data_cfg(root, manifest="tasks.jsonl"))
+    cfg = _data_cfg(root)
+    del cfg["manifest"]  # a data config without the key: the default name
+    assert build_suite(cfg) == root
