@@ -364,3 +364,28 @@ def test_a_dino_processor_without_a_centre_crop_is_refused_naming_the_model(tiny
     with pytest.raises(ValueError, match=rf"^{model}: the DINOv2 image processor has no centre crop "
                                          r"\(do_center_crop is false\)$"):
         Dinov2Embedder(str(model), resolve_runtime("cpu"))
+
+
+def test_owl_boxes_convert_from_centre_and_size_to_corners():
+    from cmbench.scoring.owl import _cxcywh_to_xyxy
+
+    boxes = torch.tensor([[0.5, 0.4, 0.2, 0.6], [0.1, 0.9, 0.2, 0.2]])
+    torch.testing.assert_close(_cxcywh_to_xyxy(boxes), torch.tensor([[0.4, 0.1, 0.6, 0.7], [0.0, 0.8, 0.2, 1.0]]))
+
+
+def test_owl_detector_defaults_identity_and_a_folder_without_its_processor(tiny_config, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from cmbench.scoring.runtime import model_identity
+
+    folder = Path(tiny_config["detector"]["model"])
+    detector = OwlVitDetector(str(folder), resolve_runtime("cpu"))
+    assert detector.query_template == "a photo of a {}"  # the protocol's query, "a photo of a <label>"
+    assert detector.identity() == model_identity(str(folder), detector.model) and detector.identity()["files"]
+    bare = tmp_path / "owl-without-processor"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(folder / name, bare / name)
+    with pytest.raises(ModelLoadError, match=rf"^cannot load the detector processor model '{bare}'"):
+        OwlVitDetector(str(bare), resolve_runtime("cpu"))
