@@ -154,3 +154,18 @@ def test_the_command_writes_its_files_on_a_small_suite(tmp_path):
     summary = pd.read_csv(out / "diagnose_summary.csv")
     assert len(summary) == len(rows.groupby(["arm", "group", "step"]))
     assert "cannot be" not in (out / "diagnose.md").read_text()
+
+
+def test_context_places_read_the_rows_camera_plan_or_say_what_the_row_lacks():
+    from types import SimpleNamespace
+
+    from cmbench.miniworld.places import context_places
+    from cmbench.miniworld.readers import MiniWorldDataError
+
+    row = SimpleNamespace(task_id="t", extra={"miniworld": {"context_camera_x": [0, 4], "panorama_width": WORLD}})
+    assert np.array_equal(context_places(row, 2, 8), token_places(np.array([0, 4]), 2, 8, WORLD))
+    with pytest.raises(MiniWorldDataError, match=r"^task t: no MiniWorld camera plan \(miniworld\.context_camera_x"):
+        context_places(SimpleNamespace(task_id="t", extra={"miniworld": {"panorama_width": WORLD}}), 2, 8)
+    for lacking in (SimpleNamespace(task_id="t", extra={}), SimpleNamespace(task_id="t")):  # no extension, no extra
+        with pytest.raises(MiniWorldDataError, match=r"^task t has no 'miniworld' extension"):
+            context_places(lacking, 2, 8)

@@ -459,3 +459,15 @@ def test_the_manifest_name_is_fixed_and_may_be_left_out(full_suite, tmp_path):
     cfg = _data_cfg(root)
     del cfg["manifest"]  # a data config without the key: the default name
     assert build_suite(cfg) == root
+
+
+def test_a_row_without_the_miniworld_extension_is_named_whatever_it_is():
+    from types import SimpleNamespace
+
+    from cmbench.miniworld.readers import extension
+
+    assert extension(SimpleNamespace(task_id="t", extra={"miniworld": {"fps": 16}})) == {"fps": 16}
+    for row in (SimpleNamespace(task_id="t", extra={}), SimpleNamespace(task_id="t"),
+                SimpleNamespace(task_id="t", extra={"miniworld": [1, 2]})):
+        with pytest.raises(MiniWorldDataError, match=r"^task t has no 'miniworld' extension \(not a MiniWorld row\)$"):
+            extension(row)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from cmbench.miniworld.readers import EXTENSION, MiniWorldDataError
+from cmbench.miniworld.readers import EXTENSION, MiniWorldDataError, extension
 from cmbench.miniworld.scene import CAMERA_STEP, FRAME
 
 
@@ -63,10 +63,10 @@ def context_places(task: Any, token_rows: int, token_cols: int) -> np.ndarray:
     Raises
     ------
     MiniWorldDataError
-        The row has no MiniWorld camera plan.
+        The row has no MiniWorld extension, or one without the context's camera plan.
     """
-    ext = getattr(task, "extra", {}).get(EXTENSION)
-    if not isinstance(ext, dict) or "context_camera_x" not in ext or "panorama_width" not in ext:
-        raise MiniWorldDataError(f"task {getattr(task, 'task_id', '?')}: no MiniWorld camera plan "
+    ext = extension(task)
+    if "context_camera_x" not in ext or "panorama_width" not in ext:
+        raise MiniWorldDataError(f"task {task.task_id}: no MiniWorld camera plan "
                                  f"({EXTENSION}.context_camera_x / panorama_width)")
     return token_places(np.asarray(ext["context_camera_x"]), token_rows, token_cols, int(ext["panorama_width"]))
