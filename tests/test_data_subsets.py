@@ -130,3 +130,17 @@ def test_configs_and_data_manifests_are_top_level_and_the_only_copy():
         assert (REPO / name).is_dir() and not (REPO / "cmbench" / name).exists()
     assert (REPO / "configs" / "config.yaml").is_file()
     assert {p.stem for p in (REPO / "data_manifests").glob("*.yaml")} == {"cmbench", "miniworld"}
+
+
+def test_an_unknown_subset_lists_the_built_in_ones_or_says_there_are_none(tmp_path, monkeypatch):
+    from cmbench.errors import ConfigError
+
+    folder = tmp_path / "subsets"
+    folder.mkdir()
+    monkeypatch.setattr(subsets, "SUBSET_DIR", folder)
+    with pytest.raises(ConfigError, match=r"^task subset not found: .*nope\.txt \(built-in subsets: none\)$"):
+        subsets.subset_path("nope")
+    (folder / "b.txt").write_text("# dataset: miniworld\n")
+    (folder / "a.txt").write_text("# dataset: miniworld\n")
+    with pytest.raises(ConfigError, match=r"\(built-in subsets: a, b\)$"):
+        subsets.subset_path("nope")
