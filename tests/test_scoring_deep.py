@@ -389,3 +389,19 @@ def test_owl_detector_defaults_identity_and_a_folder_without_its_processor(tiny_
         shutil.copy(folder / name, bare / name)
     with pytest.raises(ModelLoadError, match=rf"^cannot load the detector processor model '{bare}'"):
         OwlVitDetector(str(bare), resolve_runtime("cpu"))
+
+
+def test_the_runtime_device_follows_cuda_and_a_precision_outside_the_list_is_refused(monkeypatch):
+    from cmbench.scoring.runtime import Runtime
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_runtime("auto", "bf16").device == torch.device("cuda")  # no CUDA call: a device name
+    assert resolve_runtime("auto", "bf16").precision == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    auto = resolve_runtime("auto", "bf16")
+    assert auto.device == torch.device("cpu") and auto.precision == "fp32"  # a CPU runs fp32
+    for device in ("cuda", "cuda:1"):
+        with pytest.raises(ScorerConfigError, match=rf"^scorer.device='{device}' but CUDA is not available"):
+            resolve_runtime(device)
+    with pytest.raises(ScorerConfigError, match=r"^scorer.precision must be one of fp32, fp16, bf16, got 'fp8'$"):
+        Runtime(device=torch.device("cpu"), precision="fp8", batch_size=1)
