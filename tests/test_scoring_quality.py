@@ -290,3 +290,57 @@ def test_light_subject_features_are_the_appearance_descriptor_of_whole_frames(sm
     layout = slice(metric.embedder.chroma_bins**2 + metric.embedder.lightness_bins, -metric.embedder.orientation_bins)
     assert not flat[:, layout].any() and not flat[:, -metric.embedder.orientation_bins:].any()
     assert np.allclose(flat[0], flat[1])
+
+
+def _fake_amt_checkout(root) -> tuple:
+    """An AMT-shaped checkout whose network blends its two frames by ``embt`` (times a loaded gain):
+    ``utils/build_utils.py``, ``cfgs/AMT-S.yaml`` and a ``state_dict`` checkpoint, built offline."""
+    (root / "utils").mkdir(parents=True)
+    (root / "utils" / "__init__.py").write_text("")
+    (root / "utils" / "build_utils.py").write_text(
+        "import torch\n\n\n"
+        "class Blend(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.gain = torch.nn.Parameter(torch.zeros(()))\n\n"
+        "    def forward(self, a, b, embt, scale_factor, eval):\n"
+        "        return {'imgt_pred': self.gain * ((1 - embt) * a + embt * b)}\n\n\n"
+        "def build_from_cfg(cfg):\n"
+        "    assert cfg.name == 'blend'\n"
+        "    return Blend()\n")
+    (root / "cfgs").mkdir()
+    (root / "cfgs" / "AMT-S.yaml").write_text("network:\n  name: blend\n")
+    torch.save({"state_dict": {"gain": torch.tensor(1.0)}}, root / "amt-s.pth")
+    return str(root), str(root / "cfgs" / "AMT-S.yaml"), str(root / "amt-s.pth")
+
+
+def test_motion_smoothness_builds_amt_from_its_checkout_and_predicts_the_frame_half_way(tmp_path, monkeypatch):
+    import sys
+
+    from cmbench.scoring.quality_models import MotionSmoothness
+    from cmbench.scoring.runtime import resolve_runtime
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the checkout goes first on the path: undone after
+    monkeypatch.delitem(sys.modules, "utils", raising=False)
+    monkeypatch.delitem(sys.modules, "utils.build_utils", raising=False)
+    root, config, checkpoint = _fake_amt_checkout(tmp_path / "AMT")
+    metric = MotionSmoothness(resolve_runtime("cpu"), root, config, checkpoint)
+    before = np.zeros((2, 4, 6, 3), np.uint8)
+    before[1, :, :, 0] = 100
+    after = np.full((2, 4, 6, 3), 200, np.uint8)
+    middle = metric.interpolate(before, after)
+    assert middle.shape == (2, 4, 6, 3) and middle.dtype == np.uint8  # [N, H, W, 3], as the frames
+    assert (middle[0] == 100).all() and (middle[1, ..., 0] == 150).all() and (middle[1, ..., 1:] == 100).all()
+    assert metric.identity().keys() == {"checkpoint", "config"}
+
+
+def test_imaging_quality_input_shrinks_only_a_longer_side_over_the_limit():
+    from cmbench.scoring.quality_models import longer_side_input
+
+    frames = np.random.default_rng(0).integers(0, 256, size=(2, 30, 50, 3), dtype=np.uint8)
+    small = longer_side_input(frames, 64, torch.device("cpu"))
+    assert small.shape == (2, 3, 30, 50) and small.dtype == torch.float32
+    torch.testing.assert_close(small, torch.from_numpy(frames).permute(0, 3, 1, 2).float() / 255.0)
+    assert longer_side_input(frames, 20, torch.device("cpu")).shape == (2, 3, 12, 20)  # int(0.4 * 30) x 20
+    tall = longer_side_input(frames.transpose(0, 2, 1, 3).copy(), 20, torch.device("cpu"))
+    assert tall.shape == (2, 3, 20, 12)
