@@ -318,3 +318,10 @@ def test_lines_are_counted_at_newlines_only(tmp_path):
     tasks, problems = validate_manifest(tmp_path)
     assert [(t.task_id, t.line, t.continue_prompt) for t in tasks] == [("a", 1, "turn\u2028back\x85now")]
     assert [(p.line, p.field) for p in problems] == [(2, "<json>"), (3, "scene")]
+
+
+def test_the_official_datasets_continuation_has_the_configured_frame_size_and_any_length():
+    from cmbench.data.adapter import ContinuationShape, DatasetAdapter
+
+    shape = DatasetAdapter({"root": "unused", "height": 480, "width": 832}).continuation_shape()
+    assert shape == ContinuationShape(None, 480, 832)  # frames, height, width: the generator picks the length
