@@ -137,6 +137,9 @@ def test_the_fixed_window_reading_keeps_its_knobs_under_its_own_name():
     assert fixed.knobs() == {"sink_chunks": 1, "recent_chunks": 2, "max_history_tokens": None, "retrieval_frames": 18,
                              "keep_ratio": 0.5, "store_max_bytes": None}
     assert build_method({"name": "key_retrieval"}).knobs() == fixed.knobs()
+    # its banks are sized for the sink, the recent window and the retrieved chunks, whole chunks each
+    chunks = fixed.sink_chunks + fixed.recent_chunks + fixed.retrieved_chunks(G)
+    assert {g.max_tokens for layer in fixed.layout(G) for g in layer} == {chunks * G.tokens_per_chunk}
 
 
 @pytest.mark.parametrize("keep_ratio", [0.0, 1.5, 2.0])  # a negative one: the knob check names it first
