@@ -35,3 +35,26 @@ def test_the_command_prints_them(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "[1/2] videos/synthetic/syn_001: 0s elapsed"
     assert out[1].startswith("[2/2] videos/synthetic/syn_002: ") and out[1].endswith(" left")
+
+
+def test_the_diagnosis_draws_the_runs_task_sample(tmp_path, monkeypatch):
+    """``limit=N`` draws the same N tasks as ``run`` does with the same ``sample_seed`` (stopped once drawn)."""
+    import cmbench.data
+    import cmbench.data.adapter
+    import cmbench.runs.runner
+
+    drawn = {}
+
+    class NoData:
+        def ensure(self):
+            return tmp_path
+
+    def drawn_then_stop(tasks, task_ids=None, limit=None, seed=None):
+        drawn.update(task_ids=task_ids, limit=limit, seed=seed)
+        raise ConfigError("stopped by the test")
+
+    monkeypatch.setattr(cmbench.data.adapter, "build_adapter", lambda cfg: NoData())
+    monkeypatch.setattr(cmbench.data, "load_manifest", lambda root, manifest: [])
+    monkeypatch.setattr(cmbench.runs.runner, "select_tasks", drawn_then_stop)
+    assert main(["diagnose", f"out_dir={tmp_path}", "limit=3", "sample_seed=11"]) == 1
+    assert drawn == {"task_ids": None, "limit": 3, "seed": 11}
