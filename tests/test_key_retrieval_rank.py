@@ -83,3 +83,22 @@ def test_each_layer_ranks_the_stored_chunks_by_its_own_queries():
     """Layer 1's queries point against the axis, so its logits flip (chunk 1 +1, chunk 2 -2, chunk 3
     -0.5): it restores chunk 1 while layer 0 restores chunk 2."""
     assert restored(1, [1.0, -1.0]) == [[2], [1]]
+
+
+def test_equally_relevant_chunks_go_to_the_earlier_ones_however_many_compete():
+    """Every stored key is zero, so every candidate scores 0: the earliest candidates are brought back, also
+    among 120 (an unstable sort reorders ties once there are many)."""
+    method = KeyRetrieval(recent_chunks=1, retrieval_frames=3 * G.chunk_frames)
+    cache = KVCache.from_geometry(G, store=method.host_store())
+    n = 122
+    for c in range(n):
+        info = cache.begin_chunk(c, c * G.chunk_frames, G.chunk_frames)
+        for layer in range(G.num_layers):
+            k = torch.zeros(1, info.length, G.num_heads, G.head_dim)
+            cache.attend(layer, k, k, k)
+        cache.commit_chunk()
+    cache.compact(lambda bank: (bank.field("chunk") == 0) | (bank.field("chunk") == n - 1), to_store=True)
+    info = cache.begin_chunk(n, n * G.chunk_frames, G.chunk_frames)
+    queries = {layer: AXIS.expand(1, G.num_heads, G.head_dim).clone() for layer in range(G.num_layers)}
+    method.before_denoise(cache, BeforeChunk(geometry=G, chunk=info, phase="generation", queries=queries))
+    assert [sorted(set(bank.field("chunk").tolist()) - {0, n - 1}) for bank in cache.all_banks()] == [[1, 2, 3]] * 2
