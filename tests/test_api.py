@@ -38,13 +38,16 @@ def setup(tmp_path_factory):
     return tmp, overrides
 
 
+PACKAGE_PARENT = str(Path(cmbench.__file__).resolve().parents[1])  # the command runs the cmbench under test
+
+
 def test_python_and_the_command_line_share_runs(setup, tmp_path, monkeypatch):
     tmp, overrides = setup
     monkeypatch.chdir(tmp_path)  # works from any working directory
     out = tmp_path / "runs"
     cli = subprocess.run([sys.executable, "-m", "cmbench", "run", "method=decoprune", "limit=2", f"out_dir={out}",
                           "progress=false", *overrides], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": PACKAGE_PARENT})
     assert cli.returncode == 0, cli.stderr
     result = cmbench.evaluate(method="decoprune", limit=2, out_dir=out, overrides=overrides)
     assert isinstance(result.records, pd.DataFrame) and len(result.records) == 2
