@@ -158,6 +158,8 @@ def test_selection_uses_the_papers_controls_and_shows_matched_85_beside(tmp_path
     measured, said, outcome = selection_arms(tmp_path / "s", shifted(HIGH, -0.2))
     assert said == HOLDS and outcome == "2 parts: 2 holds"
     assert "DeCoPrune − Random 0.2000 ± 0.0000 (6 pairs)" in measured
+    # each arm under its own name (DeCoPrune's scores are HIGH, Random's 0.2 lower)
+    assert measured.startswith("DeCoPrune 0.8000 ± 0.1076 @ 90.0%; Random (its per-chunk counts) 0.6000 ± 0.1076 @ 90.0%")
     mean, half = clustered_mean_ci([h - lo for h, lo in zip(HIGH, LOW)], [t[0] for t in TASKS])
     assert f"DeCoPrune − Reverse at matched PR {mean:.4f} ± {half:.4f} (6 pairs)" in measured
     assert "(beside: DeCoPrune @ PR 0.85" in measured and "DeCoPrune − Random @ PR 0.85 0.0000" in measured
