@@ -17,8 +17,8 @@
 #   --workdir DIR   scratch folder for the copies (default ${TMPDIR:-/tmp}/cmbench-mutation)
 #   --keep          keep each module's copy (then `cd DIR/<module> && mutmut browse` explores the mutants)
 #   --rerun         in a kept copy, run again only the mutants that were not killed (nor listed as equivalent),
-#                   against the repository's current tests (after adding tests; a change to the module itself
-#                   needs a full run)
+#                   against the repository's current tests, which mutmut maps to the functions they execute
+#                   afresh (after adding tests; a change to the module itself needs a full run)
 #   --sample N      run N of each module's mutants, drawn uniformly (the copy's sample.txt), instead of all: the
 #                   score is the sample's, printed with its 95% interval (for a module too slow to run whole);
 #                   a later --rerun stays within the sample
@@ -75,7 +75,10 @@ for module in "${modules[@]}"; do
     for dest in "$copy/tests" "$copy/mutants/tests"; do rm -rf "$dest" && cp -r "$repo/tests" "$dest"; done
     "${helper[@]}" configure "$copy/pyproject.toml" "$module" "${tests[@]}"
     cp "$copy/pyproject.toml" "$copy/mutants/pyproject.toml"
-    mapfile -t names < <(cd "$copy" && "${helper[@]}" survivors "$copy" "$module" --equivalent "$repo/results/mutation/equivalent.txt")
+    mapfile -t names < <(cd "$copy" && "${helper[@]}" survivors "$copy" "$module" --equivalent "$repo/results/mutation/equivalent.txt" \
+      | grep -v '^$' || true)
+    # which tests execute each function is mutmut's record of the tests it saw; the tests changed, so it is taken again
+    rm -f "$copy/mutants/mutmut-stats.json"
     meta="$copy/mutants/$module.meta"
     [ -f "$meta.before" ] || cp "$meta" "$meta.before"  # the full run's results, for the mutants not rerun
     if [ ${#names[@]} -eq 0 ]; then echo "== $module: no mutant left to rerun"; continue; fi
