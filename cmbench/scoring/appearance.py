@@ -8,9 +8,9 @@ weighted mean of the blocks' cosines):
   colour proportions, not raw counts, compare. Lightness is divided by the crop's mean lightness
   first, which removes a global exposure change.
 - ``layout``: mean Lab colour of a ``grid x grid`` split of the crop's box (mask-weighted, cells
-  without mask pixels take the crop mean), centred per channel: where the colours sit. A flat crop has
-  none: a layout under :data:`FLAT` is the float noise of its means and is zero, not normalised into a
-  unit vector of noise.
+  without mask pixels take the crop mean), centred per channel: where the colours sit. The means are
+  taken in float64, where a flat crop's cells equal its mean exactly: it has no layout (in float32 the
+  rounding noise was normalised into a unit layout vector that differed with the crop's size).
 - ``texture``: histogram of lightness-gradient orientations (``orientation_bins`` over 180
   degrees, magnitude-weighted, inside the mask eroded by one pixel so the silhouette's edge
   against the background does not count): stripes, bands and checks differ here.
@@ -26,8 +26,6 @@ from collections.abc import Sequence
 
 import cv2
 import numpy as np
-
-FLAT = 1e-4  # Lab units: a layout block of smaller norm is the float noise of a flat crop
 
 
 def _soft_histogram(values: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
@@ -137,15 +135,12 @@ class AppearanceEmbedder:
                 _soft_histogram(lightness[:, None], 0.0, 2.0, self.lightness_bins),
             ]
         )
-        layout = self._layout(lab, mask)
-        if np.linalg.norm(layout) < FLAT:
-            layout = np.zeros_like(layout)
-        blocks = [_unit(np.sqrt(colour / colour.sum())), _unit(layout), _unit(self._texture(lab, mask))]
+        blocks = [_unit(np.sqrt(colour / colour.sum())), _unit(self._layout(lab, mask)), _unit(self._texture(lab, mask))]
         return _unit(np.concatenate([w * b for w, b in zip(self.weights, blocks)]))
 
     def _layout(self, lab: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Mean-centred Lab colour per grid cell, ``[3 * grid ** 2]``."""
-        pixels = lab[mask].astype(np.float64)  # a float32 mean differs from the cells' float64 sums by ~1e-4
+        pixels = lab[mask].astype(np.float64)  # exact sums: a flat crop's cells equal its mean
         mean = pixels.mean(axis=0)
         # cell index of every pixel along each axis (a crop smaller than the grid repeats pixels)
         row_cell = np.arange(mask.shape[0]) * self.grid // mask.shape[0]

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import cv2
 import numpy as np
 
-from cmbench.scoring.appearance import FLAT, AppearanceEmbedder
+from cmbench.scoring.appearance import AppearanceEmbedder
 from cmbench.scoring.quality import ConsistencyAccumulator
 
 
@@ -106,9 +106,7 @@ class SubjectConsistencyLight:
         counts = np.bincount(cell, minlength=e.grid**2)[None, :, None]
         mean = pixels.mean(axis=1, keepdims=True)  # [B, 1, 3]
         cells = np.where(counts > 0, sums / np.maximum(counts, 1), mean)
-        layout = (cells - mean).reshape(count, -1)
-        layout[np.linalg.norm(layout, axis=1) < FLAT] = 0.0  # a flat frame has no layout (not float noise)
-        layout = _unit_rows(layout)
+        layout = _unit_rows((cells - mean).reshape(count, -1))  # float64: a flat frame's is exactly 0
         # texture: gradient orientations over the whole frame (a full mask erodes to itself)
         grads = [(cv2.Sobel(f[..., 0], cv2.CV_32F, 1, 0, ksize=3), cv2.Sobel(f[..., 0], cv2.CV_32F, 0, 1, ksize=3))
                  for f in lab]
