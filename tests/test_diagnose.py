@@ -40,6 +40,7 @@ def test_token_places_follow_the_camera_on_the_wrap_around_panorama():
     with pytest.raises(ValueError, match="multiples of the token width"):
         token_places(np.array([2]), 2, 8, WORLD)
     assert places.dtype == np.int64  # place ids index per-place tables
+    assert token_places(np.array([4]), 1, 8, WORLD).tolist() == [list(range(1, 9))]  # one row of tokens tiles too
     assert token_places(np.array([0.0, 4.0]), 2, 8, WORLD).dtype == np.int64  # offsets read as floats (JSON)
     for rows, cols in [(0, 8), (2, 0), (2, 5), (-2, 8)]:
         with pytest.raises(ValueError, match=f"a {rows}x{cols} token grid does not tile"):

@@ -48,3 +48,18 @@ def test_an_unresolvable_value_is_one_line(tmp_path, capsys, nothing_loads, over
     args = [f"videos={tmp_path}"] if not override.startswith("videos") else []
     assert main(["score", *args, "data=cmbench", override]) == 1
     assert capsys.readouterr().err.strip() == "cmbench: error: the config does not resolve: Interpolation key 'oops' not found"
+
+
+def test_the_resolved_score_spec_keeps_out_and_label_only_when_given(tmp_path, monkeypatch):
+    """No ``out=``: the records go beside the videos (the command's default), not to a folder named "None"."""
+    specs = []
+
+    def resolved_then_stop(cfg):
+        specs.append(score_command.resolve_scoring(cfg))
+        raise score_command.ConfigError("stopped by the test")
+
+    monkeypatch.setattr(score_command, "execute", resolved_then_stop)
+    for extra in ([], [f"out={tmp_path / 'mine'}", "label=mine"]):
+        assert main(["score", f"videos={tmp_path}", *extra]) == 1
+    assert (specs[0].out, specs[0].label) == (None, None)
+    assert (specs[1].out, specs[1].label) == (tmp_path / "mine", "mine")

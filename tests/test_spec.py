@@ -243,3 +243,32 @@ def test_compare_records_reports_identical_and_differing_fields(tmp_path):
     differ = subprocess.run([*script, str(tmp_path / "a"), str(tmp_path / "c")], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert differ.returncode == 1 and differ.stdout.strip() == "m: differs: t1: score, similarities"
+
+
+def test_a_run_spec_takes_what_the_config_says_and_the_defaults_of_what_it_leaves_out():
+    from omegaconf import open_dict
+
+    cfg = compose_config("fullkv", ["score_source=mp4", "save_videos=false"])
+    spec = resolve_run(cfg)
+    assert (spec.score_source, spec.outputs.save_videos) == ("mp4", False)
+    with open_dict(cfg):
+        del cfg["score_source"], cfg["save_videos"]
+    spec = resolve_run(cfg)
+    assert (spec.score_source, spec.outputs.save_videos) == ("frames", True)
+
+
+def test_a_storage_format_is_part_of_a_runs_identity_and_full_precision_hashes_as_before():
+    from cmbench.spec import result_config
+
+    fp, kivi = (resolve_run(compose_config("fullkv", extra)) for extra in ([], ["storage=kivi", "storage.bits=4"]))
+    assert fp.run_dir != kivi.run_dir  # a quantized run never resumes a full-precision one
+    plain = {"method": {"name": "fullkv"}, "storage": {"name": "kivi", "bits": 4}}
+    assert result_config(plain)["storage"]["bits"] == 4
+    assert "storage" not in result_config({"method": {"name": "fullkv"}, "storage": {"name": "fp"}})
+
+
+def test_a_subset_of_another_world_is_refused_naming_the_world(tmp_path, capsys, nothing_loads):
+    subset = tmp_path / "world3.txt"  # MiniWorld's tasks, drawn from world 3; the default world is 0
+    subset.write_text("# dataset: miniworld\n# data.world_seed: 3\nsyn_001_reappear_01\n")
+    err = refused(tmp_path, capsys, f"subset={subset}")
+    assert err.startswith(f"cmbench: error: subset={subset} ({subset}) lists the tasks of another world: ")
