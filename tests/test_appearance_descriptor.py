@@ -143,3 +143,13 @@ def test_one_flat_colour_has_no_layout_and_matches_itself_at_any_size(smooth_sig
         descriptors.append(d)
     for d in descriptors[1:]:
         assert float(d @ descriptors[0]) == pytest.approx(1.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0])
+def test_smoothing_is_a_gaussian_blur_of_the_crop_before_it_is_described(sigma):
+    crop, mask = banded_object()
+    blurred = cv2.GaussianBlur(crop.astype(np.float32) / 255.0, (0, 0), sigma, borderType=cv2.BORDER_REFLECT)
+    as_bytes = np.clip(np.rint(blurred * 255.0), 0, 255).astype(np.uint8)
+    smoothed = AppearanceEmbedder(smooth_sigma=sigma).describe(crop, mask)
+    assert np.abs(smoothed - AppearanceEmbedder().describe(crop, mask)).max() > 1e-3  # smoothing changes it
+    assert np.abs(smoothed - AppearanceEmbedder().describe(as_bytes, mask)).max() < 0.02  # into the blurred crop's
