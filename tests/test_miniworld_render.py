@@ -227,6 +227,7 @@ def test_objects_keep_their_sizes_and_sit_near_the_middle_of_their_own_place(sou
 
 @pytest.mark.parametrize("size", [10, 14])
 def test_a_star_stands_on_two_legs_with_one_point_up(size):
+    shape_mask.cache_clear()  # drawn here, not taken from the cache an earlier test filled
     mask = shape_mask("star", size)
     assert mask.shape == (size, size) and mask.dtype == bool
     rows = [np.flatnonzero(r) for r in mask if r.any()]
