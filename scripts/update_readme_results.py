@@ -1,11 +1,12 @@
-"""Write the README's findings and quality paragraphs from the committed records and CSVs.
+"""Write the README's findings, quality and families paragraphs from the committed records and CSVs.
 
     python scripts/update_readme_results.py
 
-Replaces the blocks between ``<!-- findings -->`` / ``<!-- /findings -->`` and ``<!-- quality -->`` /
-``<!-- /quality -->`` with :func:`cmbench.paper.readme.blocks` (from the records under results/paper/,
-the same as results/paper_findings.md, and results/miniworld/quality_vs_memory.csv); ``tests/test_readme_results.py`` fails when README.md is out of
-date. Rerun it after `scripts/paper_findings.py --copy-evidence` or new reference curves.
+Replaces the blocks between ``<!-- findings -->`` / ``<!-- /findings -->``, ``<!-- quality -->`` /
+``<!-- /quality -->`` and ``<!-- families -->`` / ``<!-- /families -->`` with :func:`cmbench.paper.readme.blocks`
+(from the records under results/paper/, the same as results/paper_findings.md, results/miniworld/quality_vs_memory.csv
+and results/miniworld/families_bytes*.csv); ``tests/test_readme_results.py`` fails when README.md is out of date.
+Rerun it after `scripts/paper_findings.py --copy-evidence`, new reference curves or `scripts/families_bytes.sh`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def main() -> int:
     readme = ROOT / "README.md"
     _, findings, second = committed_page()
     readme.write_text(with_blocks(readme.read_text(), blocks(Path("."), findings, second), "README.md"))
-    print("README.md: findings and quality paragraphs written")
+    print("README.md: findings, quality and families paragraphs written")
     return 0
 
 

@@ -65,3 +65,22 @@ def test_the_check_sees_a_module_the_page_does_not_name(tmp_path):
     assert top == {"cmbench"}
     assert set(entries) == {"runs/", "api.py"} and "evaluator.py" in entries["runs/"]
     assert not re.search(r"(?<![\w/])records\.py", entries["runs/"])
+
+
+def scripts_imported_by_path(test_files: list[Path]) -> list[str]:
+    """Test files that load a module from scripts/ by its path (what a test checks belongs in the package; a
+    script is run as a command)."""
+    found = []
+    for path in test_files:
+        text = path.read_text()
+        if re.search(r"spec_from_file_location\([^)]*(scripts|SCRIPT)", text) or re.search(r"run_path\([^)]*scripts", text):
+            found.append(path.name)
+    return found
+
+
+def test_no_test_imports_a_script_by_its_path(tmp_path):
+    tests = [p for p in sorted((ROOT / "tests").glob("test_*.py")) if p.name != Path(__file__).name]  # not this check
+    assert scripts_imported_by_path(tests) == []
+    planted = tmp_path / "test_planted.py"
+    planted.write_text('SCRIPT = ROOT / "scripts" / "x.py"\nspec = importlib.util.spec_from_file_location("x", SCRIPT)\n')
+    assert scripts_imported_by_path([planted]) == ["test_planted.py"]

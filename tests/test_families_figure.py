@@ -1,18 +1,19 @@
-"""scripts/families_figure.py by hand: the family each leaderboard label belongs to, the board it reads
-(refused in one line naming file, row and field) and the points it draws."""
+"""The families figure (cmbench.report.families, drawn by scripts/families_figure.py): the family each
+leaderboard label belongs to, the board it reads (refused in one line naming file, row and field) and the
+points it draws."""
 
 from __future__ import annotations
 
-import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from cmbench.report import families as figure
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "families_figure.py"
-spec = importlib.util.spec_from_file_location("families_figure", SCRIPT)
-figure = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(figure)
 
 
 @pytest.mark.parametrize("label, family", [
@@ -62,9 +63,11 @@ def test_a_bad_cell_is_one_line_naming_file_row_and_field(tmp_path, change, mess
     assert str(err.value) == f"{path}: {message}"
 
 
-def test_a_missing_column_is_named_and_the_command_says_it_in_one_line(tmp_path, capsys):
+def test_a_missing_column_is_named_and_the_command_says_it_in_one_line(tmp_path):
     path = board(tmp_path, [{k: v for k, v in row.items() if k != "kv_bytes_ratio"} for row in ROWS])
-    assert figure.main([str(path), str(tmp_path / "f.png")]) == 2
-    assert capsys.readouterr().err == (f"families_figure: {path}: no column 'kv_bytes_ratio' (a leaderboard CSV "
-                                       "has method, score, score_ci95, kv_bytes_ratio)\n")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path), str(tmp_path / "f.png")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr == (f"families_figure: {path}: no column 'kv_bytes_ratio' (a leaderboard CSV "
+                           "has method, score, score_ci95, kv_bytes_ratio)\n")
     assert not (tmp_path / "f.png").exists()

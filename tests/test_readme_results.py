@@ -99,3 +99,45 @@ def test_summary_pairs_the_two_worlds_by_finding_number():
 def test_a_missing_marker_names_the_file_and_block():
     with pytest.raises(ValueError, match="README.md: no <!-- quality --> .* quality paragraph"):
         with_blocks("no markers here", {"quality": "x"}, "README.md")
+
+
+def test_the_families_block_says_which_entries_are_level_with_fullkv_by_the_paired_ci(tmp_path):
+    """FullKV minus an entry: a CI that includes 0 is level, one that does not is below; entries are grouped by
+    their bytes target (largest first, the formats alone last) and the best of each is the highest score."""
+    from cmbench.paper.readme import FAMILIES_BOARD, FAMILIES_PAIRS, families_block
+
+    row = {"metric": "light", "score_ci95": 0.05, "n_tasks": 24, "seeds": 3, "psnr_vs_fullkv": 30.0}
+    board = pd.DataFrame([
+        {**row, "method": "fullkv", "score": 0.95, "kv_bytes_ratio": 1.0},
+        {**row, "method": "decoprune@bytes8", "score": 0.80, "kv_bytes_ratio": 0.081},
+        {**row, "method": "worldkv@bytes8+kivi4-g32-r128", "score": 0.94, "kv_bytes_ratio": 0.079},
+        {**row, "method": "streaming@bytes25", "score": 0.60, "kv_bytes_ratio": 0.25},
+        {**row, "method": "fullkv+kivi2-g32-r128", "score": 0.90, "kv_bytes_ratio": 0.104},
+        {**row, "method": "fullkv+kivi4-g32-r128", "score": 0.97, "kv_bytes_ratio": 0.166},
+    ])
+    pairs = pd.DataFrame([
+        {"method": "fullkv", "versus": "decoprune@bytes8", "delta": 0.15, "delta_ci95": 0.10, "p_value": 0.01},
+        {"method": "fullkv", "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": 0.01, "delta_ci95": 0.02, "p_value": 0.3},
+        {"method": "fullkv", "versus": "streaming@bytes25", "delta": 0.35, "delta_ci95": 0.30, "p_value": 0.02},
+        {"method": "fullkv", "versus": "fullkv+kivi2-g32-r128", "delta": -0.05, "delta_ci95": 0.06, "p_value": 0.1},
+        {"method": "fullkv", "versus": "fullkv+kivi4-g32-r128", "delta": -0.10, "delta_ci95": 0.06, "p_value": 0.01},
+        {"method": "decoprune@bytes8", "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": -0.14, "delta_ci95": 0.1,
+         "p_value": 0.01},
+    ])
+    (tmp_path / FAMILIES_BOARD).parent.mkdir(parents=True)
+    board.to_csv(tmp_path / FAMILIES_BOARD, index=False)
+    pairs.to_csv(tmp_path / FAMILIES_PAIRS, index=False)
+    text = families_block(tmp_path)
+    assert "24 (task, seed) pairs: the 8 tasks of `miniworld_diagnostic8` x 3 seeds" in text
+    assert "FullKV scores 0.950 ± 0.050" in text
+    table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [line.split(" | ")[1] for line in table] == [
+        "streaming@bytes25", "worldkv@bytes8+kivi4-g32-r128", "decoprune@bytes8", "fullkv+kivi4-g32-r128",
+        "fullkv+kivi2-g32-r128"]
+    assert "| 0.08 | decoprune@bytes8 | eviction | 0.081 | 0.800 ± 0.050 | +0.150 ± 0.100 (0.01) | 30.0 dB |" in text
+    assert ("- At 0.08 of FullKV's bytes: best worldkv@bytes8+kivi4-g32-r128 (retrieval + quantization) 0.940; level "
+            "with FullKV: worldkv@bytes8+kivi4-g32-r128; below it: decoprune@bytes8.") in text
+    assert "- At 0.25 of FullKV's bytes: best streaming@bytes25 (eviction) 0.600; level with FullKV: none; below it: " \
+           "streaming@bytes25." in text
+    assert ("- The formats alone: best fullkv+kivi4-g32-r128 (quantization) 0.970; level with FullKV: "
+            "fullkv+kivi2-g32-r128; below it: none; above it: fullkv+kivi4-g32-r128.") in text

@@ -1,17 +1,19 @@
-"""The README's findings and quality paragraphs, generated from the committed records and CSVs.
+"""The README's findings, quality and families paragraphs, generated from the committed records and CSVs.
 
 ``python scripts/update_readme_results.py`` writes them between their markers in README.md
-(``<!-- findings -->`` and ``<!-- quality -->``); ``tests/test_readme_results.py`` fails when the README
-says anything the committed files do not.
+(``<!-- findings -->``, ``<!-- quality -->`` and ``<!-- families -->``); ``tests/test_readme_results.py`` fails
+when the README says anything the committed files do not.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from cmbench.paper.findings import Finding, page, summary_lines
+from cmbench.report.families import family
 
 FINDINGS = (Path("results/paper/world0"), Path("results/paper/world2"))
 """The committed records behind the findings table: the reference world, then the second world."""
@@ -22,7 +24,10 @@ REFERENCE = Path("results/miniworld/curves_reference.csv")
 NAMES = {"light": "memory (light)", "temporal_flickering": "temporal flickering (camera motion here)",
          "subject_consistency_light": "subject consistency (light)",
          "background_consistency_light": "background consistency (light)"}
-MARKERS = {"findings": ("<!-- findings -->", "<!-- /findings -->"), "quality": ("<!-- quality -->", "<!-- /quality -->")}
+FAMILIES_BOARD = Path("results/miniworld/families_bytes.csv")
+FAMILIES_PAIRS = Path("results/miniworld/families_bytes_comparisons.csv")
+MARKERS = {"findings": ("<!-- findings -->", "<!-- /findings -->"), "quality": ("<!-- quality -->", "<!-- /quality -->"),
+           "families": ("<!-- families -->", "<!-- /families -->")}
 
 
 def committed_page() -> tuple[str, list[Finding], list[Finding] | None]:
@@ -66,9 +71,63 @@ def quality_block(root: Path) -> str:
     return "\n".join(lines)
 
 
+def bytes_target(label: str) -> float | None:
+    """The device-bytes target of a leaderboard label (``decoprune@bytes15+kivi4-g32-r128`` -> 0.15), None for an
+    entry without one (FullKV, a storage format alone)."""
+    match = re.search(r"@bytes(\d+)", label)
+    return int(match[1]) / 100 if match else None
+
+
+def families_block(root: Path) -> str:
+    """Every entry of the families comparison by bytes target: its family, the device bytes it stored, its score,
+    FullKV minus it (paired), and its continuation's PSNR against FullKV's; then, per target, the best entry and
+    which entries are level with FullKV (the criterion is stated in the block)."""
+    board = pd.read_csv(root / FAMILIES_BOARD)
+    pairs = pd.read_csv(root / FAMILIES_PAIRS)
+    versus_full = pairs[pairs["method"] == "fullkv"].set_index("versus")
+    full = board.set_index("method").loc["fullkv"]
+    rows = board[board["method"] != "fullkv"].copy()
+    rows["target"] = [bytes_target(m) for m in rows["method"]]
+    rows["order"] = rows["target"].fillna(-1.0)
+    rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
+    seeds = int(full["seeds"])
+    lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
+             f"`miniworld_diagnostic8` x {seeds} seed{'s' if seeds > 1 else ''} (`{FAMILIES_BOARD}`, paired deltas "
+             f"`{FAMILIES_PAIRS}`, commands `scripts/families_bytes.sh`). Each knob is calibrated to its bytes target "
+             "on 2 calibration tasks; *device bytes* is what the entry stored on the test tasks over FullKV's. "
+             f"FullKV scores {full['score']:.3f} ± {full['score_ci95']:.3f}. An entry is **level with FullKV** when "
+             "FullKV minus it has a 95% CI (clustered by context) that includes 0, below or above it when the CI "
+             "lies wholly on one side.", "",
+             "| target | entry | family | device bytes | score | FullKV − entry (p) | PSNR vs FullKV |",
+             "|---|---|---|---|---|---|---|"]
+    verdicts: dict[tuple[float | None, str], list[str]] = {}  # (target, level / below / above) -> entries
+    for row in rows.itertuples():
+        pair = versus_full.loc[row.method] if row.method in versus_full.index else None
+        delta = "" if pair is None else f"{pair['delta']:+.3f} ± {pair['delta_ci95']:.3f} ({pair['p_value']:.2g})"
+        target = "format alone" if pd.isna(row.target) else f"{row.target:g}"
+        lines.append(f"| {target} | {row.method} | {family(row.method)} | {row.kv_bytes_ratio:.3f} | "
+                     f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {row.psnr_vs_fullkv:.1f} dB |")
+        if pair is not None:
+            side = ("level" if abs(pair["delta"]) <= pair["delta_ci95"] else "below" if pair["delta"] > 0 else "above")
+            verdicts.setdefault((None if pd.isna(row.target) else float(row.target), side), []).append(row.method)
+    lines.append("")
+    for target, group in rows.groupby("order", sort=False):
+        best = group.iloc[0]
+        key = None if target < 0 else float(target)
+        said = [f"{name}: {', '.join(verdicts.get((key, side), [])) or 'none'}"
+                for side, name in (("level", "level with FullKV"), ("below", "below it"))]
+        if verdicts.get((key, "above")):
+            said.append(f"above it: {', '.join(verdicts[(key, 'above')])}")
+        where = "The formats alone" if target < 0 else f"At {target:g} of FullKV's bytes"
+        lines.append(f"- {where}: best {best['method']} ({family(best['method'])}) {best['score']:.3f}; "
+                     + "; ".join(said) + ".")
+    return "\n".join(lines)
+
+
 def blocks(root: Path, findings: list[Finding], second: list[Finding] | None) -> dict[str, str]:
     """Every generated block by its marker name (``findings``/``second``: :func:`committed_page`'s)."""
-    return {"findings": findings_block(findings, second), "quality": quality_block(root)}
+    return {"findings": findings_block(findings, second), "quality": quality_block(root),
+            "families": families_block(root)}
 
 
 def with_blocks(text: str, generated: dict[str, str], where: str) -> str:
