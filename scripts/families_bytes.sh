@@ -1,41 +1,65 @@
 #!/usr/bin/env bash
 # The families-of-KV-compression comparison at matched device bytes (results/miniworld/families_bytes.*):
 # every family and composition of results/miniworld/families_bytes.md, on the 8 tasks of miniworld_diagnostic8,
-# at the given seeds, then the leaderboard over every run in runs/families (seeds merged per entry) and the
-# figure. Knobs come from the bytes targets' calibrations in runs/families/calibration (made by the first seed's
-# runs, reused by the others); DeCoPrune + KIVI-4 runs at its probes' values (its searches did not converge).
+# at the given seeds, then the leaderboard over every run in runs/families (seeds merged per entry), the figure
+# and the README's paragraph (scripts/update_readme_results.py).
 #
-# Usage: bash scripts/families_bytes.sh [SEED ...]        (default: 2 3 4, the paper's seeds)
-# Environment: PYTHON (default .venv/bin/python), OUT (default runs/families), BOARD_ONLY=1 (only the board
-# and the figure, from the runs already there).
+# A bytes target is calibrated once, at the first seed (`method.target_bytes`, on 2 calibration tasks); the other
+# seeds run the knob value it found, under the same label, so that every seed runs one setup and the leaderboard
+# merges them (a calibration at each seed finds a slightly different value: three setups of one seed each).
+# DeCoPrune + KIVI-4 runs at its calibration probes' values (its searches did not converge).
+#
+# Usage: bash scripts/families_bytes.sh [SEED ...]        (default: 2 3 4, the paper's seeds; the first calibrates)
+# Environment: PYTHON (default .venv/bin/python), OUT (default runs/families), BOARD_ONLY=1 (only the board, the
+# figure and the README paragraph, from the runs already there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${PYTHON:-.venv/bin/python}"
 out="${OUT:-runs/families}"
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(2 3 4)
+
+run() {  # run SEED OVERRIDE...: one run; prints its run folder last
+  local seed=$1; shift
+  echo "=== seed $seed: $*" >&2
+  nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_diagnostic8 "seed=$seed" calibration.tasks=2 "$@" \
+    | tee /dev/stderr | tail -n 1 | sed 's/.*; //'
+}
+
+every_seed() {  # every_seed OVERRIDE...: a setup without a bytes target, at every seed
+  for seed in "${seeds[@]}"; do run "$seed" "$@" > /dev/null; done
+}
+
+calibrated() {  # calibrated KNOB LABEL TARGET OVERRIDE...: calibrated at the first seed, its value at the others
+  local knob=$1 label=$2 target=$3; shift 3
+  local folder value
+  folder=$(run "${seeds[0]}" "$@" "method.target_bytes=$target")
+  value=$("$py" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["method"][sys.argv[2]])' \
+    "$folder/config.yaml" "$knob")
+  for seed in "${seeds[@]:1}"; do run "$seed" "$@" "method.$knob=$value" "label=$label" > /dev/null; done
+}
+
 if [ "${BOARD_ONLY:-0}" != 1 ]; then
-  for seed in "${seeds[@]}"; do
-    run() { echo "=== seed $seed: $*"; nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_diagnostic8 \
-      "seed=$seed" calibration.tasks=2 "$@"; }
-    run method=fullkv
-    run method=fullkv storage=kivi storage.bits=2
-    run method=fullkv storage=kivi storage.bits=4
-    for bytes in 0.15 0.08; do
-      run method=decoprune "method.target_bytes=$bytes"
-      run method=streaming "method.target_bytes=$bytes"
-      run method=tempcache "method.target_bytes=$bytes"
-    done
-    run method=streaming storage=kivi storage.bits=2 method.target_bytes=0.08
-    run method=worldkv storage=kivi storage.bits=4 method.target_bytes=0.08
-    run method=decoprune storage=kivi storage.bits=4 method.gamma=0.0020631355000659823 label=decoprune@bytes8+kivi4-g32-r128
-    run method=decoprune storage=kivi storage.bits=4 method.gamma=0.0004040436906507238 label=decoprune@bytes15+kivi4-g32-r128
+  every_seed method=fullkv
+  every_seed method=fullkv storage=kivi storage.bits=2
+  every_seed method=fullkv storage=kivi storage.bits=4
+  for bytes in 0.25 0.15 0.08; do
+    pct=$("$py" -c "print(round(100 * $bytes))")
+    calibrated gamma "decoprune@bytes$pct" "$bytes" method=decoprune
+    calibrated recent_chunks "streaming@bytes$pct" "$bytes" method=streaming
+    calibrated threshold "tempcache@bytes$pct" "$bytes" method=tempcache
   done
+  calibrated retrieval_frames worldkv@bytes25 0.25 method=worldkv  # no quantized composition reaches 0.25
+  calibrated recent_chunks streaming@bytes8+kivi2-g32-r128 0.08 method=streaming storage=kivi storage.bits=2
+  calibrated retrieval_frames worldkv@bytes8+kivi4-g32-r128 0.08 method=worldkv storage=kivi storage.bits=4
+  every_seed method=decoprune storage=kivi storage.bits=4 method.gamma=0.0020631355000659823 label=decoprune@bytes8+kivi4-g32-r128
+  every_seed method=decoprune storage=kivi storage.bits=4 method.gamma=0.0004040436906507238 label=decoprune@bytes15+kivi4-g32-r128
 fi
 "$py" -m cmbench leaderboard "out_dir=$out" \
-  "leaderboard.focus=[fullkv,decoprune@bytes15,decoprune@bytes8]" \
+  "leaderboard.focus=[fullkv,decoprune@bytes25,decoprune@bytes15,decoprune@bytes8]" \
   "leaderboard.compare=[[decoprune@bytes8+kivi4-g32-r128,streaming@bytes8+kivi2-g32-r128],[decoprune@bytes15+kivi4-g32-r128,fullkv+kivi4-g32-r128]]" \
   "leaderboard.out=$out/board"
 cp "$out/board/leaderboard.csv" results/miniworld/families_bytes.csv
 cp "$out/board/comparisons.csv" results/miniworld/families_bytes_comparisons.csv
 "$py" scripts/families_figure.py results/miniworld/families_bytes.csv results/miniworld/families_bytes.png
+"$py" scripts/update_readme_results.py
