@@ -19,11 +19,12 @@ out="${OUT:-runs/families}"
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(2 3 4)
 
-run() {  # run SEED OVERRIDE...: one run; prints its run folder last
-  local seed=$1; shift
+run() {  # run SEED OVERRIDE...: one run, its output on stderr; prints its run folder (the last line's last field)
+  local seed=$1 said; shift
   echo "=== seed $seed: $*" >&2
-  nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_diagnostic8 "seed=$seed" calibration.tasks=2 "$@" \
-    | tee /dev/stderr | tail -n 1 | sed 's/.*; //'
+  said=$(nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_diagnostic8 "seed=$seed" calibration.tasks=2 "$@")
+  printf '%s\n' "$said" >&2
+  printf '%s\n' "$said" | tail -n 1 | sed 's/.*; //'
 }
 
 every_seed() {  # every_seed OVERRIDE...: a setup without a bytes target, at every seed
