@@ -4,6 +4,8 @@ test_matched_pr_units (its meter's value for a knob is the searched share)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -193,3 +195,16 @@ def test_the_shipped_configs_give_the_floor_of_a_run(tmp_path):
                                           r"FullKV's 192 context \+ 16 continuation frames\)"):
         resolve_target_pr(compose_config("decoprune", ["method.target_bytes=0.01", f"out_dir={tmp_path}"]),
                           verbose=False)
+
+
+def test_a_calibration_in_a_storage_format_is_published_under_its_own_name(lab):  # noqa: F811
+    """The same method to the same target in full precision and in KIVI-4 are two calibrations: their yaml and
+    log are named apart (the keyed logs already were), so one never overwrites the other's published value."""
+    from cmbench.calibration.matched_pr import calibrate_method
+
+    fp = calibrate_method(lab.config(SHARE), 0.25, quantity=BYTES)
+    kivi = calibrate_method(OmegaConf.merge(lab.config(SHARE), {"storage": {"name": "kivi", "bits": 4, "group_size": 32, "residual": 128}}), 0.25,
+                            quantity=BYTES)
+    assert Path(fp.log).name == "share_bytes25.json" and Path(kivi.log).name == "share-kivi4-g32-r128_bytes25.json"
+    assert Path(kivi.yaml).name == "share-kivi4-g32-r128_bytes25.yaml" and fp.key != kivi.key
+    assert json.loads(Path(fp.log).read_text())["key"] == fp.key  # still its own

@@ -49,7 +49,7 @@ from cmbench.runs import atomic
 from cmbench.runs.output_folder import Legacy, OutputFolder, OutputFolderError, claim
 from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
 from cmbench.identity.code import code_identity, portable
-from cmbench.identity.labels import resolve_method_class
+from cmbench.identity.labels import resolve_method_class, storage_suffix
 from cmbench.identity.paths import path_component
 
 CALIBRATION_DIR = "calibration"
@@ -489,7 +489,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     knob = method_knob(method_cfg)
     setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}  # refuses bad knobs
     name = str(cfg.method.name)
-    yaml_path, log_path = calibration_paths(str(cfg.out_dir), name, target_pr, quantity)
+    # the files are named after the method in its storage format: a format's calibration is its own
+    yaml_path, log_path = calibration_paths(str(cfg.out_dir), name + storage_suffix(cfg.get("storage")), target_pr,
+                                            quantity)
     claim_calibration(str(cfg.out_dir), log_path.name)  # someone else's folder is refused before any work
     cal_cfg = calibration_config(cfg)
     tasks = calibration_tasks(cal_cfg, n_tasks)
