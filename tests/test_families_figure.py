@@ -30,6 +30,18 @@ def test_each_label_names_its_family(label, family):
     assert figure.family(label) == family
 
 
+@pytest.mark.parametrize("label, target", [
+    ("decoprune@bytes15+kivi4-g32-r128", 0.15),
+    ("streaming@bytes8", 0.08),
+    ("tempcache@bytes12.5", 0.125),  # a target of a fractional percent keeps its decimals in the tag
+    ("decoprune@pr85", None),
+    ("fullkv+kivi2-g32-r128", None),
+    ("fullkv", None),
+])
+def test_each_label_names_its_bytes_target(label, target):
+    assert figure.bytes_target(label) == target
+
+
 def board(tmp_path: Path, rows: list[dict]) -> Path:
     path = tmp_path / "board.csv"
     pd.DataFrame(rows).to_csv(path, index=False)

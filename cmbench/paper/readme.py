@@ -7,13 +7,12 @@ when the README says anything the committed files do not.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from cmbench.paper.findings import Finding, page, summary_lines
-from cmbench.report.families import family
+from cmbench.report.families import bytes_target, family
 
 FINDINGS = (Path("results/paper/world0"), Path("results/paper/world2"))
 """The committed records behind the findings table: the reference world, then the second world."""
@@ -71,13 +70,6 @@ def quality_block(root: Path) -> str:
     return "\n".join(lines)
 
 
-def bytes_target(label: str) -> float | None:
-    """The device-bytes target of a leaderboard label (``decoprune@bytes15+kivi4-g32-r128`` -> 0.15), None for an
-    entry without one (FullKV, a storage format alone)."""
-    match = re.search(r"@bytes(\d+)", label)
-    return int(match[1]) / 100 if match else None
-
-
 def families_block(root: Path) -> str:
     """Every entry of the families comparison by bytes target: its family, the device bytes it stored, its score,
     FullKV minus it (paired), and its continuation's PSNR against FullKV's; then, per target, the best entry and
@@ -88,7 +80,7 @@ def families_block(root: Path) -> str:
     full = board.set_index("method").loc["fullkv"]
     rows = board[board["method"] != "fullkv"].copy()
     rows["target"] = [bytes_target(m) for m in rows["method"]]
-    rows["order"] = rows["target"].fillna(-1.0)
+    rows["order"] = rows["target"].fillna(-1.0)  # the formats alone (no target) last
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
     seeds = int(full["seeds"])
     lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
@@ -100,7 +92,7 @@ def families_block(root: Path) -> str:
              "lies wholly on one side.", "",
              "| target | entry | family | device bytes | score | FullKV − entry (p) | PSNR vs FullKV |",
              "|---|---|---|---|---|---|---|"]
-    verdicts: dict[tuple[float | None, str], list[str]] = {}  # (target, level / below / above) -> entries
+    verdicts: dict[tuple[float, str], list[str]] = {}  # (order, level / below / above) -> entries
     for row in rows.itertuples():
         pair = versus_full.loc[row.method] if row.method in versus_full.index else None
         delta = "" if pair is None else f"{pair['delta']:+.3f} ± {pair['delta_ci95']:.3f} ({pair['p_value']:.2g})"
@@ -109,15 +101,14 @@ def families_block(root: Path) -> str:
                      f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {row.psnr_vs_fullkv:.1f} dB |")
         if pair is not None:
             side = ("level" if abs(pair["delta"]) <= pair["delta_ci95"] else "below" if pair["delta"] > 0 else "above")
-            verdicts.setdefault((None if pd.isna(row.target) else float(row.target), side), []).append(row.method)
+            verdicts.setdefault((row.order, side), []).append(row.method)
     lines.append("")
     for target, group in rows.groupby("order", sort=False):
         best = group.iloc[0]
-        key = None if target < 0 else float(target)
-        said = [f"{name}: {', '.join(verdicts.get((key, side), [])) or 'none'}"
+        said = [f"{name}: {', '.join(verdicts.get((target, side), [])) or 'none'}"
                 for side, name in (("level", "level with FullKV"), ("below", "below it"))]
-        if verdicts.get((key, "above")):
-            said.append(f"above it: {', '.join(verdicts[(key, 'above')])}")
+        if verdicts.get((target, "above")):
+            said.append(f"above it: {', '.join(verdicts[(target, 'above')])}")
         where = "The formats alone" if target < 0 else f"At {target:g} of FullKV's bytes"
         lines.append(f"- {where}: best {best['method']} ({family(best['method'])}) {best['score']:.3f}; "
                      + "; ".join(said) + ".")

@@ -44,6 +44,15 @@ def family(label: str) -> str:
     return f"{base} + quantization" if quantized else base
 
 
+def bytes_target(label: str) -> float | None:
+    """The device-bytes target of a leaderboard label, from the tag ``method.target_bytes`` puts in it
+    (``decoprune@bytes15+kivi4-g32-r128`` -> 0.15, ``x@bytes12.5`` -> 0.125); None for an entry without one
+    (FullKV, a storage format alone, a PR target)."""
+    match = LABEL.match(label)
+    tag = re.fullmatch(r"bytes(\d+(?:\.\d+)?)", match["target"] or "") if match else None
+    return float(tag[1]) / 100 if tag else None
+
+
 def read_board(path: Path) -> pd.DataFrame:
     """The columns the figure needs from the leaderboard CSV at ``path``, one row per entry.
 

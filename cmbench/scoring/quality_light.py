@@ -24,7 +24,6 @@ from cmbench.scoring.appearance import AppearanceEmbedder
 from cmbench.scoring.quality import ConsistencyAccumulator
 
 
-
 def _soft_histograms(values: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
     """Per frame, the appearance descriptor's linear-interpolation (soft) joint histogram.
 
