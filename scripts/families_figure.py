@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from cmbench.errors import CMBenchError
 from cmbench.report.families import draw, read_board
 
 
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         board = read_board(args.board)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, CMBenchError) as err:
         print(f"families_figure: {err}", file=sys.stderr)
         return 2
     print(board.to_string(index=False, float_format="%.4f"))

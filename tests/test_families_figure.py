@@ -83,3 +83,14 @@ def test_a_missing_column_is_named_and_the_command_says_it_in_one_line(tmp_path)
     assert done.stderr == (f"families_figure: {path}: no column 'kv_bytes_ratio' (a leaderboard CSV "
                            "has method, score, score_ci95, kv_bytes_ratio)\n")
     assert not (tmp_path / "f.png").exists()
+
+
+def test_a_torn_board_is_refused_by_the_table_reader_in_one_line(tmp_path):
+    """The board is read as every table a command wrote (bounded, not torn): a file cut off mid-line is named."""
+    path = board(tmp_path, ROWS)
+    path.write_text(path.read_text().rstrip("\n")[:-3])
+    done = subprocess.run([sys.executable, str(SCRIPT), str(path), str(tmp_path / "f.png")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"families_figure: {path}: torn: its last line is cut off")
+    assert not (tmp_path / "f.png").exists()

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cmbench.report.reading import read_table
+
 FAMILIES = {"decoprune": "eviction", "decoprune_hs": "eviction", "decoprune_reverse": "eviction", "random": "eviction",
             "streaming": "eviction", "tempdiff": "eviction", "forcingkv": "eviction", "dummyforcing": "eviction",
             "kvpress": "eviction", "worldkv": "retrieval", "worldkv_fixed_window": "retrieval",
@@ -54,14 +56,17 @@ def bytes_target(label: str) -> float | None:
 
 
 def read_board(path: Path) -> pd.DataFrame:
-    """The columns the figure needs from the leaderboard CSV at ``path``, one row per entry.
+    """The columns the figure needs from the leaderboard CSV at ``path``, one row per entry (read as every table
+    a command wrote: regular file, within the table limit, not empty nor torn).
 
     Raises
     ------
     ValueError
         One line naming the file, and the missing column or the row and field that is not a number.
+    CMBenchError
+        The file missing, not a regular file, over the limit, empty or torn (:func:`read_table`).
     """
-    table = pd.read_csv(path)
+    table = read_table(path, (), "leaderboard", "leaderboard")
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"{path}: no column {missing[0]!r} (a leaderboard CSV has {', '.join(COLUMNS)})")
