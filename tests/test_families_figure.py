@@ -4,6 +4,7 @@ points it draws."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,12 @@ import pytest
 from cmbench.report import families as figure
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "families_figure.py"
+
+
+def figure_command(*args: str) -> subprocess.CompletedProcess:
+    """The script run on the cmbench under test (PYTHONPATH to its package), not whichever is installed."""
+    env = {**os.environ, "PYTHONPATH": str(Path(figure.__file__).resolve().parents[2])}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.mark.parametrize("label, family", [
@@ -77,8 +84,7 @@ def test_a_bad_cell_is_one_line_naming_file_row_and_field(tmp_path, change, mess
 
 def test_a_missing_column_is_named_and_the_command_says_it_in_one_line(tmp_path):
     path = board(tmp_path, [{k: v for k, v in row.items() if k != "kv_bytes_ratio"} for row in ROWS])
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path), str(tmp_path / "f.png")], capture_output=True,
-                          text=True, timeout=300)
+    done = figure_command(str(path), str(tmp_path / "f.png"))
     assert done.returncode == 2
     assert done.stderr == (f"families_figure: {path}: no column 'kv_bytes_ratio' (a leaderboard CSV "
                            "has method, score, score_ci95, kv_bytes_ratio)\n")
@@ -89,8 +95,7 @@ def test_a_torn_board_is_refused_by_the_table_reader_in_one_line(tmp_path):
     """The board is read as every table a command wrote (bounded, not torn): a file cut off mid-line is named."""
     path = board(tmp_path, ROWS)
     path.write_text(path.read_text().rstrip("\n")[:-3])
-    done = subprocess.run([sys.executable, str(SCRIPT), str(path), str(tmp_path / "f.png")], capture_output=True,
-                          text=True, timeout=300)
+    done = figure_command(str(path), str(tmp_path / "f.png"))
     assert done.returncode == 2
     assert done.stderr.startswith(f"families_figure: {path}: torn: its last line is cut off")
     assert not (tmp_path / "f.png").exists()
