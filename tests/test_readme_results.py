@@ -112,6 +112,7 @@ def test_the_families_block_says_which_entries_are_level_with_fullkv_by_the_pair
         {**row, "method": "decoprune@bytes8", "score": 0.80, "kv_bytes_ratio": 0.081},
         {**row, "method": "worldkv@bytes8+kivi4-g32-r128", "score": 0.94, "kv_bytes_ratio": 0.079},
         {**row, "method": "streaming@bytes25", "score": 0.60, "kv_bytes_ratio": 0.25},
+        {**row, "method": "random@bytes25", "score": 0.50, "kv_bytes_ratio": 0.25},  # not compared with FullKV
         {**row, "method": "fullkv+kivi2-g32-r128", "score": 0.90, "kv_bytes_ratio": 0.104},
         {**row, "method": "fullkv+kivi4-g32-r128", "score": 0.97, "kv_bytes_ratio": 0.166},
     ])
@@ -132,8 +133,9 @@ def test_the_families_block_says_which_entries_are_level_with_fullkv_by_the_pair
     assert "FullKV scores 0.950 ± 0.050" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [line.split(" | ")[1] for line in table] == [
-        "streaming@bytes25", "worldkv@bytes8+kivi4-g32-r128", "decoprune@bytes8", "fullkv+kivi4-g32-r128",
-        "fullkv+kivi2-g32-r128"]
+        "streaming@bytes25", "random@bytes25", "worldkv@bytes8+kivi4-g32-r128", "decoprune@bytes8",
+        "fullkv+kivi4-g32-r128", "fullkv+kivi2-g32-r128"]
+    assert "| 0.25 | random@bytes25 | eviction | 0.250 | 0.500 ± 0.050 |  | 30.0 dB |" in text  # no pair: no delta
     assert "| 0.08 | decoprune@bytes8 | eviction | 0.081 | 0.800 ± 0.050 | +0.150 ± 0.100 (0.01) | 30.0 dB |" in text
     assert ("- At 0.08 of FullKV's bytes: best worldkv@bytes8+kivi4-g32-r128 (retrieval + quantization) 0.940; level "
             "with FullKV: worldkv@bytes8+kivi4-g32-r128; below it: decoprune@bytes8.") in text
