@@ -15,6 +15,7 @@ changes plus its own continuation.
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 import torch
 
@@ -107,16 +108,20 @@ class Bank:
     def rows(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of rows ``[0, stop)``, each ``[B, stop, Hg, D]`` (``stop >= base``): views of the own
         storage, or with shared rows a new tensor (shared rows, then own rows)."""
-        return self._raw_rows(stop)
+        return self._raw_span(0, stop)
 
-    def _raw_rows(self, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows ``[0, stop)`` as stored (a quantized bank's encoded rows; :meth:`rows` decodes them)."""
+    def _raw_span(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``[start, stop)`` as stored (a quantized bank's encoded rows; :meth:`rows` decodes them):
+        views when they lie in one storage, the shared rows then the own ones otherwise."""
         k, v = self.storage()
-        if self.shared is None:
-            return k[:, :stop], v[:, :stop]
+        own_start, own_stop = max(start - self.base, 0), max(stop - self.base, 0)
+        if self.shared is None or start >= self.base:
+            return k[:, own_start:own_stop], v[:, own_start:own_stop]
         shared_k, shared_v = self.shared
-        own = stop - self.base
-        return torch.cat([shared_k, k[:, :own]], dim=1), torch.cat([shared_v, v[:, :own]], dim=1)
+        low_k, low_v = shared_k[:, start : min(stop, self.base)], shared_v[:, start : min(stop, self.base)]
+        if stop <= self.base:
+            return low_k, low_v
+        return torch.cat([low_k, k[:, :own_stop]], dim=1), torch.cat([low_v, v[:, :own_stop]], dim=1)
 
     def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of these rows (``long [m]``, increasing, each ``< capacity``), each ``[B, m, Hg, D]``."""
@@ -133,6 +138,23 @@ class Bank:
         low, high = rows[inside].to(k.device), (rows[~inside] - self.base).to(k.device)
         return (torch.cat([shared_k.index_select(1, low), k.index_select(1, high)], dim=1),
                 torch.cat([shared_v.index_select(1, low), v.index_select(1, high)], dim=1))
+
+    def blocks(self, length: int, rows: torch.Tensor | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """K and V an attention call reads, in blocks of rows: here one, ``[B, m + length, Hg, D]``.
+
+        Parameters
+        ----------
+        length : int
+            Rows of the slot read after the history (the open chunk's tokens).
+        rows : Tensor, shape ``[m]``, long, optional
+            The history rows read (increasing); ``None``: all ``n`` (then the block is a view of the storage).
+        """
+        if rows is None:
+            yield self.rows(self.n + length)
+            return
+        kept_k, kept_v = self.gather(rows)
+        slot_k, slot_v = self.slot(length)
+        yield torch.cat([kept_k, slot_k], dim=1), torch.cat([kept_v, slot_v], dim=1)
 
     def _alloc_prov(self, cap: int, counted: bool = False) -> None:
         self.frame = torch.zeros(cap, dtype=torch.long)
@@ -408,7 +430,7 @@ class Bank:
         if self.shared is not None or self.k is None or not self.n:
             return self.clone(headroom)
         out = self._empty()
-        k, v = self._raw_rows(self.n)
+        k, v = self._raw_span(0, self.n)
         out.shared, out.base, out.n = (k, v), self.n, self.n
         out.k, out.v = k.new_empty((k.shape[0], headroom, *k.shape[2:])), v.new_empty((v.shape[0], headroom, *v.shape[2:]))
         out._alloc_prov(self.n + headroom, self.count is not None)
@@ -421,7 +443,7 @@ class Bank:
         local = [self.group.heads.index(h) for h in group.heads]
         out = self._empty(group)
         if self.k is not None:
-            k, v = self._raw_rows(self.n)
+            k, v = self._raw_span(0, self.n)
             idx = torch.tensor(local, dtype=torch.long, device=k.device)
             out.k = k.index_select(2, idx)
             out.v = v.index_select(2, idx)
@@ -449,7 +471,7 @@ class Bank:
         bank's)."""
         out = self._empty()
         if self.k is not None:
-            k, v = self._raw_rows(self.n)
+            k, v = self._raw_span(0, self.n)
             out._resize(self.n + headroom, k[:, :0].to(device) if device is not None else k[:, :0])
             out_k, out_v = out.storage()
             out_k[:, : self.n] = k

@@ -35,8 +35,8 @@ from functools import partial
 from typing import Callable, Iterator, Sequence
 
 import torch
-import torch.nn.functional as F
 
+from cmbench.cache import block_attention
 from cmbench.cache.attention_stats import AttentionStats
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
@@ -261,10 +261,12 @@ class KVCache:
         history followed by the chunk itself (no mask within the chunk); a merged history row's logit
         carries ``log(count)`` (:meth:`Bank.merge`).
 
-        A bank in a quantized storage format (:meth:`use_storage`) is read decoded: its history is
-        dequantized for this call into a workspace ``[B, n, Hg, D]`` in the chunk's dtype (one bank at a
-        time, freed when the bank's attention is done; the recent window read from its full-precision
-        copy), and the chunk's own keys come from its full-precision slot.
+        A bank in a quantized storage format (:meth:`use_storage`) is read decoded, a block of history
+        rows at a time (:meth:`QuantizedBank.blocks`, combined by :func:`block_attention.attention`): the
+        call's workspace is one block ``[B, DECODE_ROWS, Hg, D]`` in the chunk's dtype, not the history
+        (the recent window read from its full-precision copy); the chunk's own keys come from its
+        full-precision slot. While attention statistics are recorded (:meth:`record_attention`) the
+        statistics need every key at once, and the whole history is decoded for that call.
         """
         info = self._require_open()
         B, L, H, D = q.shape
@@ -295,37 +297,33 @@ class KVCache:
             bank.write_slot(kg, vg)
             if not self.compute_attention and mass is None:
                 continue
-            keys, values, rows = self._visible(bank, L)
+            blocks, rows = self._visible(bank, L)
             bias = self._logit_bias(bank, rows, L)
             if stats is not None and mass is not None:
+                parts = list(blocks)
+                keys = parts[0][0] if len(parts) == 1 else torch.cat([key for key, _ in parts], dim=1)
                 history = bank.field("frame") if rows is None else bank.field("frame")[rows]
                 mass[bank.heads] = stats.of(qg, keys, torch.cat([history, self._open_provenance()[0]]), bias)
+                blocks = iter(parts)
             if not self.compute_attention:
                 continue
-            mask = None if bias is None else bias.to(device=q.device, dtype=q.dtype).expand(B, bank.num_heads, L, -1)
-            o = F.scaled_dot_product_attention(qg.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2),
-                                               attn_mask=mask)
+            o = block_attention.attention(qg, blocks, bias)
             if whole:
-                out = o.transpose(1, 2)
+                out = o
             else:
-                out.index_copy_(2, bank.heads.to(q.device), o.transpose(1, 2))
+                out.index_copy_(2, bank.heads.to(q.device), o)
         if stats is not None and mass is not None:
             stats.mass[layer] = mass
         return out
 
-    def _visible(self, bank: Bank, L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Keys ``[B, N', Hg, D]`` and values a call attends to, with the history rows used (``None``: all)."""
+    def _visible(self, bank: Bank, L: int) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+        """Blocks of keys ``[B, n_i, Hg, D]`` and values a call attends to (:meth:`Bank.blocks`: the history
+        rows used, then the open chunk), with the history rows used (``None``: all)."""
         probe = self._probe
         if probe is not None and not probe.history:
-            slot_k, slot_v = bank.slot(L)
-            return slot_k, slot_v, torch.zeros(0, dtype=torch.long)
-        if probe is None or probe.visible is None:
-            keys, values = bank.rows(bank.n + L)
-            return keys, values, None
-        rows = probe.visible[id(bank)]
-        slot_k, slot_v = bank.slot(L)
-        kept_k, kept_v = bank.gather(rows)
-        return torch.cat([kept_k, slot_k], dim=1), torch.cat([kept_v, slot_v], dim=1), rows
+            return iter([bank.slot(L)]), torch.zeros(0, dtype=torch.long)
+        rows = None if probe is None or probe.visible is None else probe.visible[id(bank)]
+        return bank.blocks(L, rows), rows
 
     @staticmethod
     def _logit_bias(bank: Bank, rows: torch.Tensor | None, L: int) -> torch.Tensor | None:

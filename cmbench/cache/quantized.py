@@ -255,7 +255,7 @@ class Table:
         """Entries of these keys (``long [m]``, each present) in ``float32``: ``[B, m, Hg, P, D]`` (converted
         before they are repeated per row)."""
         assert self.data is not None
-        return self.data.float().index_select(1, torch.searchsorted(self.keys, keys).to(self.data.device))
+        return self.data.index_select(1, torch.searchsorted(self.keys, keys).to(self.data.device)).float()
 
     def only(self, keys: torch.Tensor) -> "Table":
         """The entries of these keys (the others dropped)."""

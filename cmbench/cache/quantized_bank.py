@@ -12,9 +12,10 @@ them the bank keeps:
   an entry no history row uses any more is dropped at the next compaction;
 - the full-precision copy of the last ``residual`` committed tokens (``gid [t]``, ``k, v [B, t, Hg, D]``).
 
-:meth:`rows` and :meth:`gather` return *decoded* keys and values: the workspace of one attention call
-is the decoded history of the bank it reads, ``[B, n, Hg, D]`` in the cache's dtype, built for the call
-and freed after it; the bank never keeps a full-precision copy of its history. Evicted rows move to the
+An attention call reads the history through :meth:`blocks`: :data:`DECODE_ROWS` rows decoded at a time and
+combined by their log-sum-exp (:mod:`cmbench.cache.block_attention`), so its workspace is a block, not the
+history; the bank never holds a full-precision copy of its history. :meth:`rows` and :meth:`gather` return
+*decoded* keys and values for the other readers (a method's key scoring, attention statistics, re-index). Evicted rows move to the
 host store decoded (:meth:`extract`) and are encoded again on :meth:`insert`: a row whose table entry is
 still in the bank is encoded on that entry, which reproduces its codes exactly; a row whose entry went
 with its last neighbour gets an entry fitted on the restored rows (a second rounding). The temporal
@@ -24,13 +25,17 @@ quantized per channel cannot be rotated in their codes: a rotation mixes channel
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup
 from cmbench.cache.quantized import StorageFormat, Table
+
+DECODE_ROWS = 1024
+"""History rows an attention call decodes at once (:meth:`QuantizedBank.blocks`): the workspace of a call is one
+block of decoded rows, not the bank's history."""
 
 
 class QuantizedBank(Bank):
@@ -125,7 +130,7 @@ class QuantizedBank(Bank):
         self.tail_gid, self.tail = gid[-r:].clone(), (k[:, -r:].clone(), v[:, -r:].clone())
 
     # ------------------------------------------------------------------ encoding
-    def _prov(self, rows: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def _prov(self, rows: torch.Tensor | slice | None) -> dict[str, torch.Tensor]:
         names = ("frame", "chunk", "pos", "gid")
         return {n: self.field(n) if rows is None else self.field(n)[rows] for n in names}
 
@@ -150,9 +155,10 @@ class QuantizedBank(Bank):
         self.tables = (tables[0], tables[1])
         return raw[0], raw[1]
 
-    def _decode(self, raw_k: torch.Tensor, raw_v: torch.Tensor, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decoded ``[B, m, Hg, D]`` K and V of encoded history rows (``rows [m]``; ``None``: all), the
-        recent window's rows taken from its full-precision copy."""
+    def _decode(self, raw_k: torch.Tensor, raw_v: torch.Tensor,
+                rows: torch.Tensor | slice | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoded ``[B, m, Hg, D]`` K and V of encoded history rows (``rows``: ``long [m]``, a slice of
+        them, or ``None`` for all), the recent window's rows taken from its full-precision copy."""
         prov = self._prov(rows)
         assert self.dtype is not None
         out = []
@@ -175,7 +181,7 @@ class QuantizedBank(Bank):
         if self.k is None:
             k, v = self.slot(stop)
             return k, v
-        k, v = self._decode(*self._raw_rows(hist), None if hist == self.n else torch.arange(hist))
+        k, v = self._decode(*self._raw_span(0, hist), None if hist == self.n else slice(0, hist))
         if stop > hist:
             sk, sv = self.slot(stop - hist)
             k, v = torch.cat([k, sk], 1), torch.cat([v, sv], 1)
@@ -184,6 +190,37 @@ class QuantizedBank(Bank):
     def gather(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Decoded K and V of these history rows (``long [m]``, increasing), each ``[B, m, Hg, D]``."""
         return self._decode(*self._raw_gather(rows), rows)
+
+    def blocks(self, length: int, rows: torch.Tensor | None = None,
+               block: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Decoded K and V an attention call reads, ``block`` history rows at a time, then the slot.
+
+        Parameters
+        ----------
+        length : int
+            Rows of the slot read last (the open chunk's tokens).
+        rows : Tensor, shape ``[m]``, long, optional
+            The history rows read (increasing); ``None``: all ``n``.
+        block : int, optional
+            History rows decoded at once (default :data:`DECODE_ROWS`).
+
+        Yields
+        ------
+        k, v : Tensor, shape ``[B, <= block, Hg, D]``
+            One block of decoded history (decoded when it is reached, so a caller that lets it go before
+            the next holds one block at a time), and last the slot's ``[B, length, Hg, D]``.
+        """
+        block = DECODE_ROWS if block is None else block
+        if self.k is not None:
+            if rows is None:
+                for start in range(0, self.n, block):
+                    stop = min(start + block, self.n)
+                    yield self._decode(*self._raw_span(start, stop), slice(start, stop))
+            else:
+                for start in range(0, len(rows), block):
+                    part = rows[start : start + block]
+                    yield self._decode(*self._raw_gather(part), part)
+        yield self.slot(length)
 
     # ------------------------------------------------------------------ history
     def keep_only(self, keep: torch.Tensor, slot: int = 0) -> None:

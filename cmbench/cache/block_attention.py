@@ -1,0 +1,92 @@
+"""Softmax attention over keys that arrive in blocks: one block's partial result at a time, combined by
+their log-sum-exp (the online softmax of flash attention).
+
+A quantized bank decodes its history block by block (:meth:`~cmbench.cache.quantized_bank.QuantizedBank.blocks`)
+so that an attention call never holds the full-precision history: at most two decoded blocks, this call's
+output and a running ``[B, Hg, L]`` log-sum-exp. A single block is plain scaled-dot-product attention.
+
+For each block ``i`` with output ``o_i`` and log-sum-exp ``s_i`` of its logits, the attention over all keys is
+``sum_i exp(s_i - s) o_i`` with ``s = logsumexp_i s_i``; the running form rescales what is accumulated
+whenever ``s`` grows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+
+_FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def attention(q: torch.Tensor, blocks: Iterable[tuple[torch.Tensor, torch.Tensor]],
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention of ``q`` over the keys of every block (no mask between queries and keys).
+
+    Parameters
+    ----------
+    q : Tensor, shape ``[B, L, Hg, D]``
+    blocks : iterable of ``(k, v)``
+        ``k, v [B, n_i, Hg, D]`` in ``q``'s dtype and device; at least one block.
+    bias : Tensor, shape ``[sum n_i]``, float32, optional
+        Added to each key's logit (keys in block order).
+
+    Returns
+    -------
+    Tensor, shape ``[B, L, Hg, D]`` in ``q``'s dtype: attention over the concatenated blocks.
+    """
+    qt = q.transpose(1, 2)
+    it = iter(blocks)
+    k, v = next(it, (None, None))
+    if k is None or v is None:
+        raise ValueError("attention needs at least one block of keys")
+    following = next(it, None)
+    if following is None:
+        mask = None if bias is None else bias.to(device=q.device, dtype=q.dtype).expand(*qt.shape[:3], k.shape[1])
+        return F.scaled_dot_product_attention(qt, k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask).transpose(1, 2)
+    out, total = partial(qt, k, v, None if bias is None else bias[: k.shape[1]])
+    done = k.shape[1]
+    del k, v  # at most two decoded blocks alive: the one attended to and the next
+    while following is not None:
+        k, v = following
+        following = None
+        o, s = partial(qt, k, v, None if bias is None else bias[done : done + k.shape[1]])
+        done += k.shape[1]
+        del k, v
+        grown = torch.logaddexp(total, s)
+        out = out * torch.exp(total - grown).unsqueeze(-1) + o * torch.exp(s - grown).unsqueeze(-1)
+        total = grown
+        following = next(it, None)
+    return out.to(q.dtype).transpose(1, 2)
+
+
+def partial(qt: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``qt [B, Hg, L, D]`` over one block and the log-sum-exp of its logits.
+
+    Parameters
+    ----------
+    qt : Tensor, shape ``[B, Hg, L, D]`` (queries, heads first)
+    k, v : Tensor, shape ``[B, n, Hg, D]``
+    bias : Tensor, shape ``[n]``, float32, optional
+
+    Returns
+    -------
+    out : Tensor, shape ``[B, Hg, L, D]``, float32
+    lse : Tensor, shape ``[B, Hg, L]``, float32: ``logsumexp`` over the block's keys of ``q.k / sqrt(D) + bias``.
+
+    On a CPU torch's fused kernel computes both; elsewhere (torch has no public kernel returning the
+    log-sum-exp) the block's logits are formed in float32, ``[B, Hg, L, n]``.
+    """
+    kt, vt = k.transpose(1, 2), v.transpose(1, 2)
+    if qt.device.type == "cpu" and _FUSED is not None:
+        mask = None if bias is None else bias.to(qt.dtype).expand(*qt.shape[:3], k.shape[1])
+        out, lse = _FUSED(qt, kt, vt, 0.0, False, attn_mask=mask)
+        return out.float(), lse.float()
+    logits = torch.matmul(qt.float(), kt.float().transpose(-1, -2)) / math.sqrt(qt.shape[-1])
+    if bias is not None:
+        logits = logits + bias.to(logits.device)
+    lse = torch.logsumexp(logits, dim=-1)
+    return torch.matmul(torch.exp(logits - lse.unsqueeze(-1)), vt.float()), lse

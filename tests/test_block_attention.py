@@ -1,0 +1,162 @@
+"""Attention over keys in blocks (cache/block_attention.py) and a quantized bank's attention decoding its
+history one block at a time (QuantizedBank.blocks): equal to attention over every key at once, with no call
+ever decoding more than a block of history rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cmbench.cache import block_attention, quantized_bank
+from cmbench.cache.kv_cache import KVCache
+from cmbench.cache.quantized import StorageFormat
+from cmbench.cache.quantized_bank import QuantizedBank
+from cmbench.cache.rope import RopeSpec
+
+D, H, T = 32, 2, 16
+L = 2 * T
+KIVI = StorageFormat("kivi", bits=4, group_size=16, residual=8)
+QVG = StorageFormat("qvg", bits=2, group_size=16, residual=0, stages=2)
+
+
+@pytest.fixture(params=["fused", "float32 logits"])
+def kernel(request, monkeypatch):
+    """Each way a block's partial attention is computed: torch's fused CPU kernel, and the float32 logits
+    used on every other device."""
+    if request.param != "fused":
+        monkeypatch.setattr(block_attention, "_FUSED", None)
+    elif block_attention._FUSED is None:
+        pytest.skip("this torch has no fused CPU attention kernel returning the log-sum-exp")
+    return request.param
+
+
+def sdpa(q, k, v, bias=None):
+    """Plain attention over every key, ``q [B, L, H, D]``, ``k, v [B, N, H, D]``, ``bias [N]``."""
+    mask = None if bias is None else bias.expand(q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                          attn_mask=mask).transpose(1, 2)
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no bias", "bias"])
+def test_blocks_combine_into_attention_over_every_key(kernel, with_bias):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 7, 3, 16, generator=g) * 3  # sharp softmax: a block's max dominates
+    sizes = [5, 64, 1, 30]
+    k, v = torch.randn(2, sum(sizes), 3, 16, generator=g) * 3, torch.randn(2, sum(sizes), 3, 16, generator=g)
+    k[:, 70] += 20 * q[:, 0].mean(0, keepdim=True)  # the fourth block holds the keys the queries want most
+    bias = torch.randn(sum(sizes), generator=g) if with_bias else None
+    blocks, start = [], 0
+    for n in sizes:
+        blocks.append((k[:, start : start + n], v[:, start : start + n]))
+        start += n
+    want = sdpa(q, k, v, bias)
+    torch.testing.assert_close(block_attention.attention(q, blocks, bias), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(block_attention.attention(q, iter(blocks), bias), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(block_attention.attention(q, [(k, v)], bias), want, atol=0, rtol=0)  # plain attention
+    # the blocks in reverse order, each key keeping its bias: the same attention (no mask between queries and keys)
+    starts = [0, 5, 69, 70]
+    rev_bias = None if bias is None else torch.cat([bias[s : s + n] for s, n in zip(starts[::-1], sizes[::-1])])
+    torch.testing.assert_close(block_attention.attention(q, blocks[::-1], rev_bias), want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_blocks_log_sum_exp_is_that_of_its_logits(kernel):
+    g = torch.Generator().manual_seed(1)
+    qt = torch.randn(1, 2, 5, 8, generator=g)
+    k, v = torch.randn(1, 9, 2, 8, generator=g), torch.randn(1, 9, 2, 8, generator=g)
+    bias = torch.randn(9, generator=g)
+    out, lse = block_attention.partial(qt, k, v, bias)
+    logits = qt @ k.transpose(1, 2).transpose(-1, -2) / math.sqrt(8) + bias
+    torch.testing.assert_close(lse, torch.logsumexp(logits, -1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, logits.softmax(-1) @ v.transpose(1, 2), atol=1e-5, rtol=1e-5)
+
+
+def test_no_block_is_an_error():
+    with pytest.raises(ValueError, match="at least one block"):
+        block_attention.attention(torch.zeros(1, 2, 1, 4), [])
+
+
+# ----------------------------------------------------------------------------------------- quantized banks
+def chunk_kv(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(100 + i)
+    k = torch.randn(1, L, H, D, generator=g)
+    k[..., :3] *= 8.0
+    return k, torch.randn(1, L, H, D, generator=g)
+
+
+def filled(fmt: StorageFormat, chunks: int) -> KVCache:
+    cache = KVCache(1, H, D, T, RopeSpec.wan(D))
+    cache.use_storage(fmt)
+    for i in range(chunks):
+        cache.begin_chunk(i, 2 * i, 2)
+        k, v = chunk_kv(i)
+        cache.attend(0, k, k, v)
+        cache.commit_chunk()
+    return cache
+
+
+@pytest.fixture
+def decoded_rows(monkeypatch):
+    """Rows of each decode a quantized bank makes, in order, with history blocks of 50 rows."""
+    seen: list[int] = []
+    real = QuantizedBank._decode
+
+    def counting(self, raw_k, raw_v, rows):
+        seen.append(raw_k.shape[1])
+        return real(self, raw_k, raw_v, rows)
+
+    monkeypatch.setattr(QuantizedBank, "_decode", counting)
+    monkeypatch.setattr(quantized_bank, "DECODE_ROWS", 50)
+    return seen
+
+
+@pytest.mark.parametrize("fmt", [KIVI, QVG], ids=["kivi", "qvg"])
+def test_a_quantized_bank_attends_one_decoded_block_at_a_time(fmt, decoded_rows, kernel):
+    """Attention over 192 history rows decodes blocks of at most 50 rows, every row once, and equals
+    attention over the whole decoded history then the chunk (also in a probe that hides rows)."""
+    cache = filled(fmt, 6)
+    bank = cache.banks[0][0]
+    hist_k, hist_v = bank.history()
+    cache.begin_chunk(6, 12, 2)
+    k, v = chunk_kv(6)
+    q = torch.randn(1, L, H, D, generator=torch.Generator().manual_seed(9))
+    decoded_rows.clear()
+    out = cache.attend(0, q, k, v)
+    assert decoded_rows == [50, 50, 50, 42]
+    torch.testing.assert_close(out, sdpa(q, torch.cat([hist_k, k], 1), torch.cat([hist_v, v], 1)),
+                               atol=1e-5, rtol=1e-5)
+    hidden = (torch.arange(192) % 4 == 1) | (torch.arange(192) < 40)
+    decoded_rows.clear()
+    with cache.probe(hide=lambda b: hidden):
+        probed = cache.attend(0, q, k, v)
+    assert decoded_rows == [50, 50, 14]  # 152 rows from 40 on, a quarter of them hidden
+    seen = ~hidden
+    torch.testing.assert_close(probed, sdpa(q, torch.cat([hist_k[:, seen], k], 1), torch.cat([hist_v[:, seen], v], 1)),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_a_shared_fork_decodes_blocks_across_the_rows_it_shares(decoded_rows):
+    """A fork reads its parent's 96 rows in place and owns the rest: a block straddling the two equals the
+    rows of a fork that copied everything."""
+    cache = filled(KIVI, 3)
+    shared, copied = cache.fork(headroom=4 * L), cache.fork(headroom=4 * L, share=False)
+    outs = []
+    for fork in (shared, copied):
+        for i in (3, 4):
+            fork.begin_chunk(i, 2 * i, 2)
+            k, v = chunk_kv(i)
+            out = fork.attend(0, k.flip(1), k, v)
+            fork.commit_chunk()
+        outs.append(out)
+    bank = shared.banks[0][0]
+    assert bank.base == 96 and bank.n == 160
+    for block in (50, 7):
+        parts = list(bank.blocks(L, block=block))
+        whole = list(copied.banks[0][0].blocks(L, block=block))
+        assert [p[0].shape[1] for p in parts] == [p[0].shape[1] for p in whole]
+        for (a_k, a_v), (b_k, b_v) in zip(parts, whole):
+            assert torch.equal(a_k, b_k) and torch.equal(a_v, b_v)
+    torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
