@@ -15,7 +15,7 @@ from cmbench.calibration.matched_pr import calibration_paths
 from cmbench.calibration.target_pr import requested_target, resolve_target_pr
 from cmbench.calibration.target_quantity import BYTES, PR, bytes_floor
 from cmbench.errors import ConfigError
-from test_matched_pr_units import SHARE, lab  # noqa: F401  (the fixture)
+from test_matched_pr_units import SHARE, Scored, lab, target  # noqa: F401  (the fixture)
 
 
 def test_the_bytes_quantity_searches_the_share_saved():
@@ -208,3 +208,33 @@ def test_a_calibration_in_a_storage_format_is_published_under_its_own_name(lab):
     assert Path(fp.log).name == "share_bytes25.json" and Path(kivi.log).name == "share-kivi4-g32-r128_bytes25.json"
     assert Path(kivi.yaml).name == "share-kivi4-g32-r128_bytes25.yaml" and fp.key != kivi.key
     assert json.loads(Path(fp.log).read_text())["key"] == fp.key  # still its own
+
+
+KIVI4 = {"storage": {"name": "kivi", "bits": 4, "group_size": 32, "residual": 128}}
+
+
+def test_a_threshold_method_in_a_quantized_format_is_aimed_from_the_formats_floor(lab):  # noqa: F811
+    """FullKV in the format saves 0.8 of the bytes (measured once, first); Scored at gamma 0.1 prunes a
+    share 0.1 and saves 0.82. For bytes 0.1 (saving 0.9) the guess from the floor is gamma
+    ``0.1 * (0.9 - 0.8) / (0.82 - 0.8) = 0.5``, which lands: two probes. Aimed as if saving were
+    proportional to the share through 0 it would probe gamma ~0.11 (saving 0.822) next."""
+    from cmbench.calibration.matched_pr import calibrate_method
+
+    lab.floor = 0.8
+    scored = {"_target_": target(Scored), "name": "scored"}
+    result = calibrate_method(OmegaConf.merge(lab.config(scored), KIVI4), 0.1, quantity=BYTES)
+    assert lab.measured[0] == ("fullkv", 0.8) and [v for v, _ in lab.measured].count("fullkv") == 1
+    assert [v for v, _ in result.probes] == [0.1, pytest.approx(0.5, abs=0.005)]
+    assert result.within_tolerance and result.calibration_pr == pytest.approx(0.1, abs=0.005)
+
+
+def test_a_bytes_target_above_what_fullkv_stores_in_the_format_is_refused_in_one_line(lab):  # noqa: F811
+    """Keeping every token, the format stores 0.2 of FullKV's bytes: no pruning reaches 0.25."""
+    from cmbench.calibration.matched_pr import calibrate_method
+
+    lab.floor = 0.8
+    with pytest.raises(ConfigError, match=r"^target_bytes=0.25: above the 0.2000 of FullKV's KV bytes that "
+                                          r"storage=kivi storage.bits=4 stores keeping every token"):
+        calibrate_method(OmegaConf.merge(lab.config(SHARE), KIVI4), 0.25, quantity=BYTES)
+    assert lab.measured == [("fullkv", 0.8)]  # refused after the floor's one measurement, before any probe
+    assert calibrate_method(OmegaConf.merge(lab.config(SHARE), KIVI4), 0.2, quantity=BYTES).within_tolerance

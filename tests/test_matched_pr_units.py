@@ -82,8 +82,10 @@ def lab(tmp_path, monkeypatch):
     The calibration tasks are ``t0 ..`` (``lab.tasks`` logs ``(root, n)``), the code identity is ``"c0de"``
     (``lab.code`` logs its arguments), and the meter (``lab.meters`` logs each one built) returns ``Scored``'s
     pruned share or ``lab.curve(knob value)``; ``lab.measured`` logs every ``(value, PR)`` it measured.
+    ``lab.floor`` (default 0) plays a storage format's saving with nothing pruned: FullKV measures it, and
+    every other measurement ``m`` reads ``floor + (1 - floor) * m``.
     """
-    lab = SimpleNamespace(tmp=tmp_path, tasks=[], code=[], meters=[], measured=[], curve=float)
+    lab = SimpleNamespace(tmp=tmp_path, tasks=[], code=[], meters=[], measured=[], curve=float, floor=0.0)
 
     def tasks(cal_cfg, n):
         lab.tasks.append((str(cal_cfg.data.root), n))
@@ -99,11 +101,15 @@ def lab(tmp_path, monkeypatch):
             self.on_task, self.n, self.quantity = on_task, len(task_list), quantity
 
         def __call__(self, method):
+            if method.name == "fullkv":
+                lab.measured.append(("fullkv", lab.floor))
+                return lab.floor
             value = getattr(method, type(method).knob.name)
             if isinstance(method, Scored):
                 pr = int((~method.keep_rule(method.token_scores())).sum()) / 100
             else:
                 pr = lab.curve(value)
+            pr = lab.floor + (1 - lab.floor) * pr
             lab.measured.append((value, pr))
             if self.on_task is not None:
                 self.on_task(self.n, self.n)

@@ -395,6 +395,30 @@ def quantized_storage(cfg: DictConfig) -> dict[str, Any]:
     return {"storage": asdict(storage)} if storage.quantized else {}
 
 
+def format_floor(meter: PRMeter, quantity: TargetQuantity, cfg: DictConfig, target: float, tolerance: float) -> float:
+    """The searched quantity with nothing pruned: for a bytes target in a quantized storage format, the share
+    of FullKV's bytes that FullKV in that format saves on the calibration tasks (measured, one run of them);
+    otherwise 0.
+
+    Raises
+    ------
+    ConfigError
+        A bytes target above what FullKV stores in the format (no pruning reaches it), in one line.
+    """
+    storage = calibration_storage(cfg)
+    if quantity is not BYTES or not storage.quantized:
+        return 0.0
+    floor = meter(build_method({"name": "fullkv"}))
+    kept = quantity.shown(floor)
+    print(f"calibrate: FullKV in storage={storage.name} storage.bits={storage.bits} stores {kept:.4f} of full precision's KV bytes on the "
+          "calibration tasks (the floor the search aims from)", file=sys.stderr, flush=True)
+    if quantity.searched(target) < floor - tolerance:
+        raise ConfigError(f"{quantity.key}={target:g}: above the {kept:.4f} of FullKV's KV bytes that storage={storage.name} "
+                          f"storage.bits={storage.bits} stores keeping every token (measured on the calibration tasks); "
+                          f"pruning only lowers it: give a target at most {kept:.4f}, or a format with more bits")
+    return floor
+
+
 def calibration_setting(cfg: DictConfig, method_setting: dict[str, Any], root: str, n_tasks: int, tolerance: float,
                         max_probes: int) -> dict[str, Any]:
     """What decides a calibration besides its code and target, flat by the keys a user sets
@@ -544,7 +568,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
             return build_method({**method_cfg, knob.name: knob_value(knob, value)})
 
         configured = build_method(method_cfg)
-        aim = ScoreGuess(build, knob, searched) if records_scores(configured) else None
+        floor = format_floor(meter, quantity, cfg, target_pr, tolerance)
+        aim = ScoreGuess(build, knob, searched, floor) if records_scores(configured) else None
 
         def probe(value: float) -> float:
             method = build(value)

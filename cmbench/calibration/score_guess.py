@@ -9,6 +9,12 @@ share is ``share(value) * target / PR`` lands near the target on its first measu
 that only sees PRs spends two or three probes on the shape of a curve that is flat near the window's
 ceiling and steep below it.
 
+A calibration to device bytes in a quantized storage format saves a share of FullKV's bytes before
+anything is pruned (4-bit KIVI stores about a sixth of full precision's bytes keeping every token): the
+searched quantity is then ``floor + slope * pruned share`` rather than proportional to the share, and the
+guess aims at ``share(value) * (target - floor) / (measured - floor)``, ``floor`` measured once (FullKV in
+the format on the calibration tasks). A PR, or bytes in full precision, has ``floor = 0``.
+
 The scores recorded at one setting are not those another setting would produce (what is kept changes
 what later chunks can predict), so the guess aims a probe; the measurement decides
 (:func:`cmbench.calibration.knob_search.search_knob` takes the guess only inside its bracket).
@@ -43,10 +49,13 @@ class ScoreGuess:
     knob : Knob
         The threshold knob (``keep_rule`` depends on it monotonically).
     target_pr : float
+        The searched quantity's target (a PR, or the share of FullKV's bytes saved).
+    floor : float
+        The searched quantity when nothing is pruned (0 for a PR).
     """
 
-    def __init__(self, build: Callable[[float], Method], knob: Knob, target_pr: float):
-        self.build, self.knob, self.target_pr = build, knob, float(target_pr)
+    def __init__(self, build: Callable[[float], Method], knob: Knob, target_pr: float, floor: float = 0.0):
+        self.build, self.knob, self.target_pr, self.floor = build, knob, float(target_pr), float(floor)
         self.probes: dict[float, tuple[float, torch.Tensor]] = {}  # value -> (PR, every recorded score [N])
 
     def recording(self, method: Method, value: float) -> Callable[[float], None]:
@@ -74,14 +83,15 @@ class ScoreGuess:
 
     def __call__(self) -> float | None:
         """The knob value predicted for the target from the recorded probe nearest it; None without a
-        usable probe (nothing recorded, nothing pruned there, or a share the range cannot reach)."""
+        usable probe (nothing recorded, nothing pruned there, no more saved than at the floor, or a share the
+        range cannot reach)."""
         if not self.probes:
             return None
         value, (pr, scores) = min(self.probes.items(), key=lambda item: abs(item[1][0] - self.target_pr))
         share = self.pruned_share(value, scores)
-        if pr <= 0.0 or share <= 0.0:
+        if pr <= self.floor or share <= 0.0:
             return None
-        wanted = share * self.target_pr / pr
+        wanted = share * (self.target_pr - self.floor) / (pr - self.floor)
         if not 0.0 < wanted < 1.0:
             return None
         return self._solve(scores, wanted)
