@@ -408,13 +408,16 @@ def format_floor(meter: PRMeter, quantity: TargetQuantity, cfg: DictConfig, targ
     storage = calibration_storage(cfg)
     if quantity is not BYTES or not storage.quantized:
         return 0.0
+    fmt = f"storage={storage.name} storage.bits={storage.bits}"
+    print(f"calibrate: first FullKV in {fmt} on the calibration tasks (what the format stores keeping every token)",
+          file=sys.stderr, flush=True)
     floor = meter(build_method({"name": "fullkv"}))
     kept = quantity.shown(floor)
-    print(f"calibrate: FullKV in storage={storage.name} storage.bits={storage.bits} stores {kept:.4f} of full precision's KV bytes on the "
-          "calibration tasks (the floor the search aims from)", file=sys.stderr, flush=True)
+    print(f"calibrate: FullKV in {fmt} stores {kept:.4f} of full precision's KV bytes (no knob stores more; a "
+          "threshold method's guess aims from it)", file=sys.stderr, flush=True)
     if quantity.searched(target) < floor - tolerance:
-        raise ConfigError(f"{quantity.key}={target:g}: above the {kept:.4f} of FullKV's KV bytes that storage={storage.name} "
-                          f"storage.bits={storage.bits} stores keeping every token (measured on the calibration tasks); "
+        raise ConfigError(f"{quantity.key}={target:g}: above the {kept:.4f} of FullKV's KV bytes that {fmt} stores "
+                          "keeping every token (measured on the calibration tasks); "
                           f"pruning only lowers it: give a target at most {kept:.4f}, or a format with more bits")
     return floor
 
