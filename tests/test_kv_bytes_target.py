@@ -238,3 +238,14 @@ def test_a_bytes_target_above_what_fullkv_stores_in_the_format_is_refused_in_one
         calibrate_method(OmegaConf.merge(lab.config(SHARE), KIVI4), 0.25, quantity=BYTES)
     assert lab.measured == [("fullkv", 0.8)]  # refused after the floor's one measurement, before any probe
     assert calibrate_method(OmegaConf.merge(lab.config(SHARE), KIVI4), 0.2, quantity=BYTES).within_tolerance
+
+
+def test_a_bytes_target_out_of_the_knobs_reach_is_said_in_bytes(lab):  # noqa: F811
+    """Share saves at most 0.9 (its knob's top): bytes 0.05 is out of reach, and the error gives the target,
+    the measured range and the range end's value as bytes over FullKV's, never as the share saved."""
+    from cmbench.calibration.matched_pr import calibrate_method
+
+    with pytest.raises(ConfigError, match=r"^target KV bytes / FullKV's 0\.0500 is outside what share in \[0, 0\.9\] "
+                                          r"reaches on the calibration data \(KV bytes / FullKV's 0\.1000 \.\. 0\.\d{4} "
+                                          r"measured, share=0\.9 gives 0\.1000\)$"):
+        calibrate_method(lab.config(SHARE), 0.05, quantity=BYTES)

@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from cmbench.calibration.target_quantity import PR, TargetQuantity
 from cmbench.errors import ConfigError
 from cmbench.methods.knobs import Knob
 
@@ -69,7 +70,8 @@ def search_value(knob: Knob, position: float) -> float:
 
 def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float], tolerance: float = 0.002,
                 max_evaluations: int = 14, known: Mapping[float, float] | None = None,
-                start: float | None = None, guess: Callable[[], float | None] | None = None) -> SearchResult:
+                start: float | None = None, guess: Callable[[], float | None] | None = None,
+                quantity: TargetQuantity = PR) -> SearchResult:
     """Find a value of ``knob`` whose ``measure(value)`` (the PR) is within ``tolerance`` of ``target_pr``.
 
     Parameters
@@ -92,6 +94,9 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
     guess : callable ``() -> value or None``, optional
         Asked before every step after the first probe: a value predicted for the target from what the
         probes so far recorded (:class:`cmbench.calibration.score_guess.ScoreGuess`), or None.
+    quantity : TargetQuantity
+        What ``target_pr`` and the measurements are the searched values of (a PR, or the share of FullKV's
+        device bytes saved): how an error states them.
 
     Returns
     -------
@@ -178,11 +183,11 @@ def search_knob(knob: Knob, target_pr: float, measure: Callable[[float], float],
         end = knob.low if above else knob.high
         nearest, pr = above[0] if above else below[-1]
         if nearest == end:  # the range end itself misses the target
-            measured = list(seen.values())
+            measured = sorted(quantity.shown(p) for p in seen.values())
             raise ConfigError(
-                f"target PR {target_pr:.4f} is outside what {knob.name} in [{knob.low:g}, {knob.high:g}] reaches on "
-                f"the calibration data (PR {min(measured):.4f} .. {max(measured):.4f} measured, {knob.name}="
-                f"{end:g} gives {pr:.4f})"
+                f"target {quantity.text(target_pr)} is outside what {knob.name} in [{knob.low:g}, {knob.high:g}] "
+                f"reaches on the calibration data ({quantity.label} {measured[0]:.4f} .. {measured[-1]:.4f} measured, "
+                f"{knob.name}={end:g} gives {quantity.shown(pr):.4f})"
             )
         direction = -1.0 if above else 1.0
         side = above if above else below

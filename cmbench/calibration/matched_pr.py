@@ -588,7 +588,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         known = shared_probes(log_path.parent, name, probe_key)
         start = float(getattr(configured, knob.name))  # the configured value: the first probe
         found = search_knob(knob, searched, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
-                            start=start, guess=aim)
+                            start=start, guess=aim, quantity=quantity)
         value = knob_value(knob, found.value)
         result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr, quantity)}", knob=knob.name, value=value,
                              calibration_pr=quantity.shown(found.pr), target_pr=target_pr, tolerance=tolerance,
