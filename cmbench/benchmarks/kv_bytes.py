@@ -1,7 +1,7 @@
 """Nominal against measured KV bytes: the ledger's count beside the memory a continuation really takes.
 
 The PR ledger (:mod:`cmbench.cache.ledger`) counts the bytes a cache *stores*; it cannot see what the
-attention path builds for a moment (a quantized bank's history decoded into a full-precision workspace,
+attention path builds for a moment (a block of a quantized bank's history decoded for attention,
 a history copied beside the chunk, a compaction's gather next to its source). This benchmark runs each
 arm (a method, optionally in a storage format) through the run path of ``python -m cmbench run``
 (:class:`cmbench.runs.evaluator.ModelEvaluator`: the context read and encoded, prefilled, one

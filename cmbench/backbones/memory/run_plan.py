@@ -32,6 +32,7 @@ from cmbench.backbones.memory.weights import (dit_bytes, largest_tensor_bytes, s
                                               text_encoder_config, vae_bytes)
 from cmbench.backbones.wan.precision import parse_dtype
 from cmbench.cache.quantized import StorageFormat, bytes_per_token, storage_format
+from cmbench.cache.quantized_bank import DECODE_ROWS
 from cmbench.cache.rope import RopeSpec
 from cmbench.errors import ConfigError
 
@@ -190,12 +191,12 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
     if storage.quantized:
         fp_bytes = 2 * g.head_dim * compute_bytes
-        frames = context_frames + continuation_frames
-        decoded = 2 * frames * g.tokens_per_frame * per_rank * g.head_dim * compute_bytes  # one layer, all its heads
+        rows = min(DECODE_ROWS, (context_frames + continuation_frames) * g.tokens_per_frame)
+        decoded = 2 * rows * per_rank * g.head_dim * compute_bytes  # one block of one bank, all its heads
         notes = (*notes, f"storage {storage.name} {storage.bits}-bit (group {storage.group_size}, recent window "
                          f"{storage.residual}): {token_bytes:.1f} bytes per head-token vs {fp_bytes} in full precision "
-                         f"({token_bytes / fp_bytes:.3f}); attention decodes one layer's banks at a time: up to "
-                         f"{decoded / GIB:.2f} GiB of workspace at full history, not in the KV peak")
+                         f"({token_bytes / fp_bytes:.3f}); attention decodes {rows} history tokens at a time: "
+                         f"{decoded / 2**20:.1f} MiB of workspace, not in the KV peak")
     if sequence > 1:
         notes = (*notes, f"split over {sequence} ranks (parallel.sequence): {per_rank} of {g.num_heads} heads of the "
                          f"KV cache and 1/{sequence} of every frame's tokens per rank; weights, VAE and text "
