@@ -74,6 +74,30 @@ def test_a_blocks_log_sum_exp_is_that_of_its_logits(kernel):
     torch.testing.assert_close(out, logits.softmax(-1) @ v.transpose(1, 2), atol=1e-5, rtol=1e-5)
 
 
+def test_float32_logits_are_formed_a_few_queries_at_a_time(monkeypatch):
+    """Without the fused kernel a block's logits take at most LOGIT_BYTES: here two of the 7 queries at a time
+    over 9 keys, and the result is that of every query at once."""
+    g = torch.Generator().manual_seed(2)
+    qt = torch.randn(1, 2, 7, 8, generator=g)
+    k, v = torch.randn(1, 9, 2, 8, generator=g), torch.randn(1, 9, 2, 8, generator=g)
+    bias = torch.randn(9, generator=g)
+    monkeypatch.setattr(block_attention, "_FUSED", None)
+    whole = block_attention.partial(qt, k, v, bias)
+    rows: list[int] = []
+    real = torch.logsumexp
+
+    def counting(x, dim):
+        rows.append(x.shape[-2])
+        return real(x, dim)
+
+    monkeypatch.setattr(block_attention, "LOGIT_BYTES", 4 * 2 * 9 * 2)  # float32, 2 heads, 9 keys, 2 queries
+    monkeypatch.setattr(torch, "logsumexp", counting)
+    out, lse = block_attention.partial(qt, k, v, bias)
+    assert rows == [2, 2, 2, 1]
+    torch.testing.assert_close(out, whole[0], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(lse, whole[1], atol=1e-6, rtol=1e-6)
+
+
 def test_no_block_is_an_error():
     with pytest.raises(ValueError, match="at least one block"):
         block_attention.attention(torch.zeros(1, 2, 1, 4), [])

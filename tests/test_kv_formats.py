@@ -371,6 +371,7 @@ def test_plan_sizes_the_cache_in_its_storage_format(capsys):
     assert "one H200 (139 GiB): yes (all KV in host RAM" in fp and "storage" not in fp.split("method fullkv")[1][:200]
     assert "storage kivi 2-bit (group 32, recent window 128): 96.1 bytes per head-token vs 512 in full precision" in kivi2
     assert "one H200 (139 GiB): yes (as configured)" in kivi2
-    assert "attention decodes 1024 history tokens at a time: 20.0 MiB of workspace" in kivi2  # 2 x 1024 x 40 x 128 x 2 B
+    # 2 x 1024 x 40 x 128 x 2 B of K and V, and the logits' bound off a CPU
+    assert "attention decodes 1024 history tokens at a time: 20.0 MiB of workspace and at most 64 MiB" in kivi2
     assert bytes_per_token(StorageFormat("kivi", bits=4, group_size=32), 128, 2, 1560, 4680) == pytest.approx(
         64 + 64 + 16 + 2 * 128 * 2 * 49 * 3 / 4680)  # codes, value zero/scale, key table (49 groups a frame)

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 
 _FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+LOGIT_BYTES = 64 * 2**20
+"""Most bytes of float32 logits :func:`partial` forms at once where no fused kernel returns the log-sum-exp."""
 
 
 def attention(q: torch.Tensor, blocks: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -78,15 +80,23 @@ def partial(qt: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     lse : Tensor, shape ``[B, Hg, L]``, float32: ``logsumexp`` over the block's keys of ``q.k / sqrt(D) + bias``.
 
     On a CPU torch's fused kernel computes both; elsewhere (torch has no public kernel returning the
-    log-sum-exp) the block's logits are formed in float32, ``[B, Hg, L, n]``.
+    log-sum-exp) the block's logits are formed in float32, ``[B, Hg, rows, n]``, for ``rows`` queries at a
+    time: at most :data:`LOGIT_BYTES`.
     """
     kt, vt = k.transpose(1, 2), v.transpose(1, 2)
     if qt.device.type == "cpu" and _FUSED is not None:
         mask = None if bias is None else bias.to(qt.dtype).expand(*qt.shape[:3], k.shape[1])
         out, lse = _FUSED(qt, kt, vt, 0.0, False, attn_mask=mask)
         return out.float(), lse.float()
-    logits = torch.matmul(qt.float(), kt.float().transpose(-1, -2)) / math.sqrt(qt.shape[-1])
-    if bias is not None:
-        logits = logits + bias.to(logits.device)
-    lse = torch.logsumexp(logits, dim=-1)
-    return torch.matmul(torch.exp(logits - lse.unsqueeze(-1)), vt.float()), lse
+    B, Hg, L, D = qt.shape
+    rows = max(1, LOGIT_BYTES // (4 * B * Hg * max(1, k.shape[1])))
+    keys, values = kt.float().transpose(-1, -2), vt.float()
+    outs, lses = [], []
+    for start in range(0, L, rows):
+        logits = torch.matmul(qt[:, :, start : start + rows].float(), keys) / math.sqrt(D)
+        if bias is not None:
+            logits = logits + bias.to(logits.device)
+        lse = torch.logsumexp(logits, dim=-1)
+        outs.append(torch.matmul(torch.exp(logits - lse.unsqueeze(-1)), values))
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)

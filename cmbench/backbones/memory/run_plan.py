@@ -32,6 +32,7 @@ from cmbench.backbones.memory.weights import (dit_bytes, largest_tensor_bytes, s
                                               text_encoder_config, vae_bytes)
 from cmbench.backbones.wan.precision import parse_dtype
 from cmbench.cache.quantized import StorageFormat, bytes_per_token, storage_format
+from cmbench.cache.block_attention import LOGIT_BYTES
 from cmbench.cache.quantized_bank import DECODE_ROWS
 from cmbench.cache.rope import RopeSpec
 from cmbench.errors import ConfigError
@@ -196,7 +197,8 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         notes = (*notes, f"storage {storage.name} {storage.bits}-bit (group {storage.group_size}, recent window "
                          f"{storage.residual}): {token_bytes:.1f} bytes per head-token vs {fp_bytes} in full precision "
                          f"({token_bytes / fp_bytes:.3f}); attention decodes {rows} history tokens at a time: "
-                         f"{decoded / 2**20:.1f} MiB of workspace, not in the KV peak")
+                         f"{decoded / 2**20:.1f} MiB of workspace and at most {LOGIT_BYTES / 2**20:.0f} MiB of float32 "
+                         "logits, not in the KV peak")
     if sequence > 1:
         notes = (*notes, f"split over {sequence} ranks (parallel.sequence): {per_rank} of {g.num_heads} heads of the "
                          f"KV cache and 1/{sequence} of every frame's tokens per rank; weights, VAE and text "
