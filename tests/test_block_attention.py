@@ -98,8 +98,58 @@ def test_float32_logits_are_formed_a_few_queries_at_a_time(monkeypatch):
     torch.testing.assert_close(lse, whole[1], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("sizes", [[24], [5, 19]], ids=["one block", "two blocks"])
+def test_bfloat16_queries_get_bfloat16_attention_with_the_bias_in_their_dtype(kernel, sizes):
+    """A model in bfloat16 attends in bfloat16: the bias is cast to the queries' dtype (SDPA refuses a float32
+    mask for bfloat16 queries) and the output comes back in it, near attention in float32."""
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 6, 2, 16, generator=g)
+    k, v = torch.randn(1, sum(sizes), 2, 16, generator=g), torch.randn(1, sum(sizes), 2, 16, generator=g)
+    bias = torch.randn(sum(sizes), generator=g)
+    blocks, start = [], 0
+    for n in sizes:
+        blocks.append((k[:, start : start + n].bfloat16(), v[:, start : start + n].bfloat16()))
+        start += n
+    out = block_attention.attention(q.bfloat16(), blocks, bias)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    torch.testing.assert_close(out.float(), sdpa(q, k, v, bias), atol=0.05, rtol=0.05)
+
+
+def test_a_cpu_uses_the_fused_kernel(monkeypatch):
+    if block_attention._FUSED is None:
+        pytest.skip("this torch has no fused CPU attention kernel returning the log-sum-exp")
+    calls = []
+    fused = block_attention._FUSED
+
+    def counting(*args, **kwargs):
+        calls.append(args[1].shape[2])
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(block_attention, "_FUSED", counting)
+    q, k, v = torch.randn(1, 3, 2, 8), torch.randn(1, 10, 2, 8), torch.randn(1, 10, 2, 8)
+    block_attention.attention(q, [(k[:, :4], v[:, :4]), (k[:, 4:], v[:, 4:])])
+    assert calls == [4, 6]
+
+
+@pytest.mark.parametrize("keys, budget, steps", [(9, 4 * 2 * 9 * 1, [1] * 7), (1, 4 * 2 * 1 * 2, [2, 2, 2, 1])],
+                         ids=["one query a step", "one key"])
+def test_the_logits_budget_counts_every_key_of_the_block(monkeypatch, keys, budget, steps):
+    g = torch.Generator().manual_seed(4)
+    qt = torch.randn(1, 2, 7, 8, generator=g)
+    k, v = torch.randn(1, keys, 2, 8, generator=g), torch.randn(1, keys, 2, 8, generator=g)
+    monkeypatch.setattr(block_attention, "_FUSED", None)
+    whole = block_attention.partial(qt, k, v)
+    rows: list[int] = []
+    real = torch.logsumexp
+    monkeypatch.setattr(block_attention, "LOGIT_BYTES", budget)
+    monkeypatch.setattr(torch, "logsumexp", lambda x, dim: rows.append(x.shape[-2]) or real(x, dim))
+    out, lse = block_attention.partial(qt, k, v)
+    assert rows == steps
+    torch.testing.assert_close(out, whole[0], atol=1e-6, rtol=1e-6)
+
+
 def test_no_block_is_an_error():
-    with pytest.raises(ValueError, match="at least one block"):
+    with pytest.raises(ValueError, match=r"^attention needs at least one block of keys$"):
         block_attention.attention(torch.zeros(1, 2, 1, 4), [])
 
 
