@@ -12,12 +12,14 @@ method's compaction run on them) and that its output stays near full precision's
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from cmbench.backbones.wan.backbone import WanCondition
 from cmbench.backbones.wan.camera import CameraPlan as WanCameraPlan
 from cmbench.backbones.wan.i2v import FirstFrameLatents
 from cmbench.benchmarks.speed import make_context
+from cmbench.cache import quantized_bank
 from cmbench.cache.quantized import StorageFormat
 from cmbench.cache.quantized_bank import QuantizedBank
 from cmbench.generation import GenerationSettings, continue_task, prefill
@@ -94,3 +96,24 @@ def test_a_target_pr_label_names_the_storage_format(monkeypatch):
     assert resolved.cfg.label == "decoprune@pr85+kivi4-g32-r128"
     plain = target_pr.resolve_target_pr(compose_config("decoprune", ["method.target_pr=0.85"]), verbose=False)
     assert plain.cfg.label == "decoprune@pr85"
+
+
+@pytest.mark.parametrize("method", [{**DECOPRUNE, "post_prune": True}, {"name": "worldkv", "retrieval_frames": 4}],
+                         ids=["decoprune", "worldkv"])
+def test_a_continuation_reads_its_quantized_history_in_blocks_as_in_one(monkeypatch, method):
+    """Attention reads a quantized history a block of rows at a time: with blocks of 37 rows (the context alone is
+    1024 tokens) DeCoPrune (its post-prune probe hides rows; its compaction and the re-index run on the banks) and WorldKV
+    (rows restored from the host store) continue as with the whole history in one block, up to float rounding."""
+    model = random_model(seed=3)
+    context, plan = make_context(model, 16, 8, seed=0)
+    fmt = StorageFormat("kivi", bits=4, group_size=16, residual=64)
+    runs = []
+    for rows in (10**9, 37):
+        monkeypatch.setattr(quantized_bank, "DECODE_ROWS", rows)
+        pre = prefill(model, build_method(method), context, plan, seed=3, settings=GenerationSettings(storage=fmt))
+        assert max(b.n for b in pre.cache.all_banks()) > 10 * 37
+        runs.append(continue_task(model, pre, plan, 8, seed=3))
+    whole, blocks = runs
+    assert whole.ledger.pruning_ratio() > 0
+    assert blocks.ledger.pruning_ratio() == whole.ledger.pruning_ratio()
+    torch.testing.assert_close(blocks.latents, whole.latents, atol=1e-4, rtol=1e-4)
