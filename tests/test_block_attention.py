@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from cmbench.cache import block_attention, quantized_bank
+from cmbench.cache.attention_stats import frame_mass
 from cmbench.cache.kv_cache import KVCache
 from cmbench.cache.quantized import StorageFormat
 from cmbench.cache.quantized_bank import QuantizedBank
@@ -234,3 +235,68 @@ def test_a_shared_fork_decodes_blocks_across_the_rows_it_shares(decoded_rows):
         for (a_k, a_v), (b_k, b_v) in zip(parts, whole):
             assert torch.equal(a_k, b_k) and torch.equal(a_v, b_v)
     torch.testing.assert_close(outs[0], outs[1], atol=0, rtol=0)
+
+
+def test_recorded_attention_of_a_quantized_bank_reads_one_block_at_a_time(decoded_rows):
+    """Attention statistics over a quantized history (DummyForcing's head map records them) read the blocks
+    twice more, never the history at once, and give the mass of the softmax over every decoded key: in full,
+    over chosen key frames, and in a probe that hides rows."""
+    cache = filled(KIVI, 6)
+    hist_k, _ = cache.banks[0][0].history()
+    history_frames = cache.banks[0][0].field("frame")
+    cache.begin_chunk(6, 12, 2)
+    k, v = chunk_kv(6)
+    q = torch.randn(1, L, H, D, generator=torch.Generator().manual_seed(9))
+    keys, frames = torch.cat([hist_k, k], 1), torch.cat([history_frames, torch.arange(12, 14).repeat_interleave(T)])
+    decoded_rows.clear()
+    with cache.record_attention() as stats:
+        out = cache.attend(0, q, k, v)
+    assert decoded_rows == [50, 50, 50, 42] * 3  # the normaliser, the mass, the attention
+    torch.testing.assert_close(stats.mass[0], frame_mass(q, keys, frames, 14), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, sdpa(q, keys, torch.cat([cache.banks[0][0].history()[1], v], 1)),
+                               atol=1e-5, rtol=1e-5)
+    hidden = (torch.arange(192) % 4 == 1) | (torch.arange(192) < 40)
+    seen = torch.cat([~hidden, torch.ones(L, dtype=torch.bool)])
+    chosen = seen & torch.isin(frames, torch.tensor([3, 5, 12, 13]))
+    with cache.probe(hide=lambda b: hidden), cache.record_attention(key_frames=(3, 5, 12, 13)) as stats:
+        cache.attend(0, q, k, v)
+    torch.testing.assert_close(stats.mass[0], frame_mass(q, keys[:, chosen], frames[chosen], 14), atol=1e-6, rtol=1e-5)
+    assert stats.mass[0][:, 4].eq(0).all() and stats.mass[0][:, 3].gt(0).all()
+
+
+@pytest.mark.parametrize("fmt, rows", [(KIVI, [64] * 3), (QVG, [64] * 3)], ids=["kivi", "qvg"])
+def test_a_quantized_re_index_decodes_a_block_at_a_time_and_fits_each_entry_whole(fmt, rows, decoded_rows, monkeypatch):
+    """The re-index decodes, rotates and encodes about DECODE_ROWS rows at a time, cut only between table
+    entries (KIVI's per frame and key group, 16 rows here; QVG's per chunk, 32): the stored codes, the key
+    table and the recent window equal those of a re-index in one block, bit for bit, and with a block of 7
+    rows (never cutting an entry) too."""
+    caches = [filled(fmt, 6) for _ in range(3)]
+    decoded_rows.clear()
+    caches[0].reindex(12, 2, 5.0)
+    assert decoded_rows == rows
+    monkeypatch.setattr(quantized_bank, "DECODE_ROWS", 7)
+    decoded_rows.clear()
+    caches[1].reindex(12, 2, 5.0)
+    assert decoded_rows == [16] * 12 if fmt is KIVI else [32] * 6
+    monkeypatch.setattr(quantized_bank, "DECODE_ROWS", 64)  # a span ends at the first cut at or past the block
+    cache = filled(fmt, 6)
+    decoded_rows.clear()
+    cache.reindex(12, 2, 5.0)
+    assert decoded_rows == [64] * 3
+    monkeypatch.setattr(quantized_bank, "DECODE_ROWS", 10**6)
+    decoded_rows.clear()
+    caches[2].reindex(12, 2, 5.0)
+    assert decoded_rows == [192]
+    whole = caches[2].banks[0][0]
+    assert not torch.equal(whole.storage()[0][:, :192], filled(fmt, 6).banks[0][0].storage()[0][:, :192])  # keys moved
+    for cache in caches[:2]:
+        bank = cache.banks[0][0]
+        for mine, theirs in zip(bank.storage(), whole.storage()):
+            assert torch.equal(mine[:, :192], theirs[:, :192])
+        for mine, theirs in zip(bank.tables, whole.tables):
+            assert torch.equal(mine.keys, theirs.keys)
+            assert (mine.data is None) == (theirs.data is None)
+            assert mine.data is None or torch.equal(mine.data, theirs.data)
+        if fmt.residual:
+            assert torch.equal(bank.tail_gid, whole.tail_gid) and torch.equal(bank.tail[0], whole.tail[0])
+        assert torch.equal(bank.history()[0], whole.history()[0])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cmbench.cache.attention_stats import BLOCK_BYTES, AttentionStats, frame_mass, query_block
+from cmbench.cache.attention_stats import BLOCK_BYTES, AttentionStats, blocked_frame_mass, frame_mass, query_block
 from cmbench.cache.layout import HeadGroup, check_partition, uniform_layout
 from cmbench.errors import ConfigError
 
@@ -173,8 +173,52 @@ def test_frame_mass_accumulates_on_the_queries_device_and_returns_on_the_cpu():
     assert got.device.type == "cpu" and got.dtype == torch.float32
     torch.testing.assert_close(got, EXPECTED, rtol=0, atol=1e-5)
     stats = AttentionStats(num_frames=4, key_frames=(0, 2))
-    chosen = stats.of(q, k, frames.cpu())
+    chosen = stats.of(q, lambda: [(k, frames.cpu(), None)])
     assert chosen.device.type == "cpu"
+
+
+def in_blocks(k, frames, sizes, bias=None):
+    """The keys cut into blocks of these sizes, as ``blocked_frame_mass`` reads them (a fresh list per pass)."""
+    cuts = torch.tensor(sizes).cumsum(0).tolist()
+    starts = [0, *cuts[:-1]]
+    return lambda: [(k[:, a:b], frames[a:b], None if bias is None else bias[a:b]) for a, b in zip(starts, cuts)]
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 1), (1, 1, 1, 1, 1, 1), (5, 1)])
+def test_frame_mass_over_blocks_normalises_over_every_block(sizes):
+    """Keys in blocks give the mass of the whole softmax (head 1's weights w / 16 whatever the cut), not a
+    softmax per block nor one over the last block's keys."""
+    q, k, frames = known_attention()
+    got = blocked_frame_mass(q, in_blocks(k, frames, sizes), 4, block_bytes=4 * 2 * 6 * 3)
+    torch.testing.assert_close(got, EXPECTED, rtol=0, atol=1e-6)
+
+
+def test_frame_mass_over_blocks_adds_each_blocks_bias_to_its_own_keys():
+    """A bias per key (a merged row's log(count)) enters both passes at its own key: the blocked mass equals
+    the one-block mass with the same bias, which differs from the unbiased one."""
+    q, k, frames = known_attention()
+    bias = torch.tensor([0.0, math.log(3.0), 0.0, 0.0, math.log(2.0), 0.0])
+    one = frame_mass(q, k, frames, 4, bias=bias)
+    got = blocked_frame_mass(q, in_blocks(k, frames, (2, 2, 2), bias), 4)
+    torch.testing.assert_close(got, one, rtol=0, atol=1e-6)
+    assert (one - EXPECTED).abs().max() > 0.05
+    # head 1 by hand: weights 1, 3, 2, 4, 8, 4 over frames 0, 0, 1, 2, 2, 2 (sum 22)
+    torch.testing.assert_close(got[1], torch.tensor([4 / 22, 2 / 22, 16 / 22, 0.0]), rtol=0, atol=1e-6)
+
+
+def test_one_block_is_frame_mass_itself_and_no_block_is_an_error():
+    q, k, frames = known_attention()
+    assert torch.equal(blocked_frame_mass(q, in_blocks(k, frames, (6,)), 4), frame_mass(q, k, frames, 4))
+    with pytest.raises(ValueError, match=r"^attention statistics need at least one block of keys$"):
+        blocked_frame_mass(q, lambda: [], 4)
+
+
+def test_chosen_key_frames_are_taken_from_every_block():
+    """key_frames (0, 2) over keys in blocks: the same renormalised mass as over the keys in one block."""
+    q, k, frames = known_attention()
+    stats = AttentionStats(num_frames=4, key_frames=(0, 2))
+    torch.testing.assert_close(stats.of(q, in_blocks(k, frames, (1, 2, 3))), stats.of(q, in_blocks(k, frames, (6,))),
+                               rtol=0, atol=1e-6)
 
 
 # --- AttentionStats ----------------------------------------------------------------------------------------
@@ -183,7 +227,7 @@ def test_attention_stats_of_renormalises_over_the_chosen_key_frames():
     """key_frames (0, 2): keys of frame 1 leave the softmax; head 0 is uniform over the 5 left, head 1's
     weights over them sum to 14."""
     q, k, frames = known_attention()
-    got = AttentionStats(num_frames=4, key_frames=(0, 2)).of(q, k, frames)
+    got = AttentionStats(num_frames=4, key_frames=(0, 2)).of(q, lambda: [(k, frames, None)])
     expected = torch.tensor([[2 / 5, 0.0, 3 / 5, 0.0], [2 / 14, 0.0, 12 / 14, 0.0]])
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 

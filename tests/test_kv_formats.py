@@ -272,8 +272,9 @@ def test_regroup_and_move_keep_the_format():
 
 def test_reindex_rotates_quantized_keys_like_full_precision_ones():
     """Re-indexed quantized keys are the re-indexed decoded keys up to one more rounding (fresh key
-    entries); the recent window is rotated exactly; values are untouched."""
-    fmt = StorageFormat("kivi", bits=8, group_size=16, residual=8)
+    entries); the recent window (40 tokens: the last 8 of frame 5, which moves, and frames 6, 7) is rotated
+    exactly; values are untouched."""
+    fmt = StorageFormat("kivi", bits=8, group_size=16, residual=40)
     cache = new_cache(fmt)
     write(cache, range(4))
     k, v = cache.banks[0][0].history()
@@ -287,7 +288,8 @@ def test_reindex_rotates_quantized_keys_like_full_precision_ones():
     got, got_v = cache.banks[0][0].history()
     assert not torch.allclose(got, k, atol=1e-2)  # the keys did move
     torch.testing.assert_close(got, want, atol=0.15, rtol=0)  # half an 8-bit step of the outlier channels
-    torch.testing.assert_close(got[:, -8:], want[:, -8:], atol=1e-5, rtol=0)
+    assert not torch.allclose(want[:, -40:-32], k[:, -40:-32], atol=1e-2)  # frame 5's part of the window moved
+    torch.testing.assert_close(got[:, -40:], want[:, -40:], atol=1e-5, rtol=0)
     assert torch.equal(got_v, v)
     assert torch.equal(cache.banks[0][0].field("tpos"), full.banks[0][0].field("tpos"))
 

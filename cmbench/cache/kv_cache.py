@@ -37,7 +37,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from cmbench.cache import block_attention
-from cmbench.cache.attention_stats import AttentionStats
+from cmbench.cache.attention_stats import AttentionStats, KeyBlock
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup, Layout, check_partition, uniform_layout
 from cmbench.cache.rope import RopeSpec, reindex_frames, shift_positions
@@ -266,7 +266,8 @@ class KVCache:
         call's workspace is one block ``[B, DECODE_ROWS, Hg, D]`` in the chunk's dtype, not the history
         (the recent window read from its full-precision copy); the chunk's own keys come from its
         full-precision slot. While attention statistics are recorded (:meth:`record_attention`) the
-        statistics need every key at once, and the whole history is decoded for that call.
+        statistics read the blocks twice more (:func:`~cmbench.cache.attention_stats.blocked_frame_mass`:
+        each query's normaliser, then each frame's share), one block at a time.
         """
         info = self._require_open()
         B, L, H, D = q.shape
@@ -300,11 +301,9 @@ class KVCache:
             blocks, rows = self._visible(bank, L)
             bias = self._logit_bias(bank, rows, L)
             if stats is not None and mass is not None:
-                parts = list(blocks)
-                keys = parts[0][0] if len(parts) == 1 else torch.cat([key for key, _ in parts], dim=1)
                 history = bank.field("frame") if rows is None else bank.field("frame")[rows]
-                mass[bank.heads] = stats.of(qg, keys, torch.cat([history, self._open_provenance()[0]]), bias)
-                blocks = iter(parts)
+                frames = torch.cat([history, self._open_provenance()[0]])
+                mass[bank.heads] = stats.of(qg, partial(self._key_blocks, bank, L, frames, bias))
             if not self.compute_attention:
                 continue
             o = block_attention.attention(qg, blocks, bias)
@@ -324,6 +323,16 @@ class KVCache:
             return iter([bank.slot(L)]), torch.zeros(0, dtype=torch.long)
         rows = None if probe is None or probe.visible is None else probe.visible[id(bank)]
         return bank.blocks(L, rows), rows
+
+    def _key_blocks(self, bank: Bank, L: int, frames: torch.Tensor,
+                    bias: torch.Tensor | None) -> Iterator[KeyBlock]:
+        """The keys a call attends to (:meth:`_visible`, decoded afresh) as statistics blocks: each block's keys
+        ``[B, n_i, Hg, D]`` with its slice of ``frames [N']`` and of ``bias [N']`` (keys in call order)."""
+        done = 0
+        for keys, _ in self._visible(bank, L)[0]:
+            n = keys.shape[1]
+            yield keys, frames[done : done + n], None if bias is None else bias[done : done + n]
+            done += n
 
     @staticmethod
     def _logit_bias(bank: Bank, rows: torch.Tensor | None, L: int) -> torch.Tensor | None:

@@ -15,12 +15,12 @@ them the bank keeps:
 An attention call reads the history through :meth:`blocks`: :data:`DECODE_ROWS` rows decoded at a time and
 combined by their log-sum-exp (:mod:`cmbench.cache.block_attention`), so its workspace is a block, not the
 history; the bank never holds a full-precision copy of its history. :meth:`rows` and :meth:`gather` return
-*decoded* keys and values for the other readers (a method's key scoring, attention statistics, re-index). Evicted rows move to the
-host store decoded (:meth:`extract`) and are encoded again on :meth:`insert`: a row whose table entry is
+*decoded* keys and values for the other readers (a method's key scoring). Attention statistics read
+:meth:`blocks` too. Evicted rows move to the host store decoded (:meth:`extract`) and are encoded again on :meth:`insert`: a row whose table entry is
 still in the bank is encoded on that entry, which reproduces its codes exactly; a row whose entry went
 with its last neighbour gets an entry fitted on the restored rows (a second rounding). The temporal
-re-index (:meth:`rekey`) decodes the keys, rotates them and encodes them again on fresh entries (keys
-quantized per channel cannot be rotated in their codes: a rotation mixes channel pairs).
+re-index (:meth:`rekey`) decodes the keys a block at a time, rotates them and encodes them again on fresh
+entries (keys quantized per channel cannot be rotated in their codes: a rotation mixes channel pairs).
 """
 
 from __future__ import annotations
@@ -134,26 +134,28 @@ class QuantizedBank(Bank):
         names = ("frame", "chunk", "pos", "gid")
         return {n: self.field(n) if rows is None else self.field(n)[rows] for n in names}
 
-    def _encode(self, k: torch.Tensor, v: torch.Tensor, prov: dict[str, torch.Tensor],
-                fresh: tuple[bool, bool] = (False, False)) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode(self, k: torch.Tensor, v: torch.Tensor,
+                prov: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Encode rows ``k, v [B, m, Hg, D]`` of provenance ``prov`` (fields ``[m]``); a table key the bank
-        has no entry for (or every key, for a side marked ``fresh``) gets one fitted on these rows."""
-        raw = []
-        tables = list(self.tables)
-        for side, (codec, x) in enumerate(zip(self.codecs, (k, v))):
-            keys = codec.key(prov)
-            if keys is None:
-                raw.append(codec.encode(x, None))
-                continue
-            table = Table.empty() if fresh[side] else tables[side]
-            new = ~torch.isin(keys, table.keys)
-            if bool(new.any()):
-                unique, inverse = keys[new].unique(return_inverse=True)
-                table = table.merged(unique, codec.fit(x[:, new.nonzero().squeeze(1).to(x.device)], inverse, len(unique)))
-            tables[side] = table
-            raw.append(codec.encode(x, table.rows(keys)))
-        self.tables = (tables[0], tables[1])
-        return raw[0], raw[1]
+        has no entry for gets one fitted on these rows."""
+        raw_k, table_k = self._encode_side(0, k, prov, self.tables[0])
+        raw_v, table_v = self._encode_side(1, v, prov, self.tables[1])
+        self.tables = (table_k, table_v)
+        return raw_k, raw_v
+
+    def _encode_side(self, side: int, x: torch.Tensor, prov: dict[str, torch.Tensor],
+                     table: Table) -> tuple[torch.Tensor, Table]:
+        """Encoded rows ``uint8 [B, m, Hg, W]`` of one side (0: keys, 1: values) of ``x [B, m, Hg, D]`` on
+        ``table``, and the table with an entry fitted on these rows for every key it lacked."""
+        codec = self.codecs[side]
+        keys = codec.key(prov)
+        if keys is None:
+            return codec.encode(x, None), table
+        new = ~torch.isin(keys, table.keys)
+        if bool(new.any()):
+            unique, inverse = keys[new].unique(return_inverse=True)
+            table = table.merged(unique, codec.fit(x[:, new.nonzero().squeeze(1).to(x.device)], inverse, len(unique)))
+        return codec.encode(x, table.rows(keys)), table
 
     def _decode(self, raw_k: torch.Tensor, raw_v: torch.Tensor,
                 rows: torch.Tensor | slice | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,18 +257,50 @@ class QuantizedBank(Bank):
         raise ValueError(f"bank of layer {self.layer}: rows cannot be merged in storage={self.format.name} "
                          "(merging needs full-precision values: storage=fp)")
 
-    def rekey(self, transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    def rekey(self, transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+              block: int | None = None) -> None:
         """Replace every history key ``k`` by ``transform(k, rows)`` (``k [B, m, Hg, D]`` of history rows
-        ``rows [m]``), encoding them again on freshly fitted key entries (the re-index)."""
+        ``rows [m]``, row-wise), encoding them again on freshly fitted key entries (the re-index).
+
+        The keys are decoded, transformed and encoded ``block`` rows at a time (default :data:`DECODE_ROWS`;
+        more where a table entry's rows would be cut: every entry is fitted on all its rows, as in one
+        block), so the workspace is a block, not the history. The recent window's keys are transformed
+        from their full-precision copy.
+        """
         if not self.n:
             return
         self.unshare()
-        keys = transform(self.rows(self.n)[0], torch.arange(self.n))
-        raw_k, _ = self._encode(keys, keys, self._prov(None), fresh=(True, False))
-        self.storage()[0][:, : self.n] = raw_k
+        own_k = self.storage()[0]
+        fitted: list[Table] = []  # each span's entries (no entry is in two spans)
+        for start, stop in self._entry_spans(DECODE_ROWS if block is None else block):
+            rows = torch.arange(start, stop)
+            keys = transform(self._decode(*self._raw_span(start, stop), slice(start, stop))[0], rows)
+            own_k[:, start:stop], part = self._encode_side(0, keys, self._prov(rows), Table.empty())
+            if part.data is not None:
+                fitted.append(part)
+        if fitted:
+            self.tables = (Table.empty().merged(torch.cat([t.keys for t in fitted]),
+                                                torch.cat([t.data for t in fitted if t.data is not None], 1)),
+                           self.tables[1])
         if self.tail is not None and len(self.tail_gid):
-            rows, _ = self.rows_of_gids(self.tail_gid)
-            self.tail = (keys.index_select(1, rows.to(keys.device)), self.tail[1])
+            rows, at = self.rows_of_gids(self.tail_gid)
+            keys = self.tail[0].clone()
+            dev = at.to(keys.device)
+            keys.index_copy_(1, dev, transform(keys.index_select(1, dev), rows))
+            self.tail = (keys, self.tail[1])
+
+    def _entry_spans(self, block: int) -> Iterator[tuple[int, int]]:
+        """History rows ``[start, stop)`` in spans of ``block`` rows or more, cut only between key table
+        entries (rows are in global-id order and an entry's key grows with it, so its rows are adjacent)."""
+        keys = self.codecs[0].key(self._prov(None))
+        if keys is None:
+            yield from ((start, min(start + block, self.n)) for start in range(0, self.n, block))
+            return
+        begin = 0
+        for cut in [*(keys[1:] != keys[:-1]).nonzero().squeeze(1).add(1).tolist(), self.n]:
+            if cut - begin >= block or cut == self.n:
+                yield begin, cut
+                begin = cut
 
     # ------------------------------------------------------------------ copies
     def share(self, headroom: int = 0) -> "QuantizedBank":
