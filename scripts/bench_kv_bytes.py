@@ -78,13 +78,16 @@ def main(argv: list[str] | None = None) -> int:
              f"Command: `{command}`", "",
              f"{len(tasks)} MiniWorld task(s): {', '.join(t.task_id for t in tasks)}. Nominal: the continuation "
              f"ledger's peak stored KV bytes. Measured: peak tensor memory held during the continuation, counted "
-             f"from before the context's prefill ({meter}). Ratios: per task against {REFERENCE}'s, then the mean.",
+             f"from before the context's prefill ({meter}). Prefill: peak tensor memory held while the context was read, "
+             f"encoded and prefilled (the temporal re-index included), from the same point. Ratios: per task "
+             f"against {REFERENCE}'s, then the mean.",
              "", "| arm | PR | nominal MB | nominal / FullKV | measured MB | measured / FullKV | "
-             "measured - nominal MB | held at start MB | host store MB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "measured - nominal MB | held at start MB | host store MB | prefill MB | prefill / FullKV |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summarise(rows):
         lines.append(f"| {s.arm} | {s.pr:.3f} | {s.nominal_mb:.2f} | {s.nominal_ratio:.3f} | {s.measured_mb:.2f} | "
-                     f"{s.measured_ratio:.3f} | {s.transient_mb:.2f} | {s.start_mb:.2f} | {s.store_mb:.2f} |")
+                     f"{s.measured_ratio:.3f} | {s.transient_mb:.2f} | {s.start_mb:.2f} | {s.store_mb:.2f} | "
+                     f"{s.prefill_mb:.2f} | {s.prefill_ratio:.3f} |")
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out is not None:

@@ -14,6 +14,10 @@ measured
     The peak of tensor memory held during the continuation, counted from just before the context's
     prefill: the prefilled cache the continuation starts from, everything the continuation allocates,
     and every transient. Weights and what was built before the prefill are not counted.
+prefill
+    The peak of tensor memory held while the task's context is read, encoded and prefilled (the cache as
+    it grows, the model's activations, the method's decisions and the temporal re-index), counted from the
+    same point: a step that rebuilds a full-precision history there shows in it.
 
 Meters: on CUDA, ``torch.cuda.max_memory_allocated`` over ``memory_allocated`` before the prefill; on
 the CPU, every allocation and free of torch's CPU allocator recorded by the profiler
@@ -42,6 +46,8 @@ REFERENCE = "fullkv"
 """The arm every ratio is taken against."""
 WINDOW = "cmbench.kv_bytes:"
 """The profiler range names of the measured windows (followed by the window's key)."""
+PREFILL = "prefill of "
+"""The key of a context's prefill window: this, then the context id (a task's window is its task id)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,9 @@ class TaskBytes:
         Of those, the bytes already held when the continuation started (the prefilled context).
     store : int
         The ledger's peak bytes in a host store (0 without one).
+    prefill : int
+        Peak tensor bytes held while the task's context was read, encoded and prefilled, counted from
+        before it (the same for every task of a context).
     """
 
     arm: str
@@ -77,7 +86,8 @@ class TaskBytes:
     nominal: int
     measured: int
     start: int
-    store: int = 0
+    store: int
+    prefill: int
 
 
 def window_peaks(events: Sequence[tuple[int, int]], windows: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
@@ -173,8 +183,8 @@ def meter_for(device: str) -> CpuMeter | CudaMeter:
 def measure_arm(arm: Arm, contexts: Sequence[Sequence[Task]]) -> list[TaskBytes]:
     """Run ``arm`` on every task of ``contexts`` (tasks grouped by context, as a run groups them).
 
-    Each context is read, encoded and prefilled inside the meter's session; each task's continuation
-    is one window.
+    Each context is read, encoded and prefilled inside the meter's session, in a window of its own; each
+    task's continuation is one window.
     """
     evaluator = ModelEvaluator.from_spec(arm.spec)
     meter = meter_for(str(arm.spec.backbone.get("device", "cpu")))
@@ -182,7 +192,8 @@ def measure_arm(arm: Arm, contexts: Sequence[Sequence[Task]]) -> list[TaskBytes]
     ledgers = {}
     for tasks in contexts:
         with meter.session():
-            prepared = evaluator.prepare(list(tasks))
+            with meter.window(PREFILL + tasks[0].context_id):
+                prepared = evaluator.prepare(list(tasks))
             for task in tasks:
                 with meter.window(task.task_id):
                     _, cont, _ = evaluator.generate(task, prepared, task_seed(seed, task.task_id))
@@ -195,7 +206,7 @@ def measure_arm(arm: Arm, contexts: Sequence[Sequence[Task]]) -> list[TaskBytes]
             ledger = ledgers[task.task_id]
             start, peak = meter.peaks[task.task_id]
             out.append(TaskBytes(arm.label, task.task_id, ledger.pruning_ratio(), ledger.peak_stored_bytes, peak,
-                                 start, ledger.peak_store_bytes))
+                                 start, ledger.peak_store_bytes, meter.peaks[PREFILL + task.context_id][1]))
     return out
 
 
@@ -213,6 +224,8 @@ class ArmSummary:
     nominal_ratio: float
     measured_ratio: float
     transient_mb: float
+    prefill_mb: float
+    prefill_ratio: float
 
 
 def summarise(rows: Sequence[TaskBytes], reference: str = REFERENCE) -> list[ArmSummary]:
@@ -220,7 +233,8 @@ def summarise(rows: Sequence[TaskBytes], reference: str = REFERENCE) -> list[Arm
     its nominal and measured bytes each divided by the reference's on the same task.
 
     ``transient_mb`` is the mean of ``measured - nominal``: what the continuation held beyond the bytes
-    the ledger counts (activations, attention workspaces, decoded or copied history).
+    the ledger counts (activations, attention workspaces, decoded or copied history). ``prefill_ratio``
+    is the mean of the prefill peak over the reference's, per task, as the other ratios.
 
     Raises
     ------
@@ -235,7 +249,7 @@ def summarise(rows: Sequence[TaskBytes], reference: str = REFERENCE) -> list[Arm
     out = []
     for arm, mine in by_arm.items():
         missing = [r.task_id for r in mine if r.task_id not in ref or not ref[r.task_id].nominal
-                   or not ref[r.task_id].measured]
+                   or not ref[r.task_id].measured or not ref[r.task_id].prefill]
         if missing:
             raise ValueError(f"{arm}: no {reference} bytes on task {missing[0]} to take its ratio against")
         out.append(ArmSummary(
@@ -247,6 +261,8 @@ def summarise(rows: Sequence[TaskBytes], reference: str = REFERENCE) -> list[Arm
             store_mb=statistics.fmean(r.store for r in mine) / mib,
             nominal_ratio=statistics.fmean(r.nominal / ref[r.task_id].nominal for r in mine),
             measured_ratio=statistics.fmean(r.measured / ref[r.task_id].measured for r in mine),
-            transient_mb=statistics.fmean(r.measured - r.nominal for r in mine) / mib))
+            transient_mb=statistics.fmean(r.measured - r.nominal for r in mine) / mib,
+            prefill_mb=statistics.fmean(r.prefill for r in mine) / mib,
+            prefill_ratio=statistics.fmean(r.prefill / ref[r.task_id].prefill for r in mine)))
     return out
 
