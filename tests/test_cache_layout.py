@@ -175,6 +175,9 @@ def test_frame_mass_accumulates_on_the_queries_device_and_returns_on_the_cpu():
     stats = AttentionStats(num_frames=4, key_frames=(0, 2))
     chosen = stats.of(q, lambda: [(k, frames.cpu(), None)])
     assert chosen.device.type == "cpu"
+    bias = torch.zeros(6, device="cuda")
+    blocked = stats.of(q, in_blocks(k, frames.cpu(), (2, 3, 1), bias))  # keys and bias on the GPU, frames on the CPU
+    torch.testing.assert_close(blocked, chosen, rtol=0, atol=1e-5)
 
 
 def in_blocks(k, frames, sizes, bias=None):
@@ -219,6 +222,28 @@ def test_chosen_key_frames_are_taken_from_every_block():
     stats = AttentionStats(num_frames=4, key_frames=(0, 2))
     torch.testing.assert_close(stats.of(q, in_blocks(k, frames, (1, 2, 3))), stats.of(q, in_blocks(k, frames, (6,))),
                                rtol=0, atol=1e-6)
+
+
+def test_frame_mass_over_blocks_is_float32_whatever_the_default_dtype(float64_default):
+    """The normaliser and the accumulators are float32 by choice (the logits' memory bound counts 4 bytes each):
+    under a float64 default the blocked mass is the same float32 bits as under a float32 default."""
+    q, k, frames = known_attention()
+    blocks = in_blocks(k.float(), frames, (2, 3, 1))
+    got = blocked_frame_mass(q.float(), blocks, 4, block_bytes=4 * 2 * 6 * 3)
+    torch.set_default_dtype(torch.float32)
+    want = blocked_frame_mass(q.float(), blocks, 4, block_bytes=4 * 2 * 6 * 3)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    torch.testing.assert_close(got, EXPECTED.float(), rtol=0, atol=1e-6)
+
+
+def test_a_float64_bias_leaves_the_logits_float32():
+    """A bias given in float64 is added to float32 logits in float32 (the mass is the float32 bias's, bit for
+    bit), so the logits' memory bound holds whatever the bias's dtype."""
+    q, k, frames = known_attention()
+    bias = torch.tensor([0.0, math.log(3.0), 0.0, 0.0, math.log(2.0), 0.0])
+    for fn in (lambda b: frame_mass(q, k, frames, 4, bias=b),
+               lambda b: blocked_frame_mass(q, in_blocks(k, frames, (2, 2, 2), b), 4)):
+        assert torch.equal(fn(bias.double()), fn(bias))
 
 
 # --- AttentionStats ----------------------------------------------------------------------------------------

@@ -56,11 +56,11 @@ class AttentionStats:
         """
         if self.key_frames is None:
             return blocked_frame_mass(q, blocks, self.num_frames)
-        wanted = torch.tensor(self.key_frames, dtype=torch.long)
+        wanted = torch.tensor(self.key_frames)
 
         def chosen() -> Iterator[KeyBlock]:
             for keys, frames, bias in blocks():
-                keep = torch.isin(frames, wanted.to(frames.dtype))
+                keep = torch.isin(frames, wanted)
                 yield keys[:, keep.to(keys.device)], frames[keep], None if bias is None else bias[keep]
 
         return blocked_frame_mass(q, chosen, self.num_frames)
@@ -170,11 +170,12 @@ def _logits(q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor | None,
     b, L, hg, d = q.shape
     scale = 1.0 / math.sqrt(d)
     rows = query_block(b, k.shape[1], block_bytes)
-    shift = 0.0 if bias is None else bias.to(device=q.device, dtype=torch.float32)
+    shift = None if bias is None else bias.to(device=q.device, dtype=torch.float32)  # float32 logits whatever its dtype
     for h in range(hg):
         kt = k[:, :, h].float().transpose(-1, -2)  # [B, D, N]: one head's keys in float32
         for start in range(0, L, rows):
-            yield h, start, torch.matmul(q[:, start : start + rows, h].float(), kt) * scale + shift
+            logits = torch.matmul(q[:, start : start + rows, h].float(), kt) * scale
+            yield h, start, logits if shift is None else logits + shift
 
 
 def _binned(per_key: torch.Tensor, key_frames: torch.Tensor, num_frames: int) -> torch.Tensor:
