@@ -71,6 +71,18 @@ def test_kivi_bytes_by_hand():
     assert cache.stored_bytes() == 2 * rows + 2 * table + recent  # the window stays 8 tokens
 
 
+def test_kivi_allocated_bytes_by_hand():
+    """What a KIVI bank allocates, once trimmed to its 32 rows: the stored bytes (rows 2560, key table 512,
+    recent window 4096, as counted above) and the 45 bytes of provenance a row carries (frame, chunk, pos, gid,
+    tpos: 8 each; keep: 1; priority: 4), and the open chunk's full-precision slot (K and V, 32 tokens x 2 heads
+    x 32 channels float32)."""
+    cache = new_cache(KIVI)
+    write(cache, [0])
+    cache.trim()
+    slot = 2 * 32 * 2 * 32 * 4
+    assert cache.allocated_bytes() == 2560 + 512 + 4096 + 32 * 45 + slot == 24992
+
+
 def test_qvg_bytes_by_hand():
     cache = new_cache(QVG)
     write(cache, [0, 1])

@@ -509,5 +509,8 @@ class Bank:
         are the prefilled bank's, not counted)."""
         if self.k is None:
             return 0
-        kv = 2 * self.k.numel() * self.k.element_size()
-        return kv + sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self._fields())
+        return 2 * self.k.numel() * self.k.element_size() + self._provenance_bytes()
+
+    def _provenance_bytes(self) -> int:
+        """Bytes of the per-row fields over every allocated row."""
+        return sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self._fields())

@@ -342,9 +342,8 @@ class QuantizedBank(Bank):
         if self.k is None or self.v is None:
             return 0
         own = (self.k.numel() + self.v.numel()) * self.k.element_size()
-        prov = sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in self.PROVENANCE)
         slot = 0 if self._slot is None else self._slot.numel() * self._slot.element_size()
-        return own + prov + slot + self._side_bytes()
+        return own + self._provenance_bytes() + slot + self._side_bytes()
 
     def _side_bytes(self) -> int:
         """Bytes of the tables and the full-precision recent window."""
