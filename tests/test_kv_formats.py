@@ -18,7 +18,7 @@ from cmbench.cache.kv_cache import KVCache
 from cmbench.cache.quantized import (ChannelGroups, StorageFormat, TokenGroups, affine, bytes_per_token, pack,
                                      quantize, storage_format, unpack)
 from cmbench.cache.quantized_bank import QuantizedBank
-from cmbench.cache.rope import RopeSpec
+from cmbench.cache.rope import RopeSpec, reindex_frames
 from cmbench.cache.store import HostStore
 from cmbench.errors import ConfigError
 
@@ -304,6 +304,35 @@ def test_reindex_rotates_quantized_keys_like_full_precision_ones():
     torch.testing.assert_close(got[:, -40:], want[:, -40:], atol=1e-5, rtol=0)
     assert torch.equal(got_v, v)
     assert torch.equal(cache.banks[0][0].field("tpos"), full.banks[0][0].field("tpos"))
+
+
+def test_reindex_moves_every_quantized_layer_and_rewrites_no_key_it_does_not_move(monkeypatch):
+    """Every bank of every layer gets its new temporal positions; a re-index that moves no frame (every frame
+    among the recent ones) rewrites no key: the codes stay as they were."""
+    cache = new_cache(KIVI, layers=2)
+    write(cache, range(4))
+    rekeyed: list[int] = []
+    rekey = QuantizedBank.rekey
+    monkeypatch.setattr(QuantizedBank, "rekey", lambda self, *a, **kw: rekeyed.append(self.layer) or rekey(self, *a, **kw))
+    untouched = [bank.storage()[0].clone() for bank in cache.all_banks()]
+    cache.reindex(8, 8, 3.0)  # 8 recent frames of 8: nothing moves
+    assert rekeyed == []
+    assert all(torch.equal(bank.storage()[0], k) for bank, k in zip(cache.all_banks(), untouched))
+    cache.reindex(8, 2, 3.0)
+    assert rekeyed == [0, 1]
+    want = reindex_frames(torch.arange(8).repeat_interleave(T), 8, 2, 3.0)
+    for bank in cache.all_banks():
+        assert torch.equal(bank.field("tpos"), want)
+
+
+def test_the_storage_format_is_chosen_before_the_first_chunk_and_keeps_the_capacity_limit():
+    cache = KVCache(1, H, D, T, RopeSpec.wan(D), capacity_limit=40)
+    cache.use_storage(KIVI)
+    assert [bank.capacity_limit for bank in cache.all_banks()] == [40]
+    write(cache, [0])
+    assert cache.banks[0][0].capacity <= 40
+    with pytest.raises(RuntimeError, match=r"^the storage format is chosen before the first chunk$"):
+        cache.use_storage(QVG)  # a chunk is committed, none is open
 
 
 def test_merging_is_refused_in_a_quantized_format():

@@ -339,3 +339,55 @@ def test_tempcache_meets_the_method_contract_with_merges_replayed():
     assert all(r.passed for r in results), [r for r in results if not r.passed]
     pr = next(r for r in results if r.name == "PR accounted").detail
     assert float(pr.split()[1].rstrip(',')) > 0.1  # merges happened, and the replay made them too
+
+
+def _duplicated(caches: int, chunks: int) -> tuple[list[KVCache], list[torch.Tensor], list[torch.Tensor]]:
+    """``caches`` caches holding ``chunks`` committed chunks whose chunks 2, 3, ... repeat chunk 0's keys."""
+    k0 = randn(B, T, H, D, seed=1)
+    keys = [k0, randn(B, T, H, D, seed=2), *(k0.clone() for _ in range(chunks - 2))]
+    values = [randn(B, T, H, D, seed=10 + i) for i in range(chunks)]
+    out = [new_cache() for _ in range(caches)]
+    for c in range(chunks):
+        for cache in out:
+            write(cache, c, keys[c], values[c])
+    return out, keys, values
+
+
+def test_a_probe_over_merged_rows_biases_only_the_rows_it_shows():
+    """A probe hiding chunk 1 over a cache whose chunk 2 was folded into chunk 0: each shown key's logit
+    carries its own log(count), so attention equals the unmerged cache's with chunk 1 hidden."""
+    (full, merged), _, _ = _duplicated(2, 3)
+    fold_chunk(merged, 0, 2)
+    q = 2.0 * randn(B, T, H, D, seed=7)
+    outs = []
+    for cache in (full, merged):
+        cache.begin_chunk(3, 3, 1)
+        with cache.probe(hide=lambda bank: bank.field("chunk") == 1):
+            outs.append([cache.attend(layer, q, q, q) for layer in range(cache.num_layers)])
+    for want, got in zip(*outs):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_a_merge_with_a_chunk_open_moves_the_written_slot_along():
+    """Folding chunk 2 into chunk 0 while chunk 3 is open, after layer 0 wrote its slot and before layer 1
+    did: the chunk commits the same rows as when the fold came before the chunk opened, and layer 1 attends
+    the same; a merge inside a probe is refused."""
+    (early, late), _, _ = _duplicated(2, 3)
+    fold_chunk(early, 0, 2)
+    q = 2.0 * randn(B, T, H, D, seed=7)
+    for cache in (early, late):
+        cache.trim()  # no free row past the history: only a written layer's slot has rows to move
+        cache.begin_chunk(3, 3, 1)
+        cache.attend(0, q, q, q)
+    fold_chunk(late, 0, 2)
+    outs = [cache.attend(1, q, q, q) for cache in (early, late)]
+    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+    for cache in (early, late):
+        cache.commit_chunk()
+    for a, b in zip(early.all_banks(), late.all_banks()):
+        assert a.field("gid").tolist() == b.field("gid").tolist()
+        assert torch.equal(a.history()[0], b.history()[0]) and torch.equal(a.history()[1], b.history()[1])
+        assert a.counts().tolist() == b.counts().tolist()
+    late.begin_chunk(4, 4, 1)
+    with late.probe(), pytest.raises(RuntimeError, match=r"^cannot merge inside a probe$"):
+        fold_chunk(late, 0, 1)

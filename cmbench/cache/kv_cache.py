@@ -125,7 +125,6 @@ class KVCache:
         self.capacity_limit = capacity_limit
         self.compute_attention = compute_attention
         self.store = store
-        self.storage = StorageFormat()
         layout = uniform_layout(num_layers, num_heads) if layout is None else layout
         if len(layout) != num_layers:
             raise ValueError(f"layout has {len(layout)} layers, the cache {num_layers}")
@@ -160,7 +159,6 @@ class KVCache:
         if self.chunks or self.current is not None:
             raise RuntimeError("the storage format is chosen before the first chunk")
         storage.check(self.head_dim)
-        self.storage = storage
         self.banks = [[make_bank(b.layer, b.group, self.capacity_limit, storage) for b in layer_banks]
                       for layer_banks in self.banks]
 
