@@ -106,3 +106,16 @@ def test_a_rerun_skips_the_killed_and_the_listed_equivalents(summary, tmp_path, 
     listed.write_text("pkg.mod.f__mutmut_3 a reason\n")
     assert summary.main(["survivors", str(copy), "pkg/mod.py", "--equivalent", str(listed)]) == 0
     assert capsys.readouterr().out.split() == ["pkg.mod.f__mutmut_2", "pkg.mod.f__mutmut_4"]
+
+
+def test_an_equivalent_entry_whose_mutant_was_killed_is_reported(summary, tmp_path, capsys):
+    """An entry of the equivalent list naming a killed mutant (its function was edited, so the number now names
+    another mutant) fails the summary and is named; an entry of another module is not this run's concern."""
+    pytest.importorskip("mutmut.stats", reason="scoring a copy reads mutmut's status names (the dev extra)")
+    copy = _copy_with(tmp_path, {"pkg.mod.f__mutmut_1": 1, "pkg.mod.f__mutmut_2": 0}, None)
+    listed = {"pkg.mod.f__mutmut_1": "stale", "pkg.mod.f__mutmut_2": "a reason", "pkg.other.g__mutmut_1": "elsewhere"}
+    assert summary.summarize(copy, "pkg/mod.py", listed, None, 1, [], "") == 1
+    printed = capsys.readouterr().out
+    assert "2 mutants, 1 killed, 1 survived (0 run by no test), 1 equivalent: score 100.0%" in printed
+    assert printed.count("listed as equivalent but killed") == 1 and "pkg.mod.f__mutmut_1 (is the entry" in printed
+    assert summary.summarize(copy, "pkg/mod.py", {"pkg.mod.f__mutmut_2": "a reason"}, None, 1, [], "") == 0

@@ -248,11 +248,14 @@ def _statuses(copy: Path, module: str) -> dict[str, str]:
 
 def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path | None, seconds: int,
               tests: list[str], commit: str) -> int:
-    """Print the score of one module's mutmut run and each unexplained survivor's diff; 1 if any survived."""
+    """Print the score of one module's mutmut run and each unexplained survivor's diff; 1 if any survived, or if a
+    mutant listed as equivalent was killed (mutmut numbers a function's mutants in order, so an edit above one
+    moves its name onto another mutant, and the entry may now excuse a real survivor)."""
     statuses = _statuses(copy, module)
     killed = sum(s in KILLED for s in statuses.values())
     survivors = sorted(n for n, s in statuses.items() if s in ("survived", "no tests", "suspicious", "not checked"))
     listed = [n for n in survivors if n in equivalent]
+    renumbered = sorted(n for n in equivalent if statuses.get(n) in KILLED)
     unexplained = [n for n in survivors if n not in equivalent]
     no_tests = sum(statuses[n] == "no tests" for n in survivors)
     counted = len(statuses) - len(listed)
@@ -264,6 +267,8 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
         sampled = f" (a uniform sample of {len(statuses)} of {population} mutants; 95% interval {low:.1%}-{high:.1%})"
     print(f"{module}: {len(statuses)} mutants, {killed} killed, {len(survivors)} survived ({no_tests} run by no test), "
           f"{len(listed)} equivalent: score {score:.1%}{sampled} in {seconds} s")
+    for name in renumbered:
+        print(f"  listed as equivalent but killed: {name} (is the entry in the equivalent list still this mutant?)")
     env = {**os.environ, "PYTHONPATH": ""}
     for name in unexplained:
         shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=copy, env=env,
@@ -282,7 +287,7 @@ def summarize(copy: Path, module: str, equivalent: dict[str, str], out_csv: Path
                              "survived": len(survivors) - len(listed), "no_tests": no_tests,
                              "equivalent": len(listed), "score": f"{score:.3f}", "seconds": seconds,
                              "commit": commit.strip(), "population": population})
-    return 1 if unexplained else 0
+    return 1 if unexplained or renumbered else 0
 
 
 def table(path: Path) -> str:
