@@ -272,9 +272,11 @@ def test_a_quantized_re_index_decodes_a_block_at_a_time_and_fits_each_entry_whol
     table and the recent window equal those of a re-index in one block, bit for bit, and with a block of 7
     rows (never cutting an entry) too."""
     caches = [filled(fmt, 6) for _ in range(3)]
+    entry = fmt.codecs()[0].entry_rows(T, L)  # the bound `plan` states: a span is under DECODE_ROWS + entry rows
+    assert entry == (16 if fmt is KIVI else 32)
     decoded_rows.clear()
     caches[0].reindex(12, 2, 5.0)
-    assert decoded_rows == rows
+    assert decoded_rows == rows and max(rows) <= 50 + entry - 1
     monkeypatch.setattr(quantized_bank, "DECODE_ROWS", 7)
     decoded_rows.clear()
     caches[1].reindex(12, 2, 5.0)

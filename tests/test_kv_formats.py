@@ -406,6 +406,15 @@ def plan_lines(capsys, *overrides: str) -> str:
     return capsys.readouterr().out
 
 
+def test_rows_sharing_a_key_table_entry():
+    """KIVI's key entry holds a key group of one frame's positions, QVG's smoothed entry a chunk, an unsmoothed
+    codec none (one row each); values' entries do not bound a re-index (it rewrites keys only)."""
+    assert StorageFormat("kivi", bits=4, group_size=32).codecs()[0].entry_rows(1560, 6240) == 32
+    assert StorageFormat("kivi", bits=4, group_size=32).codecs()[0].entry_rows(16, 64) == 16
+    assert StorageFormat("qvg", bits=2, group_size=16, stages=2).codecs()[0].entry_rows(1560, 6240) == 6240
+    assert StorageFormat("kivi", bits=4, group_size=32).codecs()[1].entry_rows(1560, 6240) == 1
+
+
 def test_plan_sizes_the_cache_in_its_storage_format(capsys):
     """14B LingBot, FullKV on one H200: full precision keeps the KV in host memory; 2-bit KIVI (96 bytes a
     head-token against 512) fits it on the device, and the plan says so with the decode workspace."""
@@ -414,7 +423,11 @@ def test_plan_sizes_the_cache_in_its_storage_format(capsys):
     assert "one H200 (139 GiB): yes (all KV in host RAM" in fp and "storage" not in fp.split("method fullkv")[1][:200]
     assert "storage kivi 2-bit (group 32, recent window 128): 96.1 bytes per head-token vs 512 in full precision" in kivi2
     assert "one H200 (139 GiB): yes (as configured)" in kivi2
-    # 2 x 1024 x 40 x 128 x 2 B of K and V, and the logits' bound off a CPU
+    # 2 x 1024 x 40 x 128 x 2 B of K and V, and the logits' bound off a CPU; a re-index span ends at the first
+    # table entry boundary at or past 1024 rows: KIVI's key groups hold 32 rows, QVG's chunk means a chunk's 6240
     assert "attention decodes 1024 history tokens at a time: 20.0 MiB of workspace and at most 64 MiB" in kivi2
+    assert "the re-index at most 1055 tokens at a time (20.6 MiB); not in the KV peak" in kivi2
+    qvg = plan_lines(capsys, "storage=qvg")
+    assert "the re-index at most 7263 tokens at a time (141.9 MiB); not in the KV peak" in qvg
     assert bytes_per_token(StorageFormat("kivi", bits=4, group_size=32), 128, 2, 1560, 4680) == pytest.approx(
         64 + 64 + 16 + 2 * 128 * 2 * 49 * 3 / 4680)  # codes, value zero/scale, key table (49 groups a frame)

@@ -290,6 +290,10 @@ class Codec:
         """Table key of each row ``long [m]`` from its provenance, or ``None`` (no table)."""
         return None
 
+    def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
+        """Most rows of one bank that share one table entry (1: no table)."""
+        return 1
+
     def fit(self, x: torch.Tensor, index: torch.Tensor, groups: int) -> torch.Tensor:
         """Table entries ``float16 [B, groups, Hg, P, D]`` from rows ``x [B, m, Hg, D]`` of ``index [m]``."""
         raise NotImplementedError
@@ -316,6 +320,9 @@ class ChannelGroups(Codec):
 
     def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return prov["frame"] * 2**32 + prov["pos"] // self.group
+
+    def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
+        return min(self.group, tokens_per_frame)
 
     def fit(self, x: torch.Tensor, index: torch.Tensor, groups: int) -> torch.Tensor:
         B, _, Hg, D = x.shape
@@ -350,6 +357,9 @@ class TokenGroups(Codec):
 
     def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         return prov["chunk"].clone() if self.smooth else None
+
+    def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
+        return tokens_per_chunk if self.smooth else 1
 
     def fit(self, x: torch.Tensor, index: torch.Tensor, groups: int) -> torch.Tensor:
         B, _, Hg, D = x.shape
