@@ -257,36 +257,34 @@ class QuantizedBank(Bank):
         raise ValueError(f"bank of layer {self.layer}: rows cannot be merged in storage={self.format.name} "
                          "(merging needs full-precision values: storage=fp)")
 
-    def rekey(self, transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-              block: int | None = None) -> None:
+    def rekey(self, transform: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
         """Replace every history key ``k`` by ``transform(k, rows)`` (``k [B, m, Hg, D]`` of history rows
         ``rows [m]``, row-wise), encoding them again on freshly fitted key entries (the re-index).
 
-        The keys are decoded, transformed and encoded ``block`` rows at a time (default :data:`DECODE_ROWS`;
-        more where a table entry's rows would be cut: every entry is fitted on all its rows, as in one
-        block), so the workspace is a block, not the history. The recent window's keys are transformed
-        from their full-precision copy.
+        The keys are decoded, transformed and encoded :data:`DECODE_ROWS` rows at a time (more where a table
+        entry's rows would be cut: every entry is fitted on all its rows, as in one block), so the workspace
+        is a span of rows, not the history. The recent window's keys are transformed from their
+        full-precision copy.
         """
         if not self.n:
             return
         self.unshare()
         own_k = self.storage()[0]
-        fitted: list[Table] = []  # each span's entries (no entry is in two spans)
-        for start, stop in self._entry_spans(DECODE_ROWS if block is None else block):
+        entry_keys, entry_data = [], []  # each span's fitted entries (no entry is in two spans)
+        for start, stop in self._entry_spans(DECODE_ROWS):
             rows = torch.arange(start, stop)
             keys = transform(self._decode(*self._raw_span(start, stop), slice(start, stop))[0], rows)
             own_k[:, start:stop], part = self._encode_side(0, keys, self._prov(rows), Table.empty())
             if part.data is not None:
-                fitted.append(part)
-        if fitted:
-            self.tables = (Table.empty().merged(torch.cat([t.keys for t in fitted]),
-                                                torch.cat([t.data for t in fitted if t.data is not None], 1)),
-                           self.tables[1])
+                entry_keys.append(part.keys)
+                entry_data.append(part.data)
+        if entry_data:
+            self.tables = (Table.empty().merged(torch.cat(entry_keys), torch.cat(entry_data, 1)), self.tables[1])
         if self.tail is not None and len(self.tail_gid):
             rows, at = self.rows_of_gids(self.tail_gid)
+            at = at.to(self.tail[0].device)
             keys = self.tail[0].clone()
-            dev = at.to(keys.device)
-            keys.index_copy_(1, dev, transform(keys.index_select(1, dev), rows))
+            keys.index_copy_(1, at, transform(keys.index_select(1, at), rows))
             self.tail = (keys, self.tail[1])
 
     def _entry_spans(self, block: int) -> Iterator[tuple[int, int]]:

@@ -196,12 +196,12 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         rows = min(DECODE_ROWS, history)
         entry = storage.codecs()[0].entry_rows(g.tokens_per_frame, g.tokens_per_chunk)
         span = min(DECODE_ROWS + entry - 1, history)  # a re-index span ends at the first entry boundary past a block
-        decoded = 2 * per_rank * g.head_dim * compute_bytes / 2**20  # MiB of K and V per token of one bank
+        row_mib = 2 * per_rank * g.head_dim * compute_bytes / 2**20  # decoded K and V of one token of one bank
         notes = (*notes, f"storage {storage.name} {storage.bits}-bit (group {storage.group_size}, recent window "
                          f"{storage.residual}): {token_bytes:.1f} bytes per head-token vs {fp_bytes} in full precision "
                          f"({token_bytes / fp_bytes:.3f}); attention decodes {rows} history tokens at a time: "
-                         f"{rows * decoded:.1f} MiB of workspace and at most {LOGIT_BYTES / 2**20:.0f} MiB of float32 "
-                         f"logits; the re-index at most {span} tokens at a time ({span * decoded:.1f} MiB); not in the KV peak")
+                         f"{rows * row_mib:.1f} MiB of workspace and at most {LOGIT_BYTES / 2**20:.0f} MiB of float32 "
+                         f"logits; the re-index at most {span} tokens at a time ({span * row_mib:.1f} MiB); not in the KV peak")
     if sequence > 1:
         notes = (*notes, f"split over {sequence} ranks (parallel.sequence): {per_rank} of {g.num_heads} heads of the "
                          f"KV cache and 1/{sequence} of every frame's tokens per rank; weights, VAE and text "
