@@ -329,3 +329,91 @@ def test_re_index_statistics_and_attention_hold_a_block_not_the_history(fmt, mon
     for key, whole in transient[10**6].items():
         assert whole > 768 * H * D * 4  # one block decodes at least the history's keys in float32
         assert transient[50][key] < whole / 4, key
+
+
+# ----------------------------------------------------------------------------------------- fused kernels
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's fused kernels need a CUDA device "
+                          "(scripts/gpu_check.py runs these equalities on a GPU)")
+
+
+@pytest.mark.parametrize("device, dtype, head_dim, biased, want", [
+    ("cpu", torch.float32, 16, True, "cpu"),
+    ("cuda", torch.bfloat16, 128, False, "flash"),
+    ("cuda", torch.float16, 64, False, "flash"),
+    ("cuda", torch.bfloat16, 128, True, "efficient"),
+    ("cuda", torch.float32, 128, False, "efficient"),
+    ("cuda", torch.bfloat16, 512, False, "efficient"),
+    ("cuda", torch.bfloat16, 12, False, "logits"),
+    ("cuda", torch.float64, 128, False, "logits"),
+    ("mps", torch.float32, 128, False, "logits"),
+])
+def test_each_block_takes_the_first_fused_kernel_that_accepts_it(device, dtype, head_dim, biased, want):
+    if want == "cpu" and block_attention._FUSED is None:
+        pytest.skip("this torch has no fused CPU attention kernel returning the log-sum-exp")
+    assert block_attention.kernel(torch.device(device), dtype, head_dim, biased) == want
+
+
+def test_without_cuda_kernels_a_gpu_block_forms_float32_logits(monkeypatch):
+    monkeypatch.setattr(block_attention, "_FLASH", None)
+    assert block_attention.kernel(torch.device("cuda"), torch.bfloat16, 128, False) == "efficient"
+    monkeypatch.setattr(block_attention, "_EFFICIENT", None)
+    assert block_attention.kernel(torch.device("cuda"), torch.bfloat16, 128, False) == "logits"
+
+
+@pytest.mark.parametrize("n", [1, 16, 37])
+def test_the_efficient_kernels_bias_is_one_padded_row_in_the_queries_dtype(n):
+    qt = torch.zeros(2, 3, 5, 8, dtype=torch.bfloat16)
+    bias = torch.randn(n)
+    mask = block_attention.aligned_bias(bias, qt, n)
+    assert mask.shape == (2, 3, 5, n) and mask.dtype == torch.bfloat16
+    assert mask.untyped_storage().nbytes() == -(-n // 16) * 16 * 2
+    torch.testing.assert_close(mask[1, 2, 4], bias.bfloat16(), atol=0, rtol=0)
+
+
+def test_the_efficient_kernels_padded_log_sum_exp_is_cut_to_the_queries(monkeypatch):
+    """CUDA's memory-efficient kernel pads its log-sum-exp's query rows to a multiple of 32: the host code of
+    that branch, run here against a stand-in kernel that pads with garbage, keeps the real rows only."""
+    def stand_in(qt, kt, vt, mask, compute_lse):
+        assert compute_lse and mask.untyped_storage().nbytes() % (16 * mask.element_size()) == 0
+        logits = qt @ kt.transpose(-1, -2) / math.sqrt(qt.shape[-1]) + mask
+        lse = torch.logsumexp(logits, -1)
+        padded = torch.full((*lse.shape[:2], 32), float("nan"))
+        padded[:, :, : lse.shape[2]] = lse
+        return logits.softmax(-1) @ vt, padded, None, None
+
+    monkeypatch.setattr(block_attention, "kernel", lambda *args: "efficient")
+    monkeypatch.setattr(block_attention, "_EFFICIENT", stand_in)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 7, 2, 8, generator=g)
+    k, v = torch.randn(1, 30, 2, 8, generator=g), torch.randn(1, 30, 2, 8, generator=g)
+    bias = torch.randn(30, generator=g)
+    out, lse = block_attention.partial(q.transpose(1, 2), k[:, :19], v[:, :19], bias[:19])
+    assert lse.shape == (1, 2, 7) and bool(torch.isfinite(lse).all())
+    got = block_attention.attention(q, [(k[:, :19], v[:, :19]), (k[:, 19:], v[:, 19:])], bias)
+    torch.testing.assert_close(got, sdpa(q, k, v, bias), atol=1e-5, rtol=1e-5)
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no bias", "bias"])
+def test_cuda_blocks_take_a_fused_kernel_and_equal_one_sdpa_call(monkeypatch, dtype, with_bias):
+    used = []
+    for name in ("_FLASH", "_EFFICIENT"):
+        real = getattr(block_attention, name)
+        monkeypatch.setattr(block_attention, name, lambda *a, _real=real, _name=name, **kw: used.append(_name)
+                            or _real(*a, **kw))
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(2, 45, 3, 64, generator=g)
+    k, v = torch.randn(2, 300, 3, 64, generator=g), torch.randn(2, 300, 3, 64, generator=g)
+    bias = torch.randn(300, generator=g) if with_bias else None
+    sizes = [37, 200, 63]
+    cuda = [t.cuda().to(dtype) for t in (q, k, v)]
+    blocks, start = [], 0
+    for n in sizes:
+        blocks.append((cuda[1][:, start : start + n], cuda[2][:, start : start + n]))
+        start += n
+    got = block_attention.attention(cuda[0], blocks, None if bias is None else bias.cuda())
+    want = sdpa(*(t.cuda() for t in (q, k, v)), None if bias is None else bias.cuda())
+    assert used == ["_FLASH" if dtype == torch.bfloat16 and not with_bias else "_EFFICIENT"] * len(sizes)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)

@@ -8,6 +8,11 @@ output and a running ``[B, Hg, L]`` log-sum-exp. A single block is plain scaled-
 For each block ``i`` with output ``o_i`` and log-sum-exp ``s_i`` of its logits, the attention over all keys is
 ``sum_i exp(s_i - s) o_i`` with ``s = logsumexp_i s_i``; the running form rescales what is accumulated
 whenever ``s`` grows.
+
+A block's ``o_i`` and ``s_i`` come from a fused kernel that returns the log-sum-exp (:func:`kernel`): torch's
+CPU flash attention, CUDA's flash attention or its memory-efficient attention (which takes the bias and
+float32). ``flex_attention(..., return_lse=True)`` returns it on both devices too, but uncompiled it forms the
+block's whole logits, and compiled it is built again for each new block length: not used.
 """
 
 from __future__ import annotations
@@ -19,8 +24,12 @@ import torch
 import torch.nn.functional as F
 
 _FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention", None)
+_EFFICIENT = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", None)
 LOGIT_BYTES = 64 * 2**20
 """Most bytes of float32 logits :func:`partial` forms at once where no fused kernel returns the log-sum-exp."""
+BIAS_ALIGN = 16
+"""The memory-efficient CUDA kernel reads a bias whose rows start on multiples of this many elements."""
 
 
 def attention(q: torch.Tensor, blocks: Iterable[tuple[torch.Tensor, torch.Tensor]],
@@ -64,6 +73,29 @@ def attention(q: torch.Tensor, blocks: Iterable[tuple[torch.Tensor, torch.Tensor
     return out.to(q.dtype).transpose(1, 2)
 
 
+def kernel(device: torch.device, dtype: torch.dtype, head_dim: int, biased: bool) -> str:
+    """The kernel :func:`partial` computes a block with: ``"cpu"`` (torch's fused CPU flash attention),
+    ``"flash"`` (CUDA flash attention: half precision, no bias), ``"efficient"`` (CUDA memory-efficient
+    attention: float32 too, a bias) or ``"logits"`` (float32 logits, a few queries at a time), each the first
+    torch provides that takes the block."""
+    if device.type == "cpu" and _FUSED is not None:
+        return "cpu"
+    if device.type == "cuda" and head_dim % 8 == 0:
+        if _FLASH is not None and not biased and dtype in (torch.float16, torch.bfloat16) and head_dim <= 256:
+            return "flash"
+        if _EFFICIENT is not None and dtype in (torch.float16, torch.bfloat16, torch.float32):
+            return "efficient"
+    return "logits"
+
+
+def aligned_bias(bias: torch.Tensor, qt: torch.Tensor, n: int) -> torch.Tensor:
+    """``bias [n]`` as the fused kernels' mask ``[B, Hg, L, n]`` in ``qt``'s dtype and device: one row, read by
+    every query, held in a buffer padded to :data:`BIAS_ALIGN` elements."""
+    row = torch.zeros(-(-n // BIAS_ALIGN) * BIAS_ALIGN, dtype=qt.dtype, device=qt.device)
+    row[:n] = bias
+    return row[:n].expand(*qt.shape[:3], n)
+
+
 def partial(qt: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``qt [B, Hg, L, D]`` over one block and the log-sum-exp of its logits.
@@ -79,16 +111,25 @@ def partial(qt: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out : Tensor, shape ``[B, Hg, L, D]``, float32
     lse : Tensor, shape ``[B, Hg, L]``, float32: ``logsumexp`` over the block's keys of ``q.k / sqrt(D) + bias``.
 
-    On a CPU torch's fused kernel computes both; elsewhere (torch has no public kernel returning the
-    log-sum-exp) the block's logits are formed in float32, ``[B, Hg, rows, n]``, for ``rows`` queries at a
-    time: at most :data:`LOGIT_BYTES`.
+    A fused kernel computes both where one takes the block (:func:`kernel`: torch's CPU flash attention; on
+    CUDA flash attention, or memory-efficient attention with a bias or in float32); elsewhere the block's
+    logits are formed in float32, ``[B, Hg, rows, n]``, for ``rows`` queries at a time: at most
+    :data:`LOGIT_BYTES`.
     """
     kt, vt = k.transpose(1, 2), v.transpose(1, 2)
-    if qt.device.type == "cpu" and _FUSED is not None:
+    B, Hg, L, D = qt.shape
+    how = kernel(qt.device, qt.dtype, D, bias is not None)
+    if how == "cpu":
         mask = None if bias is None else bias.to(qt.dtype).expand(*qt.shape[:3], k.shape[1])
         out, lse = _FUSED(qt, kt, vt, 0.0, False, attn_mask=mask)
         return out.float(), lse.float()
-    B, Hg, L, D = qt.shape
+    if how == "flash":
+        out, lse = _FLASH(qt, kt, vt)[:2]
+        return out.float(), lse.float()
+    if how == "efficient":
+        mask = None if bias is None else aligned_bias(bias, qt, k.shape[1])
+        out, lse = _EFFICIENT(qt, kt, vt, mask, True)[:2]
+        return out.float(), lse[:, :, :L].float()  # the kernel pads its log-sum-exp's query rows
     rows = max(1, LOGIT_BYTES // (4 * B * Hg * max(1, k.shape[1])))
     keys, values = kt.float().transpose(-1, -2), vt.float()
     outs, lses = [], []
