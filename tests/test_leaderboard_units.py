@@ -75,7 +75,7 @@ COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "c
            "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "psnr_vs_fullkv",
            "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv", "frame_count_flags",
-           "peak_store_bytes", "moved_bytes_per_chunk"]
+           "peak_store_bytes", "moved_bytes_per_chunk", "family"]
 
 
 def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
@@ -98,6 +98,7 @@ def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
     assert (row["n_tasks"], row["failures"], row["seeds"], row["other_code_tasks"]) == (3, 1, 1, 0)
     assert row["fps_measured_together"] is False  # the records do not say where they ran
     assert math.isnan(row["score_seed_std"]) and row["metric"] == "Score"
+    assert row["family"] is None  # records written without the family (tests/test_method_family.py: with it)
     ref = board.iloc[1].to_dict()
     assert ref["score"] == pytest.approx(0.65) and ref["score_ci95"] == pytest.approx(T975_DF1 * 0.05)
     assert ref["continuation_fps"] == pytest.approx(6.4)  # 64 frames / 10 s

@@ -38,6 +38,7 @@ import torch
 from cmbench.cache import AttentionStats, Bank, ChunkInfo, HeadGroup, HostStore, KVCache, uniform_layout
 from cmbench.cache.kv_cache import BankSelector
 from cmbench.errors import ConfigError
+from cmbench.method_family import DECLARED
 from cmbench.methods.knobs import Knob, check_knobs
 from cmbench.parallel.cache import model_totals
 
@@ -163,6 +164,9 @@ class Method:
     paper_title: ClassVar[str] = ""  # how the tables cite it, e.g. "StreamingLLM, arXiv 2309.17453"
     # the method's own knob that sets its pruning ratio (``python -m cmbench calibrate``); None: it has none
     knob: ClassVar[Knob | None] = None
+    # its family of KV compression (cmbench.method_family.DECLARED: eviction, retrieval, merging, low-rank, none);
+    # recorded in every record of its runs, read by boards and figures ("": undeclared, shown as "other")
+    family: ClassVar[str] = ""
 
     knob_minimums: ClassVar[dict[str, float]] = {"sink_chunks": 0, "recent_chunks": 0, "max_history_tokens": 0}
 
@@ -171,6 +175,9 @@ class Method:
     max_history_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.family and self.family not in DECLARED:
+            raise ConfigError(f"method {self.name or type(self).__qualname__!r}: family {self.family!r} is not one of "
+                              f"{', '.join(DECLARED)}")
         check_knobs(self)
 
     # ------------------------------------------------------------------ what the loop asks

@@ -158,6 +158,7 @@ class DeCoPrune(ScoredMethod):
     """
 
     name = "decoprune"
+    family = "eviction"
     description = ("tokens whose probe-step `x0` disagrees with the final `x0` (score > gamma), one mask for all "
                    "layers")
     paper = "https://arxiv.org/abs/2609.39096"

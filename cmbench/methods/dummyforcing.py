@@ -56,6 +56,7 @@ class DummyForcing(Method):
     """
 
     name = "dummyforcing"
+    family = "eviction"
     description = ("heads classified at the third chunk from attention: half become \"dummy\" (last 4 frames), the "
                    "others keep the first 4 frames or a centre bank + the newest 4")
     paper = "https://arxiv.org/abs/2601.20499"

@@ -84,6 +84,7 @@ class ForcingKV(ScoredMethod):
     """
 
     name = "forcingkv"
+    family = "eviction"
     description = ("static heads: sink + recent; dynamic heads: + K patches (1/6 frame) with the lowest layer-1 key "
                    "cosine to the next frame")
     paper = "https://arxiv.org/abs/2605.09681"

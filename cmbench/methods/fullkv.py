@@ -17,6 +17,7 @@ class FullKV(Method):
     """Keep the whole history (with ``max_history_tokens`` set it evicts the oldest tokens first)."""
 
     name = "fullkv"
+    family = "none"
     description = "every history token (uncompressed reference)"
 
     def rule(self, bank: Bank, newest: ChunkInfo) -> torch.Tensor:

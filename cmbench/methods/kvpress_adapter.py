@@ -284,6 +284,7 @@ class KVPress(ScoredMethod):
     """
 
     name = "kvpress"
+    family = "eviction"
     description = ("a kvpress press's own `score` ranks each chunk's tokens per head as it leaves the window; "
                    "`compression_ratio` of them are pruned (`method.press=KnormPress`)")
     paper = "https://github.com/NVIDIA/kvpress"

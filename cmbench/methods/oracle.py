@@ -131,6 +131,7 @@ class OracleMask(Method):
     """
 
     name = "oracle_mask"
+    family = "eviction"
     description = "Replay of a recorded keep pattern (benchmark and contract control)"
 
     survivors: Mapping[int, BankIds] = field(default_factory=dict)

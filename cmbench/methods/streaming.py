@@ -23,6 +23,7 @@ class Streaming(Method):
     """
 
     name = "streaming"
+    family = "eviction"
     description = "sink chunks + recent window only; `recent_chunks=0` is the sink-only \"no context\" control"
     paper = "https://arxiv.org/abs/2309.17453"
     paper_title = "StreamingLLM, arXiv 2309.17453"

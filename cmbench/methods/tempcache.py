@@ -103,6 +103,7 @@ class TempCache(Method):
     """
 
     name = "tempcache"
+    family = "merging"
     description = ("merges a history key into the earlier key of the same position when their cosine >= threshold "
                    "(values averaged, log(count) added to its logit); sink + recent kept")
     paper = "https://arxiv.org/abs/2602.01801"

@@ -93,6 +93,7 @@ class TempDiff(ScoredMethod):
     """
 
     name = "tempdiff"
+    family = "eviction"
     description = ("the K context blocks (6x13 grid per frame) least similar to the next frame's same block "
                    "(layer-1 keys), chosen once at the end of the context; sink + recent kept, continuation dense")
     paper_title = "TempDiff, as described in DeCoPrune's baselines"

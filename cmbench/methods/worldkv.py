@@ -137,14 +137,21 @@ class StoreRetrieval(Method):
         Share of each non-anchor frame's tokens a stored chunk keeps (WorldKV: 0.5).
     store_max_bytes : int or None
         Bound of the host store (oldest chunks dropped first); ``None``: unbounded, as WorldKV's bank.
+    bank_on_device : bool
+        Keep the store on the device, as WorldKV's own script runs (``run_retrieval_compress.sh``:
+        ``--kv_bank_on_gpu``): the same rows attend, its bytes count as device bytes and nothing moves over
+        the host link (:attr:`HostStore.on_device`); ``False``: in host memory, the store's bytes and the
+        bytes moved per chunk beside the device bytes.
     """
 
+    family = "retrieval"
     knob: ClassVar[Knob | None] = Knob("retrieval_frames", 0, 512, increasing=False, integer=True)
     knob_minimums: ClassVar[dict[str, float]] = {"retrieval_frames": 0, "keep_ratio": 0, "store_max_bytes": 0}
 
     retrieval_frames: int = 18
     keep_ratio: float = 0.5
     store_max_bytes: int | None = None
+    bank_on_device: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -155,7 +162,7 @@ class StoreRetrieval(Method):
         return Needs(poses=True)
 
     def host_store(self) -> HostStore | None:
-        return HostStore("cpu", self.store_max_bytes)
+        return HostStore("cpu", self.store_max_bytes, on_device=self.bank_on_device)
 
     def retrieved_chunks(self, geometry) -> int:
         """Stored chunks brought back per chunk (retrieval slots)."""

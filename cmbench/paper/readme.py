@@ -12,7 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from cmbench.paper.findings import Finding, page, summary_lines
-from cmbench.report.families import bytes_target, family
+from cmbench.report import verdicts
+from cmbench.report.board_claims import KVPRESS_DECOPRUNE, KVPRESS_RANDOM
+from cmbench.report.families import bytes_target, entry_families
+from cmbench.report.verdicts import said, top_words
 
 FINDINGS = (Path("results/paper/world0"), Path("results/paper/world2"))
 """The committed records behind the findings table: the reference world, then the second world."""
@@ -25,8 +28,12 @@ NAMES = {"light": "memory (light)", "temporal_flickering": "temporal flickering 
          "background_consistency_light": "background consistency (light)"}
 FAMILIES_BOARD = Path("results/miniworld/families_bytes.csv")
 FAMILIES_PAIRS = Path("results/miniworld/families_bytes_comparisons.csv")
+FAMILIES_VERDICTS = Path("results/miniworld/families_bytes_verdicts.csv")
+KVPRESS_BOARD = Path("results/miniworld/kvpress_leaderboard.csv")
+KVPRESS_PAIRS = Path("results/miniworld/kvpress_comparisons.csv")
+KVPRESS_VERDICTS = Path("results/miniworld/kvpress_verdicts.csv")
 MARKERS = {"findings": ("<!-- findings -->", "<!-- /findings -->"), "quality": ("<!-- quality -->", "<!-- /quality -->"),
-           "families": ("<!-- families -->", "<!-- /families -->")}
+           "families": ("<!-- families -->", "<!-- /families -->"), "kvpress": ("<!-- kvpress -->", "<!-- /kvpress -->")}
 
 
 def committed_page() -> tuple[str, list[Finding], list[Finding] | None]:
@@ -72,13 +79,16 @@ def quality_block(root: Path) -> str:
 
 def families_block(root: Path) -> str:
     """Every entry of the families comparison by bytes target: its family, the device bytes it stored, its score,
-    FullKV minus it (paired), and its continuation's PSNR against FullKV's; then, per target, the best entry and
-    which entries are level with FullKV (the criterion is stated in the block)."""
+    FullKV minus it (paired), what the verdict rule says of it against FullKV, and its continuation's PSNR against
+    FullKV's; then, per target, the best entry or the unresolved top group and what each entry is against FullKV
+    (from the board's verdict CSV, :mod:`cmbench.report.board_claims`; the rule is stated in the block)."""
     board = pd.read_csv(root / FAMILIES_BOARD)
     pairs = pd.read_csv(root / FAMILIES_PAIRS)
+    decided = verdict_rows(root, FAMILIES_VERDICTS)
     versus_full = pairs[pairs["method"] == "fullkv"].set_index("versus")
     full = board.set_index("method").loc["fullkv"]
     rows = board[board["method"] != "fullkv"].copy()
+    rows["family"] = entry_families(rows)
     rows["target"] = [bytes_target(m) for m in rows["method"]]
     rows["order"] = rows["target"].fillna(-1.0)  # the formats alone (no target) last
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
@@ -87,38 +97,91 @@ def families_block(root: Path) -> str:
              f"`miniworld_diagnostic8` x {seeds} seed{'s' if seeds > 1 else ''} (`{FAMILIES_BOARD}`, paired deltas "
              f"`{FAMILIES_PAIRS}`, commands `scripts/families_bytes.sh`). Each knob is calibrated to its bytes target "
              "on 2 calibration tasks; *device bytes* is what the entry stored on the test tasks over FullKV's. "
-             f"FullKV scores {full['score']:.3f} ± {full['score_ci95']:.3f}. An entry is **level with FullKV** when "
-             "FullKV minus it has a 95% CI (clustered by context) that includes 0, below or above it when the CI "
-             "lies wholly on one side.", "",
-             "| target | entry | family | device bytes | score | FullKV − entry (p) | PSNR vs FullKV |",
-             "|---|---|---|---|---|---|---|"]
-    verdicts: dict[tuple[float, str], list[str]] = {}  # (order, level / below / above) -> entries
+             f"FullKV scores {full['score']:.3f} ± {full['score_ci95']:.3f}. " + family_sentence(decided)
+             + f": an entry is **level with FullKV** only when that interval of its difference lies within "
+               f"±{margin(decided):g} (absence of evidence is never level), and **best** only where its lead over the "
+               "runner-up holds, else the two are a top group (not resolved).", "",
+             "| target | entry | family | device bytes | score | FullKV − entry (p) | against FullKV | PSNR vs FullKV |",
+             "|---|---|---|---|---|---|---|---|"]
+    against: dict[tuple[float, str], list[str]] = {}  # (order, words against FullKV) -> entries
     for row in rows.itertuples():
         pair = versus_full.loc[row.method] if row.method in versus_full.index else None
         delta = "" if pair is None else f"{pair['delta']:+.3f} ± {pair['delta_ci95']:.3f} ({pair['p_value']:.2g})"
         target = "format alone" if pd.isna(row.target) else f"{row.target:g}"
-        lines.append(f"| {target} | {row.method} | {family(row.method)} | {row.kv_bytes_ratio:.3f} | "
-                     f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {row.psnr_vs_fullkv:.1f} dB |")
-        if pair is not None:
-            side = ("level" if abs(pair["delta"]) <= pair["delta_ci95"] else "below" if pair["delta"] > 0 else "above")
-            verdicts.setdefault((row.order, side), []).append(row.method)
+        words = said(decided[(row.method, "fullkv")], "FullKV")
+        lines.append(f"| {target} | {row.method} | {row.family} | {row.kv_bytes_ratio:.3f} | "
+                     f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {words} | {row.psnr_vs_fullkv:.1f} dB |")
+        against.setdefault((row.order, words), []).append(row.method)
     lines.append("")
     for target, group in rows.groupby("order", sort=False):
-        best = group.iloc[0]
-        said = [f"{name}: {', '.join(verdicts.get((target, side), [])) or 'none'}"
-                for side, name in (("level", "level with FullKV"), ("below", "below it"))]
-        if verdicts.get((target, "above")):
-            said.append(f"above it: {', '.join(verdicts[(target, 'above')])}")
+        top, runner = group.iloc[0], (group.iloc[1] if len(group) > 1 else None)
+        lead = None if runner is None else decided.get((top["method"], runner["method"]))
+        head = top_words(f"{top['method']} ({top['family']}) {top['score']:.3f}",
+                         None if runner is None else f"{runner['method']} {runner['score']:.3f}",
+                         None if lead is None else str(lead["verdict"]))
+        words = [f"{w}: {', '.join(entries)}" for (order, w), entries in against.items() if order == target]
         where = "The formats alone" if target < 0 else f"At {target:g} of FullKV's bytes"
-        lines.append(f"- {where}: best {best['method']} ({family(best['method'])}) {best['score']:.3f}; "
-                     + "; ".join(said) + ".")
+        lines.append(f"- {where}: {head}; " + "; ".join(words) + ".")
     return "\n".join(lines)
+
+
+def kvpress_block(root: Path) -> str:
+    """The kvpress presses at a matched 85% PR: each press's score and PR, its paired difference from Random (at
+    DeCoPrune's per-chunk counts) and from DeCoPrune, and what the verdict rule says of each (the board's verdict
+    CSV, :func:`cmbench.report.board_claims.kvpress_claims`)."""
+    board = pd.read_csv(root / KVPRESS_BOARD).set_index("method")
+    pairs = pd.read_csv(root / KVPRESS_PAIRS)
+    decided = verdict_rows(root, KVPRESS_VERDICTS)
+    random_, deco, full = (board.loc[m] for m in (KVPRESS_RANDOM, KVPRESS_DECOPRUNE, "fullkv"))
+    presses = board[board.index.str.startswith("kvpress_")].sort_values("score", ascending=False, kind="stable")
+
+    def minus(a: str, b: str) -> str:
+        row = pairs[(pairs["method"] == a) & (pairs["versus"] == b)].iloc[0]
+        return f"{row['delta']:+.3f} ± {row['delta_ci95']:.3f} ({row['p_value']:.2g})"
+
+    seeds = int(full["seeds"])
+    lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
+             f"`miniworld_quick16` x {seeds} seeds, light scorer (`{KVPRESS_BOARD}`, paired deltas `{KVPRESS_PAIRS}`, "
+             f"verdicts `{KVPRESS_VERDICTS}`). FullKV scores {full['score']:.3f}; Random at DeCoPrune's per-chunk "
+             f"counts {random_['score']:.3f} at PR {random_['pr']:.2%}; DeCoPrune {deco['score']:.3f} at PR "
+             f"{deco['pr']:.2%}; every press at PR {presses['pr'].min():.2%}"
+             + ("" if presses["pr"].nunique() == 1 else f"-{presses['pr'].max():.2%}")
+             + " (the count per chunk does not depend on the press). " + family_sentence(decided)
+             + f": a press is **level with Random** only when that interval of its difference lies within "
+               f"±{margin(decided):g} (absence of evidence is never level), and **below DeCoPrune** when it lies "
+               "below 0.", "",
+             "| press | score | Random − press (p) | against Random | DeCoPrune − press (p) | against DeCoPrune |",
+             "|---|---|---|---|---|---|"]
+    for press, row in presses.iterrows():
+        lines.append(f"| {press} | {row['score']:.3f} ± {row['score_ci95']:.3f} | {minus(KVPRESS_RANDOM, press)} | "
+                     f"{said(decided[(press, KVPRESS_RANDOM)], 'Random')} | {minus(KVPRESS_DECOPRUNE, press)} | "
+                     f"{said(decided[(press, KVPRESS_DECOPRUNE)], 'DeCoPrune')} |")
+    return "\n".join(lines)
+
+
+def verdict_rows(root: Path, path: Path) -> dict[tuple[str, str], dict]:
+    """A board's verdict CSV (:func:`cmbench.report.verdicts.read`) by the entries each claim compares (a, b)."""
+    table = verdicts.read(root / path)
+    return {(str(r["a"]), str(r["b"])): r for r in table.to_dict("records")}
+
+
+def family_sentence(decided: dict[tuple[str, str], dict]) -> str:
+    """How a block's verdicts are decided: one family, its size and its simultaneous level (the verdict CSV's)."""
+    first = next(iter(decided.values()))
+    return (f"Verdicts (docs/verdicts.md) are claims decided as one family of the {int(first['family_size'])} tested "
+            f"claims the block states, each read off its Bonferroni-simultaneous interval (level "
+            f"{float(first['level']):.2%})")
+
+
+def margin(decided: dict[tuple[str, str], dict]) -> float:
+    """The equivalence margin of a block's claims (one per kind: docs/verdicts.md)."""
+    return float(next(r["margin"] for r in decided.values() if r["kind"] == verdicts.EQUIVALENT))
 
 
 def blocks(root: Path, findings: list[Finding], second: list[Finding] | None) -> dict[str, str]:
     """Every generated block by its marker name (``findings``/``second``: :func:`committed_page`'s)."""
     return {"findings": findings_block(findings, second), "quality": quality_block(root),
-            "families": families_block(root)}
+            "families": families_block(root), "kvpress": kvpress_block(root)}
 
 
 def with_blocks(text: str, generated: dict[str, str], where: str) -> str:

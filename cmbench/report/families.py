@@ -1,13 +1,17 @@
 """Families of KV compression on one axis of device bytes: the family of a leaderboard entry, a leaderboard CSV
 read with its columns checked, and the figure of score against device KV bytes.
 
-The family is read from the entry's label (``<method>[@<target>][+<storage format>]``):
+The family is what the entry's records carry (the board's ``family`` column, :mod:`cmbench.method_family`): the
+method class declares it, so a plug-in method and a relabelled run keep theirs:
 
 - eviction (``decoprune``, ``streaming``, ``random``, ...): drops tokens, full precision;
 - retrieval (``worldkv``, ``key_retrieval``): evicts to a host store and brings chunks back;
 - merging (``tempcache``): merges similar keys;
 - quantization (``fullkv+kivi2-...``): keeps every token in fewer bits;
 - a method with a quantized format is its family + quantization (e.g. eviction + quantization).
+
+A board written before records carried the family (no ``family`` column, or an empty cell) falls back to the
+label (``<method>[@<target>][+<storage format>]``): the family the registered method of that name declares.
 
 ``python scripts/families_figure.py results/miniworld/families_bytes.csv results/miniworld/families_bytes.png``
 draws the committed comparison's figure; :mod:`cmbench.paper.readme` writes the README's paragraph from the same CSV.
@@ -21,29 +25,35 @@ from pathlib import Path
 
 import pandas as pd
 
+from cmbench.method_family import run_family
 from cmbench.report.reading import read_table
-
-FAMILIES = {"decoprune": "eviction", "decoprune_hs": "eviction", "decoprune_reverse": "eviction", "random": "eviction",
-            "streaming": "eviction", "tempdiff": "eviction", "forcingkv": "eviction", "dummyforcing": "eviction",
-            "kvpress": "eviction", "worldkv": "retrieval", "worldkv_fixed_window": "retrieval",
-            "key_retrieval": "retrieval", "tempcache": "merging", "fullkv": "none"}
-"""The family of each built-in method (a method not named here is ``other``)."""
 
 LABEL = re.compile(r"^(?P<method>[^@+]+)(?:@(?P<target>[^+]+))?(?:\+(?P<storage>.+))?$")
 COLUMNS = ("method", "score", "score_ci95", "kv_bytes_ratio")
 
 
 def family(label: str) -> str:
-    """The family of a leaderboard label: ``decoprune@bytes15+kivi4-g32-r128`` -> ``eviction + quantization``,
-    ``fullkv+kivi2-g32-r128`` -> ``quantization``, ``fullkv`` -> ``reference``; a method without a known family
-    (a plug-in, a relabelled run) is ``other``."""
+    """The family of a leaderboard label written before records carried it: the family the registered method the
+    label names declares (:mod:`cmbench.method_family`), ``decoprune@bytes15+kivi4-g32-r128`` -> ``eviction +
+    quantization``, ``fullkv+kivi2-g32-r128`` -> ``quantization``, ``fullkv`` -> ``reference``; a label that names
+    no registered method (a plug-in, a relabelled run) is ``other``: boards with a ``family`` column do not ask."""
+    from cmbench.errors import ConfigError
+    from cmbench.methods.registry import method_class
+
     match = LABEL.match(label)
     method = match["method"] if match else label
-    base = FAMILIES.get("kvpress" if method.startswith("kvpress_") else method, "other")  # kvpress_<Press>
-    quantized = bool(match and match["storage"])
-    if base == "none":
-        return "quantization" if quantized else "reference"
-    return f"{base} + quantization" if quantized else base
+    try:
+        declared = method_class("kvpress" if method.startswith("kvpress_") else method).family  # kvpress_<Press>
+    except ConfigError:
+        declared = ""
+    return run_family(declared, bool(match and match["storage"]))
+
+
+def entry_families(board: pd.DataFrame) -> list[str]:
+    """Each entry's family: its ``family`` cell (what its records carry) where the board has one, else
+    :func:`family` of its label."""
+    recorded = board["family"] if "family" in board.columns else pd.Series([None] * len(board), index=board.index)
+    return [str(f) if isinstance(f, str) and f else family(str(m)) for m, f in zip(board["method"], recorded)]
 
 
 def bytes_target(label: str) -> float | None:
@@ -70,7 +80,7 @@ def read_board(path: Path) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"{path}: no column {missing[0]!r} (a leaderboard CSV has {', '.join(COLUMNS)})")
-    out = table[list(COLUMNS)].copy()
+    out = table[[*COLUMNS, *(["family"] if "family" in table.columns else [])]].copy()
     for field in COLUMNS[1:]:
         numbers = pd.to_numeric(out[field], errors="coerce")
         blank_allowed = field == "score_ci95"  # no CI with fewer than two contexts
@@ -81,7 +91,7 @@ def read_board(path: Path) -> pd.DataFrame:
             what = "empty, expected a number" if pd.isna(value) else f"{value!r} is not a number"
             raise ValueError(f"{path}: row {row + 2} ({out['method'].iloc[row]}), {field}: {what}")
         out[field] = numbers
-    out["family"] = [family(str(m)) for m in out["method"]]
+    out["family"] = entry_families(out)
     return out
 
 

@@ -48,6 +48,7 @@ from cmbench.report.reading import (
 from cmbench.report import gate
 from cmbench.report.comparisons import (
     REFERENCE_METHOD,
+    adjusted,
     both_finished,
     comparison_pairs,
     comparisons,
@@ -226,11 +227,13 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         row["score_seed_std"] = seed_spread(ok["score"], ok["run_seed"].fillna(-1)) if len(ok) else math.nan
         row["other_code_tasks"] = len(run.other_code_tasks)
         row[FLAG_COLUMN] = frame_count_flags(run.frame)
+        row["family"] = recorded_family(run.frame)
         rows.append(row)
     cols = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv",
             "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS]
+            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS,
+            "family"]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
     if quality:
@@ -245,6 +248,14 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         at = scores_at(curves, OPERATING_PR)
         board.insert(4, MATCHED_COLUMN, [at.get(label, math.nan) for label in board["method"]])
     return board
+
+
+def recorded_family(frame: pd.DataFrame) -> str | None:
+    """The family of KV compression an entry's records carry (:mod:`cmbench.method_family`: what the method
+    declared when it ran, whatever the entry's label), the latest record's; None when no record carries one
+    (records written before the field: :func:`cmbench.report.families.family` reads the label then)."""
+    named = frame["family"].dropna()
+    return str(named.iloc[-1]) if len(named) else None
 
 
 def breakdown(runs: list[RunRecords], by: str) -> pd.DataFrame:
@@ -377,13 +388,15 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         lines.append("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                      "`other_code_tasks` in leaderboard.csv.")
     if compared is not None and len(compared):
+        compared = compared if "p_adjusted" in compared.columns else adjusted(compared)  # a table from before it
         lines += ["", f"Paired comparisons ({markdown_text(board_metric(board))}: method minus versus over the (task, seed) pairs "
-                      "both finished; 95% CI clustered by context; p: cluster-robust paired t-test)", "",
-                  "| Method | vs | Δ (95% CI) | p | W / T / L | Pairs |", "|---|---|---|---|---|---|"]
+                      "both finished; 95% CI clustered by context; p: cluster-robust paired t-test; adjusted p: p times "
+                      f"the {int(compared['p_value'].notna().sum())} tests of this table, Bonferroni, docs/verdicts.md)",
+                  "", "| Method | vs | Δ (95% CI) | p | adjusted p | W / T / L | Pairs |", "|---|---|---|---|---|---|---|"]
         for c in compared.itertuples():
             ci = "" if math.isnan(c.delta_ci95) else f" ± {c.delta_ci95:.4f}"
             lines.append(f"| {markdown_text(c.method)} | {markdown_text(c.versus)} | {_cell(c.delta, '{:+.4f}')}{ci} | {_cell(c.p_value, '{:.3g}')} "
-                         f"| {c.wins} / {c.ties} / {c.losses} | {c.n_pairs} |")
+                         f"| {_cell(c.p_adjusted, '{:.3g}')} | {c.wins} / {c.ties} / {c.losses} | {c.n_pairs} |")
     return "\n".join(lines) + "\n"
 
 

@@ -30,7 +30,10 @@ from omegaconf import OmegaConf
 
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
+from cmbench.data.official import PIN_FILE, read_pin
+from cmbench.data.video_hashes import check_against_pin, context_hashes
 from cmbench.lock import RunFolderError
+from cmbench.method_family import run_family
 from cmbench.provenance import git_commit, machine, versions
 from cmbench.runs import atomic
 from cmbench.identity.code import CodeIdentity
@@ -107,8 +110,9 @@ class ExperimentResult:
 def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = None) -> ExperimentResult:
     """Run a resolved run spec over its selected tasks and write the run directory.
 
-    ``on_lock_wait(holder_pid)``: when given, a run another process is writing is waited for (after this
-    call) instead of refused; its finished tasks are then kept (:func:`cmbench.runs.runner.run_tasks`).
+    ``on_lock_wait(holder)`` (``process 4000 on node7``): when given, a run another process is writing is
+    waited for (after this call) instead of refused; its finished tasks are then kept
+    (:func:`cmbench.runs.runner.run_tasks`).
 
     Raises
     ------
@@ -137,6 +141,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
     if group is not None:
         evaluator.split(group)
     code = spec.code_identity(f"{evaluator.scorer_hash}/{evaluator.scorer.models_hash}")
+    pin = read_pin(spec.data.root)
     run_file = {
         "label": identity.label,
         "config_hash": identity.config_hash,
@@ -149,25 +154,31 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
         **run_file,
         "method": spec.method_name,
         "method_config": spec.method_config,
+        "family": run_family(spec.method.family, spec.generation.settings.storage.quantized),
         **spec.target_fields,
         "backbone": str(spec.backbone["name"]),
         "scorer": str(spec.scorer["name"]),
         "scorer_hash": evaluator.scorer_hash,
         "metric": evaluator.metric,
         "data": spec.data.name,
+        "dataset_commit": pin.commit if pin is not None else None,
         "versions": versions(),
         "git_commit": git_commit(),
         "machine": machine(str(spec.backbone.get("device", "cpu"))),
     }
     writer = group is None or group.rank == 0
     if writer:
+        hashes = context_hashes(selected)
+        if pin is not None:
+            check_against_pin(selected, hashes, pin.videos, Path(str(spec.data.root)) / PIN_FILE, pin.commit)
         with leading(evaluator, group) as tasks_evaluator, run_folder(run_dir, chosen.shard):
             atomic.write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
             atomic.write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
             result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
                                shard=chosen.shard, show_progress=outputs.progress,
                                keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
-                               progress_seconds=outputs.progress_seconds, on_lock_wait=on_lock_wait)
+                               progress_seconds=outputs.progress_seconds, on_lock_wait=on_lock_wait,
+                               context_hashes=hashes)
     else:  # a follower of a split model: the writer's model calls on this rank's heads, nothing written
         assert group is not None
         result = RunResult(run_dir, done=follow(evaluator, selected, group), cached=0, failed=0)

@@ -15,8 +15,10 @@ Guarantees (docs/runs.md):
 - a records file is never written through a link: a symbolic link placed at its path is refused, not
   followed, and a file with a second hard link is replaced by a copy of its own before it is appended to
   (``score`` writes a new file and renames it into place, :mod:`cmbench.runs.atomic`);
-- every record carries ``recorded_ns`` (wall clock, strictly increasing per file), and readers order
-  records by it, so "the last record of a task wins" means last in time across all files;
+- every record carries ``recorded_ns`` (wall clock, strictly increasing per file and later than every
+  record the run folder held when its writer started, whatever that host's clock says), and readers
+  order records by it, so "the last record of a task wins" means last in time across all files, and a
+  host whose clock is behind never orders its retry before the failure it retried;
 - values are checked when written and when read (a score outside [-1, 1], a negative time, a field
   the schema does not know): an impossible record is an error naming file, line and field.
 
@@ -26,7 +28,8 @@ version 1 records (before the code identity, the run's seed and the attention co
 records (before each reference's best frame, the reference aggregation and the scorer models' hash)
 are read with the fields added since empty; so are version 3 records (before ``calibration_pr`` and
 the quality metrics: one field per metric of :data:`QUALITY_FIELDS`, ``quality_absent`` and
-``quality_hash``).
+``quality_hash``) and version 5 records (before ``cache_dtype``: their cache held float32 rows,
+:func:`record_cache_dtype`; before ``dataset_commit``, ``context_hash`` and ``ledger``).
 """
 
 from __future__ import annotations
@@ -45,13 +48,14 @@ from typing import Any, Iterable
 import numpy as np
 
 from cmbench import bounded_read
-from cmbench.config_schema import REFERENCE_AGGREGATIONS
+from cmbench.config_schema import CACHE_DTYPES, REFERENCE_AGGREGATIONS
 from cmbench.errors import CMBenchError
+from cmbench.method_family import RECORDED
 from cmbench.runs import atomic
 from cmbench.scoring.aggregation import reference_aggregates
 from cmbench.scoring.quality_names import BOUNDED_QUALITY, QUALITY_FIELDS
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 RECORDS = "records.jsonl"
 SHARD_RECORDS = "records.shard-{index}-of-{count}.jsonl"
 RECORDS_GLOB = "records*.jsonl"
@@ -154,6 +158,15 @@ class TaskRecord:
         ``score``, the file that was read.
     method, method_config, backbone, data, versions, git_commit
         What produced a ``run`` record (the method's name and every knob, ...).
+    dataset_commit : str or None
+        The hub commit of the dataset (its pin, :mod:`cmbench.data.official`); None for a dataset not
+        downloaded by ``prepare`` (MiniWorld, a copy without a pin).
+    context_hash : str or None
+        SHA-256 of the context video's bytes (:mod:`cmbench.data.video_hashes`).
+    family : str or None
+        The family of KV compression of what ran (:mod:`cmbench.method_family`): the method class's own
+        declaration, ``+ quantization`` with a quantized storage format (``eviction``, ``merging + quantization``,
+        ``reference`` for FullKV, ``other`` for a method that declares none); boards read it from here.
     config_hash : str
         The run's identity: the hash of its result config (the run directory's name ends with it).
     setup_hash : str
@@ -195,6 +208,15 @@ class TaskRecord:
     kv_bytes_ratio : float
         The continuation's device K/V bytes over FullKV's, summed over its chunks (1 for FullKV; ``1 - pr``
         for an eviction method storing full precision).
+    ledger : list of [int, int, int, int] or None
+        The continuation's ledger, one row per chunk: history tokens visible (summed over layers and
+        heads), FullKV's, device K/V bytes stored and FullKV's (:meth:`cmbench.cache.ledger.PRLedger.rows`):
+        ``pr``, ``mean_kv_bytes``, ``fullkv_kv_bytes`` and ``kv_bytes_ratio`` follow from it
+        (``python -m cmbench verify`` recomputes them).
+    cache_dtype : str or None
+        The precision the cache held its full-precision rows in (``cache.dtype``, else the model's:
+        ``"bfloat16"``, ``"float32"``), FullKV's bytes counted in it; ``None`` (records before the field)
+        means ``"float32"``: :func:`record_cache_dtype`.
     target_bytes, calibration_bytes : float
         ``method.target_bytes`` runs: the target ``kv_bytes_ratio`` the knob was calibrated to, and the mean
         ratio the calibrated knob value gave on the calibration tasks.
@@ -251,8 +273,11 @@ class TaskRecord:
     # generation (run only)
     method: str | None = None
     method_config: dict[str, Any] | None = None
+    family: str | None = None
     backbone: str | None = None
     data: str | None = None
+    dataset_commit: str | None = None
+    context_hash: str | None = None
     config_hash: str | None = None
     setup_hash: str | None = None
     run_seed: int | None = None
@@ -274,6 +299,8 @@ class TaskRecord:
     fullkv_kv_bytes: float | None = None
     fullkv_peak_kv_bytes: int | None = None
     kv_bytes_ratio: float | None = None
+    ledger: list[list[int]] | None = None
+    cache_dtype: str | None = None
     target_bytes: float | None = None
     calibration_bytes: float | None = None
     prefill_seconds: float | None = None
@@ -416,6 +443,13 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def record_cache_dtype(record: TaskRecord | Mapping[str, Any]) -> str:
+    """The precision a record's cache held its full-precision rows in: its ``cache_dtype``, or ``"float32"``
+    for a record without one (written before the field, when every cache held the tiny model's float32)."""
+    value = record.get("cache_dtype") if isinstance(record, Mapping) else record.cache_dtype
+    return str(value) if value else "float32"
+
+
 def record_problem(record: TaskRecord) -> str | None:
     """What is impossible about a record (``"field: what"``), or None."""
     if not isinstance(record.task_id, str) or not record.task_id:
@@ -434,6 +468,12 @@ def record_problem(record: TaskRecord) -> str | None:
         value = getattr(record, name)
         if value is not None and not (_number(value) and float(value) >= 0.0 and math.isfinite(float(value))):
             return f"{name}: is {value!r}, expected a finite number >= 0"
+    if record.cache_dtype is not None and record.cache_dtype not in CACHE_DTYPES:
+        return f"cache_dtype: is {str(record.cache_dtype)[:40]!r}, expected one of {', '.join(CACHE_DTYPES)}"
+    if record.family is not None and record.family not in RECORDED:
+        return f"family: is {str(record.family)[:60]!r}, expected one of {', '.join(sorted(RECORDED))}"
+    if record.ledger is not None and not _ledger_rows(record.ledger):
+        return "ledger: expected a list of [visible, full, stored_bytes, full_bytes] rows of integers >= 0"
     if record.seed is not None and not isinstance(record.seed, (int, np.integer)):
         return f"seed: is {record.seed!r}, expected an integer"
     if record.frames_received is not None and record.n_frames is not None and record.n_frames > record.frames_received:
@@ -445,6 +485,14 @@ def record_problem(record: TaskRecord) -> str | None:
         if where:
             return f"{where}: is not a finite number (records are strict JSON: no NaN or infinity)"
     return _reference_problem(record) or _quality_problem(record)
+
+
+def _ledger_rows(ledger: Any) -> bool:
+    """Whether a record's ``ledger`` is a list of 4-integer rows, each >= 0."""
+    return isinstance(ledger, list) and all(
+        isinstance(row, list) and len(row) == 4
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in row)
+        for row in ledger)
 
 
 def _quality_problem(record: TaskRecord) -> str | None:
@@ -657,9 +705,12 @@ class RecordWriter:
     path : Path
         The records file; never a link (a symbolic link placed there is refused, not followed; a file
         with a second hard link is replaced by a copy of its own before it is written).
+    after_ns : int
+        Every record is stamped later than this (the latest ``recorded_ns`` of the folder's other
+        files), so records written on a host whose clock is behind still come after those they follow.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, after_ns: int = 0):
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -676,8 +727,9 @@ class RecordWriter:
             raise RecordsError(str(err)) from err
         except OSError as err:
             raise self._error(err) from err
-        self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=0) \
-            if self.path.exists() else 0
+        self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=after_ns) \
+            if self.path.exists() else after_ns
+        self._last_ns = max(self._last_ns, after_ns)
 
     def _open(self, flags: int) -> int:
         """The records file opened in place, never through a link (:func:`cmbench.runs.atomic.open_in_place`:
