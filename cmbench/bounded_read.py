@@ -38,6 +38,9 @@ LIMITS: dict[str, int] = {  # the kinds of files CMBench reads from folders it d
     "manifest": 256 * MiB,  # metadata.jsonl
     "marker": 1 * MiB,  # an output folder's .cmbench-written.json (the top-level names CMBench wrote there)
     "table": 64 * MiB,  # a CSV table a command wrote and another reads (curves.csv, leaderboard.csv)
+    "dataset pin": 16 * MiB,  # a dataset's cmbench-dataset.json (its hub commit, one hash per video)
+    "hash cache": 64 * MiB,  # .cache/video_hashes.json (a content hash per video path, size and mtime)
+    "leaderboard json": 64 * MiB,  # a received leaderboard.json (a board's rows with their identities)
     "context array": 1 * GiB,  # an .npz of a dataset (MiniWorld's lossless contexts): the arrays' declared bytes
 }
 FRAME_PIXELS = 7680 * 4320  # the largest frame decoded (8K UHD): one frame of a streamed video is held at a time

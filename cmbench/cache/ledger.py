@@ -135,6 +135,12 @@ class PRLedger:
         full = sum(e.full_bytes for e in self.entries)
         return float("nan") if full == 0 else sum(e.stored_bytes for e in self.entries) / full
 
+    def rows(self) -> list[list[int]]:
+        """One row per chunk, ``[visible, full, stored_bytes, full_bytes]`` (tokens summed over layers and
+        heads): what a record keeps of the ledger, from which its PR and bytes are recomputed
+        (:func:`ledger_totals`)."""
+        return [[e.visible_total, e.full_total, int(e.stored_bytes), int(e.full_bytes)] for e in self.entries]
+
     def summary(self) -> dict:
         """JSON-ready: phase, PR, totals, peak and mean bytes (``kv_bytes_ratio`` None when FullKV would
         have stored nothing) and one row per chunk."""
@@ -180,3 +186,17 @@ def fp_bytes_per_head_token(cache) -> int:
         if bank.k is not None and size is not None:
             return 2 * cache.head_dim * int(bank.k.shape[0]) * size
     raise RuntimeError("FullKV's bytes per token are unknown: no bank of the cache holds full-precision K/V yet")
+
+
+def ledger_totals(rows: list[list[int]]) -> dict[str, float | None]:
+    """A phase's PR and device bytes from its :meth:`PRLedger.rows`, as :meth:`PRLedger.summary` computes
+    them: ``pruning_ratio`` and ``kv_bytes_ratio`` (None where FullKV would hold nothing),
+    ``mean_stored_bytes`` and ``mean_full_bytes`` (0 with no chunk)."""
+    visible, full, stored, full_bytes = (sum(row[i] for row in rows) for i in range(4))
+    chunks = len(rows)
+    return {
+        "pruning_ratio": None if full == 0 else 1.0 - visible / full,
+        "kv_bytes_ratio": None if full_bytes == 0 else stored / full_bytes,
+        "mean_stored_bytes": stored / chunks if chunks else 0.0,
+        "mean_full_bytes": full_bytes / chunks if chunks else 0.0,
+    }

@@ -294,6 +294,7 @@ class ModelEvaluator:
             "fullkv_kv_bytes": ledger["mean_full_bytes"],
             "fullkv_peak_kv_bytes": int(ledger["peak_full_bytes"]),
             "kv_bytes_ratio": ledger["kv_bytes_ratio"],  # None when FullKV would store nothing
+            "ledger": cont.ledger.rows(),
             **({"peak_store_bytes": int(ledger["peak_store_bytes"]), "moved_bytes_per_chunk": ledger["moved_bytes_per_chunk"]}
                if retrieval else {}),
             "prefill_seconds": prefilled.seconds,

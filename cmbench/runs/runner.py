@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 import traceback
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
@@ -32,6 +33,7 @@ from typing import Any, Callable, Iterable, Protocol
 import numpy as np
 
 from cmbench.data.task import Task
+from cmbench.data.video_hashes import check_against_records
 from cmbench.errors import ConfigError
 from cmbench.hashing import task_seed
 from cmbench.lock import RunLock
@@ -153,6 +155,7 @@ def run_tasks(
     progress_every: int = 10,
     progress_seconds: float = 60.0,
     on_lock_wait: Callable[[str], None] | None = None,
+    context_hashes: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run the unfinished tasks, context by context, appending one record per task.
 
@@ -176,6 +179,9 @@ def run_tasks(
     on_lock_wait : callable ``(holder_pid)``, optional
         When another process is writing this shard: called, then its lock is waited for (and the tasks
         it finished are kept); without it the run is refused at once (:class:`cmbench.lock.RunLock`).
+    context_hashes : mapping, optional
+        ``{context_id: SHA-256}`` of the context videos (:mod:`cmbench.data.video_hashes`): recorded in each
+        task's record; a context whose earlier records in ``run_dir`` carry another hash is refused.
     """
     count, index = shard
     mine = shard_tasks(tasks, count, index)
@@ -184,6 +190,8 @@ def run_tasks(
     with RunLock(path, on_wait=on_lock_wait):
         writer = RecordWriter(path)  # cuts a torn last line of this shard's file before anything reads it
         latest = latest_records(read_task_records(run_dir))
+        hashes = dict(context_hashes or {})
+        check_against_records(hashes, {r.context_id: r.context_hash for r in latest.values() if r.context_id}, run_dir)
         succeeded = {t.task_id: latest[t.task_id] for t in mine
                      if t.task_id in latest and latest[t.task_id].status == "ok"}
         other = [i for i, r in succeeded.items() if r.code_hash != code_hash]
@@ -204,7 +212,8 @@ def run_tasks(
             for context_tasks in by_context.values():
                 prepared, prep_error = _prepare(evaluator, context_tasks)
                 for task in context_tasks:
-                    record = writer.write(_evaluate(evaluator, task, prepared, prep_error, global_seed, base_record))
+                    record = writer.write(_evaluate(evaluator, task, prepared, prep_error, global_seed,
+                                                    {**base_record, "context_hash": hashes.get(task.context_id)}))
                     done += 1
                     failed += record.status != "ok"
                     progress.update(record)
