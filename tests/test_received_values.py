@@ -124,10 +124,10 @@ def test_an_impossible_calibration_log_is_named_by_field(change, said):
 def test_an_impossible_log_with_the_right_key_is_not_reused_and_the_log_is_named(tmp_path, capsys):
     path = tmp_path / "decoprune_pr90.json"
     path.write_text(logged(value=1e308).to_json())
-    assert _cached(path, "k1", KNOB) is None
+    assert _cached(path, "k1", KNOB, {}) is None
     err = capsys.readouterr().err
     assert err == (f"calibrate: calibration log {path}: value: is 1e+308, expected a number in the knob's range "
                    f"[0, 4]: not reused, calibrating again\n")
     path.write_text(logged().to_json())
-    reused = _cached(path, "k1", KNOB)
+    reused = _cached(path, "k1", KNOB, {})
     assert reused is not None and reused.cached and reused.value == 1.5

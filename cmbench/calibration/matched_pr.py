@@ -35,10 +35,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from cmbench import bounded_read
 from cmbench.calibration.knob_search import search_knob
-from cmbench.calibration.pruning_ratio import (PRMeter, calibration_config, calibration_storage, calibration_tasks,
-                                            knob_value)
+from cmbench.calibration.pruning_ratio import (PRMeter, calibration_cache_dtype, calibration_config, calibration_storage,
+                                               calibration_tasks, knob_value)
 from cmbench.calibration.score_guess import ScoreGuess, records_scores
-from cmbench.calibration.target_quantity import BYTES, PR, TargetQuantity, check_bytes_floor
+from cmbench.calibration.target_quantity import BYTES, NAMED, PR, TargetQuantity, check_bytes_floor
 from cmbench.config_paths import to_dict
 from cmbench.errors import ConfigError, some
 from cmbench.hashing import config_hash
@@ -142,6 +142,9 @@ class Calibration:
         Probes of those other calibrations the search started from (not measured again).
     cached : bool
         Read from an earlier calibration, not measured now (not written into the log).
+    written : list of str
+        The files this call wrote (the yaml, the log named after the target, the log under its key): a
+        reused calibration whose files are already its own writes none (not written into the log).
     setting : dict
         What decided ``key`` besides the code and the target, flat by the keys a user sets
         (``calibration.tasks``, ``method.<knob>``, ``backbone.<key>``, ...): the next calibration to the
@@ -172,9 +175,13 @@ class Calibration:
     cached: bool = field(default=False, compare=False)
     setting: dict[str, Any] = field(default_factory=dict, compare=False)
     quantity: str = "pr"
+    written: list[str] = field(default_factory=list, compare=False)
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in asdict(self).items() if k != "cached"}, indent=2) + "\n"
+        return json.dumps({k: v for k, v in asdict(self).items() if k not in _NOT_LOGGED}, indent=2) + "\n"
+
+
+_NOT_LOGGED = ("cached", "written")
 
 
 KEYED_DIR = "keyed"
@@ -305,6 +312,15 @@ def _write(path: Path, text: str) -> None:
     atomic.write_text(path, text)
 
 
+def _held_text(path: Path) -> str | None:
+    """What a file CMBench writes holds now (bounded), or None when absent or not a readable regular file:
+    it is then written."""
+    try:
+        return bounded_read.read_optional_text(path, "calibration log")
+    except (OSError, ValueError, bounded_read.ReadLimitError):
+        return None
+
+
 def calibration_probe_key(setting: dict[str, Any]) -> str:
     """The key of what a calibration's probes measured (method without its knob, knob, calibration data
     and tasks, backbone, generation, seed, code identity), with paths inside the installed package
@@ -357,15 +373,46 @@ def log_problem(logged: "Calibration", knob: Knob) -> str | None:
             _valid_probes(getattr(logged, name))
         except ValueError as err:
             return f"{name}: {err}"
+    if logged.quantity not in NAMED:
+        return f"quantity: is {json.dumps(logged.quantity)[:60]}, expected one of {', '.join(NAMED)}"
+    return _probe_problem(logged, knob, NAMED[logged.quantity])
+
+
+def _probe_problem(logged: "Calibration", knob: Knob, quantity: TargetQuantity) -> str | None:
+    """What makes a log's value disagree with its own probes, or None: the value must be one the log
+    measured (``probes`` or ``reused_probes``), the one nearest the target (as the search chooses), with the
+    ``calibration_pr`` and ``within_tolerance`` that probe gives. A value forged inside the knob's range
+    (Streaming's window set to 0) is caught here, unless its probes are forged with it."""
+    measured = {**_valid_probes(logged.reused_probes), **_valid_probes(logged.probes)}
+    value = float(logged.value)
+    count = f"{len(measured)} probe{'' if len(measured) == 1 else 's'}"
+    if value not in measured:
+        return f"value: {knob.name}={logged.value} is none of the log's {count} (a calibrated value is one it measured)"
+    pr, aim = measured[value], quantity.searched(logged.target_pr)
+    nearest, best = min(((v, p) for v, p in measured.items() if knob.low <= v <= knob.high),
+                        key=lambda entry: (abs(entry[1] - aim), entry[0]))
+    if abs(pr - aim) > abs(best - aim):
+        return (f"value: {knob.name}={logged.value} measured {quantity.text(pr)}, but the log's probe "
+                f"{knob.name}={nearest:g} measured {quantity.text(best)}, nearer the target {quantity.text(aim)}")
+    if abs(quantity.shown(pr) - logged.calibration_pr) > 1e-12:
+        return (f"calibration_pr: is {json.dumps(logged.calibration_pr)}, but the log's probe {knob.name}={logged.value} "
+                f"measured {quantity.text(pr)}")
+    within = abs(pr - aim) <= logged.tolerance
+    if logged.within_tolerance != within:
+        return (f"within_tolerance: is {json.dumps(logged.within_tolerance)}, but {quantity.text(pr)} is "
+                f"{'within' if within else 'not within'} {logged.tolerance:g} of the target {quantity.text(aim)}")
     return None
 
 
-def _cached(log_path: Path, key: str, knob: Knob, say: bool = True) -> "Calibration | None":
+def _cached(log_path: Path, key: str, knob: Knob, own: dict[str, str], say: bool = True) -> "Calibration | None":
     """The calibration logged at ``log_path`` when its key is ``key`` and its values are possible for
-    ``knob`` (:func:`log_problem`; an impossible one is calibrated again, saying why when ``say``), else None."""
+    ``knob`` (:func:`log_problem`; an impossible one is calibrated again, saying why when ``say``), else None.
+
+    ``own`` holds the fields CMBench computes for this calibration (``method``, ``label``, ``yaml``, ``log``):
+    they replace the log's, which are data (a received log's ``yaml`` never names the config folder of a run)."""
     logged = read_log(log_path)
     try:
-        earlier = Calibration(**logged) if isinstance(logged, dict) else None
+        earlier = Calibration(**{**logged, **own}) if isinstance(logged, dict) else None
     except TypeError:
         return None
     if earlier is None or earlier.key != key:
@@ -387,12 +434,15 @@ def _flat(value: Any, prefix: str) -> dict[str, Any]:
     return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}.{key}").items()}
 
 
-def quantized_storage(cfg: DictConfig) -> dict[str, Any]:
-    """``{"storage": <format's fields>}`` when ``cfg``'s run stores its history quantized, else ``{}``: a part of
-    what decides a calibration's probes (PR and bytes are measured in the format), absent in full precision,
-    as in a run's hash, so that full-precision calibrations keep their keys."""
+def stored_format(cfg: DictConfig) -> dict[str, Any]:
+    """``{"storage": <format's fields>}`` when ``cfg``'s run stores its history quantized and ``{"cache": {"dtype":
+    ...}}`` when it sets the cache's precision (``cache.dtype``), else ``{}``: a part of what decides a
+    calibration's probes (PR and bytes are measured in the format and precision), absent in full precision at
+    the model's own, as in a run's hash, so that such calibrations keep their keys."""
     storage = calibration_storage(cfg)
-    return {"storage": asdict(storage)} if storage.quantized else {}
+    dtype = calibration_cache_dtype(cfg)
+    return {**({"storage": asdict(storage)} if storage.quantized else {}),
+            **({"cache": {"dtype": dtype}} if dtype is not None else {})}
 
 
 def format_floor(meter: PRMeter, quantity: TargetQuantity, cfg: DictConfig, target: float, tolerance: float) -> float:
@@ -430,7 +480,7 @@ def calibration_setting(cfg: DictConfig, method_setting: dict[str, Any], root: s
     values = {"calibration": {"tasks": n_tasks, "tolerance": tolerance, "max_probes": max_probes, "root": root},
               "sample_seed": OmegaConf.select(cfg, "sample_seed"), "seed": int(cfg.seed), "method": method_setting,
               "data": to_dict(cfg.data), "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
-              **quantized_storage(cfg)}
+              **stored_format(cfg)}
     return {k: v for key, value in portable(values).items() for k, v in _flat(value, key).items()}
 
 
@@ -529,7 +579,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     probe_key = calibration_probe_key({"method": setting, "knob": asdict(knob),
                                        "data": {**to_dict(cal_cfg.data), "task_ids": data["task_ids"]},
                                        "backbone": to_dict(cfg.backbone), "generation": to_dict(cfg.generation),
-                                       "seed": int(cfg.seed), "code": code.hash, **quantized_storage(cfg),
+                                       "seed": int(cfg.seed), "code": code.hash, **stored_format(cfg),
                                        **({} if quantity is PR else {"quantity": quantity.name})})
     key = config_hash({"probe_key": probe_key, "target_pr": target_pr, "tolerance": tolerance, "max_probes": max_probes})
     logged = calibration_setting(cfg, setting, data["root"], n_tasks, tolerance, max_probes)
@@ -537,14 +587,19 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     unresolved = OmegaConf.to_container(cfg.method, resolve=False)
     assert isinstance(unresolved, dict)
 
+    own = {"method": name, "label": f"{name}@{pr_tag(target_pr, quantity)}", "yaml": str(yaml_path), "log": str(log_path)}
+
     def publish(result: Calibration) -> None:
-        """Write ``result`` as the calibration last found or reused: its yaml and the log named after the
-        target (unless they already are this calibration's)."""
-        current = _cached(log_path, key, knob, say=False)
-        if current is None or not yaml_path.is_file() or current.to_json() != result.to_json():
-            _write(yaml_path, f"# {name} calibrated to {quantity.label} {target_pr:g} on {data['root']} (log: {log_path.name})\n"
-                              + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: result.value})))
-            _write(log_path, result.to_json())
+        """Write ``result`` as the calibration last found or reused: its yaml (exactly what CMBench writes for
+        it: a received yaml saying anything else is replaced), the log named after the target and the log under
+        its key, each unless it already holds exactly that; ``result.written`` lists the files written."""
+        yaml_text = (f"# {name} calibrated to {quantity.label} {target_pr:g} on {data['root']} (log: {log_path.name})\n"
+                     + OmegaConf.to_yaml(OmegaConf.create({**unresolved, knob.name: result.value})))
+        result.written = []
+        for path, text in ((yaml_path, yaml_text), (log_path, result.to_json()), (keyed, result.to_json())):
+            if _held_text(path) != text:
+                _write(path, text)
+                result.written.append(str(path))
 
     # one process calibrates a setting to a target at a time: another one (a rank of a split model, a
     # second sweep lane) waits for it, then reuses its result instead of measuring the same probes again;
@@ -552,11 +607,9 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     with RunLock(keyed, on_wait=lambda pid: print(
             f"calibrate: waiting for process {pid}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
             file=sys.stderr, flush=True)):
-        earlier = _cached(keyed, key, knob)
+        earlier = _cached(keyed, key, knob, own)
         if earlier is None and yaml_path.is_file():  # a folder written before logs were kept under their keys
-            earlier = _cached(log_path, key, knob)
-            if earlier is not None:
-                _write(keyed, earlier.to_json())
+            earlier = _cached(log_path, key, knob, own)
         if earlier is not None:
             publish(earlier)
             return earlier
@@ -590,14 +643,13 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
         found = search_knob(knob, searched, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
                             start=start, guess=aim, quantity=quantity)
         value = knob_value(knob, found.value)
-        result = Calibration(method=name, label=f"{name}@{pr_tag(target_pr, quantity)}", knob=knob.name, value=value,
+        result = Calibration(method=own["method"], label=own["label"], knob=knob.name, value=value,
                              calibration_pr=quantity.shown(found.pr), target_pr=target_pr, tolerance=tolerance,
                              within_tolerance=abs(found.error) <= tolerance,
                              note=_note(knob, found.value, found.pr, searched, tolerance, [*known.items(), *found.log], quantity),
                              probes=[[knob_value(knob, v), p] for v, p in found.log], data=data, code=code.parts, key=key,
-                             yaml=str(yaml_path), log=str(log_path), probe_key=probe_key,
+                             yaml=own["yaml"], log=own["log"], probe_key=probe_key,
                              reused_probes=[[knob_value(knob, v), p] for v, p in sorted(known.items())],
                              setting=logged, quantity=quantity.name)
-        _write(keyed, result.to_json())
         publish(result)
         return result

@@ -46,7 +46,8 @@ def setup_overrides() -> list[str]:
 
 def run_line(result: Calibration, overrides: list[str]) -> str:
     """The exact ``<interpreter> -m cmbench run`` line that runs the calibrated method config, with the
-    interpreter that runs this command (``sys.executable``): it works outside an activated venv too."""
+    interpreter that runs this command (``sys.executable``): it works outside an activated venv too. The
+    config folder is where CMBench wrote the yaml (``result.yaml`` is computed, never a received log's)."""
     folder = str(Path(result.yaml).parent.parent.resolve())
     extra = os.environ.get("CMBENCH_CONFIG_PATH")
     path = folder + (os.pathsep + extra if extra else "")
@@ -77,7 +78,11 @@ def describe(result: Calibration) -> list[str]:
              + ")"]
     if result.note:
         lines.append(f"note: {result.note}")
-    lines.append(f"wrote {result.yaml} and {result.log}")
+    if result.written:
+        *most, last = result.written
+        lines.append(f"wrote {', '.join(most)} and {last}" if most else f"wrote {last}")
+    else:
+        lines.append(f"kept {result.yaml} and {result.log} (already this calibration's)")
     return lines
 
 
