@@ -18,14 +18,14 @@ block's whole logits, and compiled it is built again for each new block length: 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 import torch.nn.functional as F
 
-_FUSED = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention", None)
-_EFFICIENT = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", None)
+_FUSED: Any = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_FLASH: Any = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention", None)
+_EFFICIENT: Any = getattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", None)
 LOGIT_BYTES = 64 * 2**20
 """Most bytes of float32 logits :func:`partial` forms at once where no fused kernel returns the log-sum-exp."""
 BIAS_ALIGN = 16
