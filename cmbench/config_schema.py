@@ -35,6 +35,7 @@ ROOT_KEYS: dict[str, Role] = {
     "scorer": "identity",
     "generation": "identity",
     "storage": "identity",
+    "cache": "identity",
     "seed": "identity",
     "label": "selection",
     "limit": "selection",
@@ -86,6 +87,8 @@ SCORER_KEYS: dict[str, Role] = {
 """Keys of a ``configs/scorer/*.yaml`` (the effective precision, fp32 on a CPU, is hashed by the scorer)."""
 
 REFERENCE_AGGREGATIONS = ("mean", "max")
+CACHE_DTYPES = ("bfloat16", "float16", "float32")
+"""Values of ``cache.dtype`` (besides ``null``, the model's own): the precision the KV cache stores its rows in."""
 SCORE_SOURCES = ("frames", "mp4")  # what a run scores: the decoded frames, or their saved mp4 (the authors')
 """Values of ``scorer.reference_aggregation``: how a task's score combines its references' best scores."""
 

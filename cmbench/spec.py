@@ -33,6 +33,7 @@ from cmbench.cache.quantized import StorageFormat, storage_format
 from cmbench.config_paths import to_dict
 from cmbench.config_schema import (
     BACKBONE_KEYS,
+    CACHE_DTYPES,
     REFERENCE_AGGREGATIONS,
     ROOT_KEYS,
     SCORE_SOURCES,
@@ -469,6 +470,25 @@ def storage_spec(block: Any, backbone: Mapping[str, Any]) -> StorageFormat:
     return storage_format(block).check(declared_head_dim(backbone))
 
 
+def cache_dtype_spec(block: Any) -> str | None:
+    """``cache.dtype``, checked: one of :data:`CACHE_DTYPES`, or ``None`` (the model's own precision; also for
+    a config without a ``cache`` block).
+
+    Raises
+    ------
+    ConfigError
+        A ``cache`` that is not a block, or a ``dtype`` not in :data:`CACHE_DTYPES`.
+    """
+    if block is None:
+        return None
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"cache={block!r}: expected a block with dtype")
+    dtype = block.get("dtype")
+    if dtype is not None and dtype not in CACHE_DTYPES:
+        raise ConfigError(f"cache.dtype={dtype!r}: expected one of {', '.join(CACHE_DTYPES)} or null (the model's own)")
+    return dtype
+
+
 def generation_spec(generation: Mapping[str, Any]) -> GenerationSpec:
     """:func:`generation_settings` and the continuation length."""
     frames = whole(generation.get("continuation_frames"), "generation.continuation_frames", 1,
@@ -597,6 +617,9 @@ def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dic
     storage = storage_format(out.pop("storage", None))
     if storage.quantized:  # full precision hashes as before storage formats existed
         out["storage"] = asdict(storage)
+    dtype = cache_dtype_spec(out.pop("cache", None))
+    if dtype is not None:  # the model's own precision hashes as before cache.dtype existed
+        out["cache"] = {"dtype": dtype}
     return out
 
 
@@ -645,7 +668,8 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
     method = build_method(method_cfg)  # the one build of a run: its knob checks come first
     generation = generation_spec(plain["generation"])
     storage = storage_spec(plain.get("storage"), plain["backbone"])
-    generation = replace(generation, settings=replace(generation.settings, storage=storage))
+    generation = replace(generation, settings=replace(generation.settings, storage=storage,
+                                                      cache_dtype=cache_dtype_spec(plain.get("cache"))))
     check_settings(method, generation.settings)
     identity = run_identity(cfg, plain, method)
     method_name = str(method_cfg.get("name") or method.name)

@@ -39,7 +39,7 @@ def test_record_round_trips_and_names_its_version():
     record = TaskRecord(task_id="t1", status="ok", context_id="videos/a", source="real", task_type="revisit",
                         label="x", seed=3, score=0.25, pr=0.5, metric="DINO")
     row = record.to_json()
-    assert row["schema_version"] == SCHEMA_VERSION == 5
+    assert row["schema_version"] == SCHEMA_VERSION == 6
     assert TaskRecord.from_json(row) == record
     assert set(row) == {f for f in records_module.FIELD_NAMES}
 
@@ -243,7 +243,7 @@ def test_reference_aggregates_at_either_end_of_the_cosine_range_are_kept():
 
 def test_version_3_records_read_without_a_calibration_pr_and_it_is_a_fraction():
     record = TaskRecord.from_json({**ok("t"), "schema_version": 3, "target_pr": 0.8})
-    assert record.schema_version == 5 and record.target_pr == 0.8 and record.calibration_pr is None
+    assert record.schema_version == 6 and record.target_pr == 0.8 and record.calibration_pr is None
     assert TaskRecord.from_json({**ok("t"), "target_pr": 0.85, "calibration_pr": 0.8512}).calibration_pr == 0.8512
     with pytest.raises(ValueError, match="calibration_pr"):
         TaskRecord.from_json({**ok("t"), "calibration_pr": 1.5})

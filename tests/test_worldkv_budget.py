@@ -148,3 +148,29 @@ def test_a_keep_ratio_outside_zero_to_one_is_refused_naming_it(keep_ratio):
     refused in one line."""
     with pytest.raises(ConfigError, match=rf"^worldkv: keep_ratio must be in \(0, 1\], got {keep_ratio}$"):
         WorldKV(keep_ratio=keep_ratio)
+
+
+def _memory(method: WorldKV):
+    backbone = TurningBackbone(G)
+    latents = torch.rand(1, G.latent_channels, 9 * F, G.latent_height, G.latent_width,
+                         generator=torch.Generator().manual_seed(0))
+    pre = prefill(backbone, method, latents[:, :, : 6 * F], "plan", 0)
+    return pre, continue_task(backbone, pre, "plan", 3 * F, seed=1)
+
+
+def test_the_bank_on_the_device_is_the_same_run_its_bytes_device_bytes_and_nothing_moves():
+    """WorldKV's own script keeps its bank on the GPU (``--kv_bank_on_gpu``): the same rows attend, so the same
+    latents; the store's bytes join the device bytes of every chunk; no byte crosses the host link."""
+    pre, host = _memory(WorldKV(retrieval_frames=4))
+    _, device = _memory(WorldKV(retrieval_frames=4, bank_on_device=True))
+    torch.testing.assert_close(device.latents, host.latents, rtol=0, atol=0)
+    assert host.ledger.peak_store_bytes > 0 and host.ledger.moved_bytes > 0
+    assert device.ledger.peak_store_bytes == 0 and device.ledger.moved_bytes == 0
+    assert device.cache.store.bytes_in == device.cache.store.bytes_out == 0
+    # the first generated chunk is denoised beside what the prefill left in the store: compressed chunks of
+    # STORED tokens in every layer-head, float32 K and V; on the device they are device bytes
+    held = pre.cache.store.stored_bytes
+    chunk_bytes = STORED * G.num_layers * G.num_heads * 2 * G.head_dim * 4
+    assert held > 0 and held % chunk_bytes == 0
+    assert device.ledger.entries[0].stored_bytes - host.ledger.entries[0].stored_bytes == held
+    assert device.ledger.kv_bytes_ratio() > host.ledger.kv_bytes_ratio()

@@ -105,6 +105,15 @@ class KVCache:
     store : HostStore, optional
         Where compaction may move evicted rows and :meth:`restore` takes them from (``None``: no store,
         evicted rows are deleted).
+
+    Attributes
+    ----------
+    dtype : torch.dtype or None
+        The precision the banks store their full-precision rows in (:meth:`store_in`; ``None``: the
+        chunk's own, the model's compute precision), whatever the storage format's codes.
+    row_dtype : torch.dtype or None
+        The precision the full-precision rows written so far are in (:attr:`dtype`, else the model's;
+        ``None`` before the first ``attend``): what a record names as its cache precision.
     """
 
     def __init__(
@@ -125,6 +134,8 @@ class KVCache:
         self.capacity_limit = capacity_limit
         self.compute_attention = compute_attention
         self.store = store
+        self.dtype: torch.dtype | None = None
+        self.row_dtype: torch.dtype | None = None
         layout = uniform_layout(num_layers, num_heads) if layout is None else layout
         if len(layout) != num_layers:
             raise ValueError(f"layout has {len(layout)} layers, the cache {num_layers}")
@@ -161,6 +172,21 @@ class KVCache:
         storage.check(self.head_dim)
         self.banks = [[make_bank(b.layer, b.group, self.capacity_limit, storage) for b in layer_banks]
                       for layer_banks in self.banks]
+
+    def store_in(self, dtype: torch.dtype | None) -> None:
+        """Store every bank's full-precision rows (the history of ``fp`` banks, the recent window and the
+        open chunk of quantized ones) in ``dtype`` from now on (``None``: the model's compute precision);
+        before the first chunk. Attention and its statistics read them back in the queries' precision.
+
+        A serving backbone's cache holds its rows in its own precision (bfloat16 for every Wan-family
+        model); ``store_in(torch.bfloat16)`` gives a float32 model the same bytes per row, so that a bytes
+        ratio means what it would mean there.
+        """
+        if self.chunks or self.current is not None:
+            raise RuntimeError("the cache's precision is chosen before the first chunk")
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"a cache stores its rows in a floating-point dtype, got {dtype}")
+        self.dtype = dtype
 
     # ------------------------------------------------------------------ timeline
     @property
@@ -293,15 +319,18 @@ class KVCache:
             else:
                 idx = bank.heads.to(q.device)
                 qg, kg, vg = q.index_select(2, idx), k.index_select(2, idx), v.index_select(2, idx)
+            if self.dtype is not None:
+                kg, vg = kg.to(self.dtype), vg.to(self.dtype)
+            self.row_dtype = kg.dtype
             bank.write_slot(kg, vg)
             if not self.compute_attention and mass is None:
                 continue
-            blocks, rows = self._visible(bank, L)
+            blocks, rows = self._visible(bank, L, q.dtype)
             bias = self._logit_bias(bank, rows, L)
             if stats is not None and mass is not None:
                 history = bank.field("frame") if rows is None else bank.field("frame")[rows]
                 frames = torch.cat([history, self._open_provenance()[0]])
-                mass[bank.heads] = stats.of(qg, partial(self._key_blocks, bank, L, frames, bias))
+                mass[bank.heads] = stats.of(qg, partial(self._key_blocks, bank, L, qg.dtype, frames, bias))
             if not self.compute_attention:
                 continue
             o = block_attention.attention(qg, blocks, bias)
@@ -313,21 +342,28 @@ class KVCache:
             stats.mass[layer] = mass
         return out
 
-    def _visible(self, bank: Bank, L: int) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    def _visible(self, bank: Bank, L: int, dtype: torch.dtype
+                 ) -> tuple[Iterator[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
         """Blocks of keys ``[B, n_i, Hg, D]`` and values a call attends to (:meth:`Bank.blocks`: the history
-        rows used, then the open chunk), with the history rows used (``None``: all)."""
+        rows used, then the open chunk) in ``dtype`` (the queries'), with the history rows used (``None``:
+        all). Rows stored in another precision (:meth:`store_in`) are converted a block at a time."""
         probe = self._probe
         if probe is not None and not probe.history:
-            return iter([bank.slot(L)]), torch.zeros(0, dtype=torch.long)
-        rows = None if probe is None or probe.visible is None else probe.visible[id(bank)]
-        return bank.blocks(L, rows), rows
+            blocks: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter([bank.slot(L)])
+            rows: torch.Tensor | None = torch.zeros(0, dtype=torch.long)
+        else:
+            rows = None if probe is None or probe.visible is None else probe.visible[id(bank)]
+            blocks = bank.blocks(L, rows)
+        if self.dtype is None or self.dtype == dtype:
+            return blocks, rows
+        return ((k.to(dtype), v.to(dtype)) for k, v in blocks), rows
 
-    def _key_blocks(self, bank: Bank, L: int, frames: torch.Tensor,
+    def _key_blocks(self, bank: Bank, L: int, dtype: torch.dtype, frames: torch.Tensor,
                     bias: torch.Tensor | None) -> Iterator[KeyBlock]:
-        """The keys a call attends to (:meth:`_visible`, decoded afresh) as statistics blocks: each block's keys
+        """The keys a call attends to (:meth:`_visible` in ``dtype``, decoded afresh) as statistics blocks: each block's keys
         ``[B, n_i, Hg, D]`` with its slice of ``frames [N']`` and of ``bias [N']`` (keys in call order)."""
         done = 0
-        for keys, _ in self._visible(bank, L)[0]:
+        for keys, _ in self._visible(bank, L, dtype)[0]:
             n = keys.shape[1]
             yield keys, frames[done : done + n], None if bias is None else bias[done : done + n]
             done += n
@@ -658,8 +694,10 @@ class KVCache:
         return {info.index: int(counts[info.index]) for info in self.chunks}
 
     def stored_bytes(self) -> int:
-        """Bytes of stored history K and V across banks."""
-        return sum(b.stored_bytes() for b in self.all_banks())
+        """Bytes of stored history K and V on the device: across banks, and a store kept on the device
+        (:attr:`HostStore.on_device`) beside them."""
+        on_device = 0 if self.store is None or not self.store.on_device else self.store.stored_bytes
+        return sum(b.stored_bytes() for b in self.all_banks()) + on_device
 
     def store_shares(self) -> int:
         """Equal parts the model's history is split into, this cache holding one (1: every head here)."""
@@ -668,8 +706,9 @@ class KVCache:
     def store_bytes(self) -> tuple[int, int]:
         """The model's host store's peak bytes of K and V and the bytes it moved host <-> device (both
         ways) so far: this cache's store's, times :meth:`store_shares` (every share holds and moves the
-        same tokens of as many heads); ``(0, 0)`` without a store."""
-        if self.store is None:
+        same tokens of as many heads); ``(0, 0)`` without a store or with one kept on the device (its bytes
+        are device bytes: :meth:`stored_bytes`)."""
+        if self.store is None or self.store.on_device:
             return 0, 0
         shares = self.store_shares()
         return self.store.peak_bytes * shares, (self.store.bytes_in + self.store.bytes_out) * shares

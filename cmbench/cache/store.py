@@ -14,7 +14,10 @@ Segments are never modified in place: adding or taking rows builds new tensors, 
 changed by a task.
 
 Accounting: ``stored_bytes`` (K and V in the store now), ``peak_bytes``, and the bytes moved each way
-(``bytes_out``: device -> host, ``bytes_in``: host -> device). A store bounded by ``max_bytes`` drops its
+(``bytes_out``: device -> host, ``bytes_in``: host -> device). A store kept on the device with the banks
+(``on_device``, as WorldKV's own script runs its bank: ``--kv_bank_on_gpu``) moves nothing between host and
+device: its rows stay where the banks are, its bytes are device bytes (:meth:`KVCache.stored_bytes` counts
+them) and ``bytes_out`` and ``bytes_in`` stay 0. A store bounded by ``max_bytes`` drops its
 oldest chunks (every bank's segment of the lowest chunk index) when a move would exceed it; the dropped
 tokens are gone (``dropped_tokens`` counts them, per head). Under a split (:mod:`cmbench.parallel`) a
 rank's store is one of ``shares`` equal parts of the model's (the same tokens, of its heads), and the
@@ -95,6 +98,9 @@ class HostStore:
         Where stored K and V live (host memory, ``"cpu"``, by default).
     max_bytes : int or None
         Most bytes of stored K and V of the model; ``None`` for unbounded.
+    on_device : bool
+        Keep the stored rows on the device the banks are on (``device`` unused): nothing crosses the host
+        link, and the store's bytes are device bytes.
 
     Attributes
     ----------
@@ -103,11 +109,12 @@ class HostStore:
         one process): ``max_bytes`` bounds ``shares * stored_bytes``.
     """
 
-    def __init__(self, device: str | torch.device = "cpu", max_bytes: int | None = None) -> None:
+    def __init__(self, device: str | torch.device = "cpu", max_bytes: int | None = None, on_device: bool = False) -> None:
         if max_bytes is not None and max_bytes < 0:
             raise ValueError(f"store max_bytes must be >= 0, got {max_bytes}")
         self.device = torch.device(device)
         self.max_bytes = max_bytes
+        self.on_device = on_device
         self.shares = 1
         self.segments: dict[StoreKey, dict[int, Segment]] = {}
         self.stored_bytes = 0
@@ -119,7 +126,7 @@ class HostStore:
     def fork(self) -> "HostStore":
         """A store holding the same segments (shared: never modified in place), with its counters at zero
         and its peak at what it holds."""
-        out = HostStore(self.device, self.max_bytes)
+        out = HostStore(self.device, self.max_bytes, self.on_device)
         out.shares = self.shares
         out.segments = {key: dict(chunks) for key, chunks in self.segments.items()}
         out.stored_bytes = out.peak_bytes = self.stored_bytes
@@ -158,8 +165,9 @@ class HostStore:
             if not bool(new.any()):
                 continue
             part = segment.select(new.nonzero().squeeze(1))
-            part = Segment(part.k.to(self.device), part.v.to(self.device), part.prov)
-            self.bytes_out += part.nbytes()
+            if not self.on_device:
+                part = Segment(part.k.to(self.device), part.v.to(self.device), part.prov)
+                self.bytes_out += part.nbytes()
             held[chunk] = part if old is None else Segment.merge(old, part)
             self.stored_bytes += part.nbytes()
         self._bound()
@@ -196,7 +204,8 @@ class HostStore:
             missing = gids[~torch.isin(gids, self.gids(key))]
             raise KeyError(f"layer {key[0]} heads {key[1].heads}: token {int(missing[0])} is not in the store")
         out = Segment.merge(*parts)
-        self.bytes_in += out.nbytes()
+        if not self.on_device:
+            self.bytes_in += out.nbytes()
         return out
 
     def _bound(self) -> None:

@@ -82,6 +82,15 @@ def calibration_storage(cfg: DictConfig) -> StorageFormat:
     return storage_spec(None if block is None else to_dict(block), to_dict(cfg.backbone))
 
 
+def calibration_cache_dtype(cfg: DictConfig) -> str | None:
+    """The cache precision of ``cfg``'s run (``cache.dtype``, checked as ``run`` checks it; ``None``: the
+    model's own): the precision a calibration measures in."""
+    from cmbench.spec import cache_dtype_spec
+
+    block = cfg.get("cache")
+    return cache_dtype_spec(None if block is None else to_dict(block))
+
+
 def calibration_tasks(cfg: DictConfig, n_tasks: int) -> list[Task]:
     """The calibration tasks: the suite built or checked (:meth:`ensure`), then the same stratified seeded
     sample of ``n_tasks`` that ``run limit=n_tasks`` takes (``cfg`` from :func:`calibration_config`)."""
@@ -121,7 +130,8 @@ class PRMeter:
         self.tasks = tasks
         self.on_task = on_task
         self.quantity = quantity
-        self.settings = replace(generation_settings(cfg.generation), storage=calibration_storage(cfg))
+        self.settings = replace(generation_settings(cfg.generation), storage=calibration_storage(cfg),
+                                cache_dtype=calibration_cache_dtype(cfg))
         self.adapter = build_adapter(cfg.data)
         self.continuation_frames = int(cfg.generation.continuation_frames)
         self.backbone: Any = None

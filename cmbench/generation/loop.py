@@ -77,6 +77,9 @@ class GenerationSettings:
     storage : StorageFormat
         How the cache's banks store history (``fp``: the model's dtype; ``kivi``, ``qvg``: quantized,
         :mod:`cmbench.cache.quantized`), whatever the method.
+    cache_dtype : str or None
+        The precision the cache stores its full-precision rows in (``"bfloat16"``, ``"float16"``,
+        ``"float32"``: :meth:`KVCache.store_in`); ``None``: the model's compute precision.
     """
 
     sampler: FlowMatchSampler = field(default_factory=FlowMatchSampler)
@@ -85,6 +88,7 @@ class GenerationSettings:
     reindex_virtual_length: float = 17.0
     compute_attention: bool = True
     storage: StorageFormat = StorageFormat()
+    cache_dtype: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -392,6 +396,8 @@ def prefill(backbone, method: Method, context_latents: torch.Tensor, cond: Any, 
     cache = make_cache(g, method.layout(g), capacity_limit=capacity, compute_attention=settings.compute_attention)
     if settings.storage.quantized:
         cache.use_storage(settings.storage)
+    if settings.cache_dtype is not None:
+        cache.store_in(getattr(torch, settings.cache_dtype))
     cache.store = method.host_store()
     if cache.store is not None:
         cache.store.shares = cache.store_shares()  # a split's bound is the model's

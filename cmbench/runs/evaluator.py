@@ -272,6 +272,7 @@ class ModelEvaluator:
         geometry = self.backbone.geometry
         generated_tokens = int(cont.latents.shape[2]) * geometry.tokens_per_frame
         retrieval = cont.cache.store is not None  # a host store: its peak and transfers are recorded
+        cache_dtype = str(cont.cache.row_dtype).removeprefix("torch.")
         cont.cache = None  # type: ignore[assignment]  # free the task's KV cache before decoding
         frames = np.asarray(decode_continuation(self.backbone, cont.latents, prepared.context_latents))
         video = self.save(task, frames)
@@ -295,6 +296,7 @@ class ModelEvaluator:
             "fullkv_peak_kv_bytes": int(ledger["peak_full_bytes"]),
             "kv_bytes_ratio": ledger["kv_bytes_ratio"],  # None when FullKV would store nothing
             "ledger": cont.ledger.rows(),
+            "cache_dtype": cache_dtype,
             **({"peak_store_bytes": int(ledger["peak_store_bytes"]), "moved_bytes_per_chunk": ledger["moved_bytes_per_chunk"]}
                if retrieval else {}),
             "prefill_seconds": prefilled.seconds,
