@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cmbench.paper.findings import criteria_section, entries, page, realised_pr
+from cmbench.paper.findings import VERDICTS_NAME, criteria_section, entries, page, realised_pr, verdict_rows
+from cmbench.report import verdicts
 from cmbench.runs import atomic
 
 EVIDENCE = ("records*.jsonl", "run.json", "config.yaml", "summary.json", "diagnose*.csv", "diagnose.md",
@@ -93,13 +94,14 @@ def main() -> int:
         if not number.strip().isdigit():
             parser.error(f"--extra-for {item!r}: expected N=OVERRIDES with N the finding's number")
         extra_for[int(number)] = overrides
-    text, findings, _ = page(args.out, second=args.second, second_name=args.second_name, setup=args.setup,
-                             extra=args.extra, extra_for=extra_for, note=args.note)
+    text, findings, again = page(args.out, second=args.second, second_name=args.second_name, setup=args.setup,
+                                 extra=args.extra, extra_for=extra_for, note=args.note)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_with(args.results, lambda tmp: tmp.write_text(text))
+    verdicts.write(verdict_rows(findings, again or []), args.results.parent / VERDICTS_NAME)
     for f in findings:
         print(f"{f.number}. {f.criterion.name}: {f.verdict}", file=sys.stderr)
-    print(f"wrote {args.results}")
+    print(f"wrote {args.results} and {args.results.parent / VERDICTS_NAME}")
     return 0
 
 

@@ -101,10 +101,13 @@ def test_a_missing_marker_names_the_file_and_block():
         with_blocks("no markers here", {"quality": "x"}, "README.md")
 
 
-def test_the_families_block_says_which_entries_are_level_with_fullkv_by_the_paired_ci(tmp_path):
-    """FullKV minus an entry: a CI that includes 0 is level, one that does not is below; entries are grouped by
-    their bytes target (largest first, the formats alone last) and the best of each is the highest score."""
-    from cmbench.paper.readme import FAMILIES_BOARD, FAMILIES_PAIRS, families_block
+def test_the_families_block_states_the_verdict_rule_not_absence_of_evidence(tmp_path):
+    """Entries grouped by their bytes target (largest first, the formats alone last); against FullKV each says what
+    its equivalence claim gives in the board's family (a CI that includes 0 is *not* level: it is not resolved),
+    and a target's top entry is "best" only where its lead over the runner-up holds."""
+    from cmbench.paper.readme import FAMILIES_BOARD, FAMILIES_PAIRS, FAMILIES_VERDICTS, families_block
+    from cmbench.report import verdicts
+    from cmbench.report.board_claims import board_verdicts
 
     row = {"metric": "light", "score_ci95": 0.05, "n_tasks": 24, "seeds": 3, "psnr_vs_fullkv": 30.0}
     board = pd.DataFrame([
@@ -116,30 +119,67 @@ def test_the_families_block_says_which_entries_are_level_with_fullkv_by_the_pair
         {**row, "method": "fullkv+kivi2-g32-r128", "score": 0.90, "kv_bytes_ratio": 0.104},
         {**row, "method": "fullkv+kivi4-g32-r128", "score": 0.97, "kv_bytes_ratio": 0.166},
     ])
+    pair = {"method": "fullkv", "p_value": 0.01, "n_pairs": 24, "contexts": 8}
     pairs = pd.DataFrame([
-        {"method": "fullkv", "versus": "decoprune@bytes8", "delta": 0.15, "delta_ci95": 0.10, "p_value": 0.01},
-        {"method": "fullkv", "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": 0.01, "delta_ci95": 0.02, "p_value": 0.3},
-        {"method": "fullkv", "versus": "streaming@bytes25", "delta": 0.35, "delta_ci95": 0.30, "p_value": 0.02},
-        {"method": "fullkv", "versus": "fullkv+kivi2-g32-r128", "delta": -0.05, "delta_ci95": 0.06, "p_value": 0.1},
-        {"method": "fullkv", "versus": "fullkv+kivi4-g32-r128", "delta": -0.10, "delta_ci95": 0.06, "p_value": 0.01},
-        {"method": "decoprune@bytes8", "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": -0.14, "delta_ci95": 0.1,
-         "p_value": 0.01},
+        {**pair, "versus": "decoprune@bytes8", "delta": 0.40, "delta_ci95": 0.10},
+        {**pair, "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": 0.01, "delta_ci95": 0.01},
+        {**pair, "versus": "streaming@bytes25", "delta": 0.35, "delta_ci95": 0.30},
+        {**pair, "versus": "fullkv+kivi2-g32-r128", "delta": 0.01, "delta_ci95": 0.06},  # includes 0: not level
+        {**pair, "versus": "fullkv+kivi4-g32-r128", "delta": -0.10, "delta_ci95": 0.06},
+        {**pair, "method": "decoprune@bytes8", "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": -0.14,
+         "delta_ci95": 0.02},
     ])
     (tmp_path / FAMILIES_BOARD).parent.mkdir(parents=True)
     board.to_csv(tmp_path / FAMILIES_BOARD, index=False)
     pairs.to_csv(tmp_path / FAMILIES_PAIRS, index=False)
+    decided = board_verdicts("families", tmp_path / FAMILIES_BOARD, tmp_path / FAMILIES_PAIRS)
+    verdicts.write(decided, tmp_path / FAMILIES_VERDICTS)
+    assert {d.family_size for d in decided} == {6}  # 5 entries against FullKV and one lead; untested pairs not counted
     text = families_block(tmp_path)
     assert "24 (task, seed) pairs: the 8 tasks of `miniworld_diagnostic8` x 3 seeds" in text
-    assert "FullKV scores 0.950 ± 0.050" in text
+    assert "FullKV scores 0.950 ± 0.050" in text and "one family of the 6 tested claims" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [line.split(" | ")[1] for line in table] == [
         "streaming@bytes25", "random@bytes25", "worldkv@bytes8+kivi4-g32-r128", "decoprune@bytes8",
         "fullkv+kivi4-g32-r128", "fullkv+kivi2-g32-r128"]
-    assert "| 0.25 | random@bytes25 | eviction | 0.250 | 0.500 ± 0.050 |  | 30.0 dB |" in text  # no pair: no delta
-    assert "| 0.08 | decoprune@bytes8 | eviction | 0.081 | 0.800 ± 0.050 | +0.150 ± 0.100 (0.01) | 30.0 dB |" in text
+    assert "| 0.25 | random@bytes25 | eviction | 0.250 | 0.500 ± 0.050 |  | not resolved against FullKV |" in text
+    assert ("| 0.08 | decoprune@bytes8 | eviction | 0.081 | 0.800 ± 0.050 | +0.400 ± 0.100 (0.01) | below FullKV by "
+            "more than 0.05 | 30.0 dB |") in text
     assert ("- At 0.08 of FullKV's bytes: best worldkv@bytes8+kivi4-g32-r128 (retrieval + quantization) 0.940; level "
-            "with FullKV: worldkv@bytes8+kivi4-g32-r128; below it: decoprune@bytes8.") in text
-    assert "- At 0.25 of FullKV's bytes: best streaming@bytes25 (eviction) 0.600; level with FullKV: none; below it: " \
-           "streaming@bytes25." in text
-    assert ("- The formats alone: best fullkv+kivi4-g32-r128 (quantization) 0.970; level with FullKV: "
-            "fullkv+kivi2-g32-r128; below it: none; above it: fullkv+kivi4-g32-r128.") in text
+            "with FullKV (within ±0.05): worldkv@bytes8+kivi4-g32-r128; below FullKV by more than 0.05: "
+            "decoprune@bytes8.") in text
+    assert ("- At 0.25 of FullKV's bytes: top group (not resolved): streaming@bytes25 (eviction) 0.600, "
+            "random@bytes25 0.500; not resolved against FullKV: streaming@bytes25, random@bytes25.") in text
+    assert ("- The formats alone: top group (not resolved): fullkv+kivi4-g32-r128 (quantization) 0.970, "
+            "fullkv+kivi2-g32-r128 0.900; above FullKV (whether by more than 0.05 is not resolved): "
+            "fullkv+kivi4-g32-r128; not resolved against FullKV: fullkv+kivi2-g32-r128.") in text
+    assert "level with FullKV (within ±0.05): fullkv+kivi2" not in text
+
+
+def test_the_committed_verdict_csvs_are_what_the_committed_boards_give():
+    """Each committed board's verdict CSV is what its leaderboard and comparisons CSVs give under the rule now."""
+    from cmbench.report import verdicts
+    from cmbench.report.board_claims import COMMITTED, board_verdicts
+
+    for kind, (board, pairs, out) in COMMITTED.items():
+        fresh = pd.DataFrame([d.row() for d in board_verdicts(kind, REPO / board, REPO / pairs)])
+        committed = verdicts.read(REPO / out)
+        assert list(committed["claim"]) == list(fresh["claim"]), out
+        assert list(committed["verdict"]) == list(fresh["verdict"]), out
+        pd.testing.assert_series_equal(committed["high"].astype(float), fresh["high"].astype(float),
+                                       check_names=False, rtol=1e-5)
+
+
+def test_the_findings_verdict_csv_is_what_the_committed_records_give(committed):
+    """results/paper_findings_verdicts.csv: every claim of the table in both worlds, decided as one family."""
+    from cmbench.paper.findings import VERDICTS_NAME, verdict_rows
+    from cmbench.report import verdicts
+
+    _, findings, second = committed
+    fresh = pd.DataFrame([d.row() for d in verdict_rows(findings, second)])
+    committed_csv = verdicts.read(REPO / TABLE.parent / VERDICTS_NAME)
+    assert list(committed_csv["claim"]) == list(fresh["claim"])
+    assert list(committed_csv["verdict"]) == list(fresh["verdict"])
+    assert set(committed_csv["family_size"]) == {len(fresh)}  # both worlds, one family
+    pd.testing.assert_series_equal(committed_csv["low"].astype(float), fresh["low"].astype(float), check_names=False,
+                                   rtol=1e-5)

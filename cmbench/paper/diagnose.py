@@ -45,7 +45,8 @@ from cmbench.hashing import seeded_generator
 from cmbench.methods.base import Method
 from cmbench.methods.decoprune import token_mse
 from cmbench.methods.fullkv import FullKV
-from cmbench.paper.criteria import INCONCLUSIVE, UNTESTABLE, combined, deficit
+from cmbench.paper.criteria import DIAGNOSIS_MARGIN, UNTESTABLE
+from cmbench.report.verdicts import DEFICIT, Claim, combined, decide
 from cmbench.report.statistics import clustered_mean_ci
 
 ARMS = ("full", "method", "none")
@@ -242,10 +243,15 @@ class Comparison:
     contexts: int
 
     @property
+    def claim(self) -> Claim:
+        """``a``'s error below ``b``'s: a deficit claim (:mod:`cmbench.report.verdicts`) with the diagnosis's margin."""
+        return Claim.of_interval(f"{self.a} − {self.b}", DEFICIT, self.difference, self.ci95, self.contexts,
+                                 self.contexts, DIAGNOSIS_MARGIN)
+
+    @property
     def verdict(self) -> str:
-        """``a``'s error below ``b``'s, by the deficit rule (:func:`cmbench.paper.criteria.deficit`); a
-        comparison over fewer than two contexts has no CI and is inconclusive."""
-        return deficit(self.difference, self.ci95) if self.contexts >= 2 else INCONCLUSIVE
+        """The claim decided alone; a comparison over fewer than two contexts has no CI and is inconclusive."""
+        return decide([self.claim])[0].verdict
 
 
 def compare_groups(rows: pd.DataFrame, arm: str, step: int, a: str, b: str) -> Comparison:
@@ -264,12 +270,12 @@ def compare_groups(rows: pd.DataFrame, arm: str, step: int, a: str, b: str) -> C
 def verdict(rows: pd.DataFrame, probe_step: int) -> tuple[str, list[Comparison]]:
     """Whether the hypothesis holds here, and the paired comparisons behind it: the first finding's criterion
     (:data:`cmbench.paper.criteria.CRITERIA`), under the method's cache at ``probe_step``, tokens whose place is
-    still cached against pruned and against new ones. Data without ground truth of what each chunk shows
-    cannot be tested."""
+    still cached against pruned and against new ones, decided as one family (:func:`cmbench.report.verdicts.decide`).
+    Data without ground truth of what each chunk shows cannot be tested."""
     if not (rows["group"] != NO_TRUTH).any():
         return UNTESTABLE, []
     comparisons = [compare_groups(rows, "method", probe_step, "seen_cached", other) for other in ("seen_pruned", "new")]
-    return combined(c.verdict for c in comparisons), comparisons
+    return combined(d.verdict for d in decide([c.claim for c in comparisons])), comparisons
 
 
 def plot(summary: pd.DataFrame, path: Path, title: str) -> None:

@@ -6,47 +6,58 @@ Each finding reads its experiment's outputs under ``<out>/`` (run directories as
 task and seed), the verdict by the finding's criterion (:data:`cmbench.paper.criteria.CRITERIA`, the one
 place each criterion is stated) and the numbers that decided it. A finding whose outputs are absent says
 so ("not run") instead of guessing.
+
+Each reader returns a :class:`Reading`: what it measured and the claims its criterion makes (or a verdict that
+no claim decides: not run, cannot be tested, the flat rule). The claims of every row of one table, in every
+world it shows, are one family (:func:`decide_table`: the table's verdicts read Bonferroni-simultaneous
+intervals, :mod:`cmbench.report.verdicts`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from cmbench.methods.decoprune import DeCoPrune
 from cmbench.paper.criteria import (
     BY_NUMBER,
-    FAILS,
-    HOLDS,
-    INCONCLUSIVE,
     NOT_RUN,
     PAPER_PR,
     PROBE_STEPS,
     ROPE_VISIBLE,
+    SELECTION_PR,
     SIMILAR_BELOW,
     UNTESTABLE,
     Criterion,
-    combined,
     flat,
-    lead,
-    similar,
 )
-from cmbench.methods.decoprune import DeCoPrune
 from cmbench.paper.diagnose import verdict
 from cmbench.report.comparisons import comparisons
 from cmbench.report.gate import backbone_gate
 from cmbench.report.leaderboard import leaderboard
 from cmbench.report.reading import ReportError, RunRecords, load_runs
+from cmbench.report.verdicts import (
+    EQUIVALENT,
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    LEAD,
+    NONINFERIOR,
+    Claim,
+    Decided,
+    combined,
+    correction_text,
+    decide,
+)
 
 MATCHED_PR = 0.005
 """Reverse is at DeCoPrune's PR when it was calibrated to a target within this of the PR DeCoPrune realised
 (calibration runs on calibration contexts, so the realised PRs, both shown, differ a little more)."""
-SUPPLEMENTARY_PR = 0.85
-"""The selection ablation's supplementary comparison: every method calibrated to this PR."""
 PAPER_QUALITY = ("temporal_flickering", "motion_smoothness", "aesthetic_quality", "imaging_quality")
 """The quality metrics the paper reports (VBench's names)."""
 
@@ -66,6 +77,8 @@ class Finding:
         One of :data:`cmbench.paper.criteria.VERDICTS`.
     outcome : str
         Why this verdict, from the numbers (the criterion itself is stated once, beside the table).
+    decided : tuple of Decided
+        Its claims as the table's family decided them (empty when no claim decides the row).
     """
 
     criterion: Criterion
@@ -73,14 +86,43 @@ class Finding:
     command: str
     verdict: str
     outcome: str
+    decided: tuple[Decided, ...] = ()
 
     @property
     def number(self) -> int:
         return self.criterion.number
 
 
-Reader = Callable[[Path], tuple[str, str, str]]
-"""A finding's reader: its experiment folder -> (measured, verdict, outcome)."""
+@dataclass(frozen=True)
+class Reading:
+    """What a finding's reader found in its experiment folder.
+
+    Attributes
+    ----------
+    measured : str
+        Scores and paired differences with their 95% CIs ("—" when nothing ran).
+    claims : tuple of Claim
+        The parts its criterion claims, decided with the table's family.
+    verdict : str
+        A verdict no claim decides (not run, cannot be tested, the flat rule); "" when the claims decide.
+    note : str
+        Why: the whole outcome for such a verdict, else what goes before the parts' tally.
+    """
+
+    measured: str
+    claims: tuple[Claim, ...] = ()
+    verdict: str = ""
+    note: str = ""
+
+
+Reader = Callable[[Path], Reading]
+"""A finding's reader: its experiment folder -> what it found."""
+
+
+def changes(d: float) -> str:
+    """``with - without = d`` in words that agree with its sign: ``loses 0.0122 without`` when ``d`` is positive
+    (the run without scores lower), ``gains 0.0122 without`` when negative."""
+    return f"{'loses' if d >= 0 else 'gains'} {abs(d):.4f}"
 
 
 def _ci(mean: float, half: float, digits: int = 4) -> str:
@@ -144,6 +186,12 @@ class _Board:
         row = comparisons(self.runs, [(a.label, b.label)]).iloc[0]
         return float(row["delta"]), float(row["delta_ci95"]), int(row["n_pairs"])
 
+    def claim(self, name: str, kind: str, a: RunRecords, b: RunRecords) -> Claim:
+        """The ``kind`` claim on ``a`` minus ``b`` over the pairs both finished."""
+        row = comparisons(self.runs, [(a.label, b.label)]).iloc[0]
+        return Claim.of_interval(name, kind, float(row["delta"]), float(row["delta_ci95"]), int(row["contexts"]),
+                                 int(row["n_pairs"]))
+
 
 def realised_pr(runs: list[RunRecords], method: str) -> float | None:
     """The PR ``method`` realised at its default threshold (its run without a target PR), None if it did not run:
@@ -152,15 +200,15 @@ def realised_pr(runs: list[RunRecords], method: str) -> float | None:
     return None if run is None else _Board(runs).score(run)[2]
 
 
-def _tally(parts: list[str]) -> str:
+def tally(parts: list[str]) -> str:
     counts = [f"{parts.count(v)} {v}" for v in (HOLDS, FAILS, INCONCLUSIVE) if parts.count(v)]
     return f"{len(parts)} part{'s' if len(parts) != 1 else ''}: " + ", ".join(counts)
 
 
-def diagnose_finding(out: Path) -> tuple[str, str, str]:
+def diagnose_finding(out: Path) -> Reading:
     found = sorted(out.glob("*/diagnose/*/diagnose.csv"))
     if not found:
-        return "—", NOT_RUN, f"no diagnosis under {out}/<data>/diagnose/"
+        return Reading("—", verdict=NOT_RUN, note=f"no diagnosis under {out}/<data>/diagnose/")
     rows = pd.read_csv(found[0])
     probe = DeCoPrune.probe_step
     said, pairs = verdict(rows, probe)
@@ -171,20 +219,23 @@ def diagnose_finding(out: Path) -> tuple[str, str, str]:
                 + ", ".join(f"{g} {at[g]:.4f}" for g in at.index) + "; "
                 + "; ".join(f"{c.a} − {c.b} {_ci(c.difference, c.ci95)} ({c.contexts} contexts)" for c in pairs)
                 + "; drop from step 0 to the last: " + ", ".join(f"{g} {v:.4f}" for g, v in slope.items()))
-    return measured, said, f"{rows['context_id'].nunique()} contexts; " + _tally([c.verdict for c in pairs])
+    contexts = f"{rows['context_id'].nunique()} contexts; "
+    if said == UNTESTABLE:
+        return Reading(measured, verdict=UNTESTABLE, note=contexts + "no ground truth of what each chunk shows")
+    return Reading(measured, tuple(c.claim for c in pairs), note=contexts)
 
 
-def probe_step_finding(folder: Path) -> tuple[str, str, str]:
+def probe_step_finding(folder: Path) -> Reading:
     runs = entries(folder)
     if not runs:
-        return "—", NOT_RUN, f"no runs under {folder}"
+        return Reading("—", verdict=NOT_RUN, note=f"no runs under {folder}")
     board = _Board(runs)
     points: dict[float, dict[int, RunRecords]] = {}
     for run in runs:
         target = _target(run)
         if target is not None:
             points.setdefault(round(target, 4), {})[int(_knob(run, "probe_step", 2))] = run
-    parts, shown = [], []
+    claims, shown = [], []
     for target in sorted(points):
         steps = points[target]
         shown.append(f"PR {target:g}: " + ", ".join(board.shown(f"step {s}", steps[s]) for s in sorted(steps)))
@@ -192,129 +243,133 @@ def probe_step_finding(folder: Path) -> tuple[str, str, str]:
             for a in sorted(steps):
                 for b in sorted(steps):
                     if a < b and {a, b} <= set(PROBE_STEPS):
+                        what = f"step {a} − step {b} at PR {target:g}"
                         d, ci, n = board.paired(steps[a], steps[b])
-                        shown.append(f"step {a} − step {b} at PR {target:g} {_ci(d, ci)} ({n} pairs)")
-                        parts.append(similar(d, ci))
-    if not parts:
-        return "; ".join(shown) or "—", NOT_RUN, f"no target below PR {SIMILAR_BELOW:g} ran with two of the probe " \
-                                                  f"steps {', '.join(map(str, PROBE_STEPS))}"
-    return "; ".join(shown), combined(parts), _tally(parts)
+                        shown.append(f"{what} {_ci(d, ci)} ({n} pairs)")
+                        claims.append(board.claim(what, EQUIVALENT, steps[a], steps[b]))
+    if not claims:
+        return Reading("; ".join(shown) or "—", verdict=NOT_RUN,
+                       note=f"no target below PR {SIMILAR_BELOW:g} ran with two of the probe steps "
+                            f"{', '.join(map(str, PROBE_STEPS))}")
+    return Reading("; ".join(shown), tuple(claims))
 
 
-def selection_finding(folder: Path) -> tuple[str, str, str]:
+def selection_finding(folder: Path) -> Reading:
     runs = entries(folder)
     if not runs:
-        return "—", NOT_RUN, f"no runs under {folder}"
+        return Reading("—", verdict=NOT_RUN, note=f"no runs under {folder}")
     board = _Board(runs)
+    titles = {"decoprune": "DeCoPrune", "random": "Random", "decoprune_reverse": "Reverse"}
 
     def arm(method: str, target: Callable[[float | None], bool]) -> RunRecords | None:
         return _find(runs, lambda r: _field(r, "method") == method and target(_target(r)))
 
+    matched = {m: arm(m, lambda t: t is not None and abs(t - SELECTION_PR) < 1e-6) for m in titles}
+    shown = [board.shown(f"{titles[m]} @ PR {SELECTION_PR:g}", run) for m, run in matched.items() if run is not None]
+    claims, missing = [], []
+    for other in ("random", "decoprune_reverse"):
+        a, b = matched["decoprune"], matched[other]
+        what = f"DeCoPrune − {titles[other]} @ PR {SELECTION_PR:g}"
+        if a is None or b is None:
+            missing.append(what)
+            continue
+        d, ci, n = board.paired(a, b)
+        shown.append(f"{what} {_ci(d, ci)} ({n} pairs)")
+        claims.append(board.claim(what, LEAD, a, b))
     deco, random_ = arm("decoprune", lambda t: t is None), arm("random", lambda t: t is None)
-    shown = [board.shown(title, run) for title, run in (("DeCoPrune", deco), ("Random (its per-chunk counts)", random_))
-             if run is not None]
+    extra = [board.shown(title, run) for title, run in (("DeCoPrune at its default threshold", deco),
+                                                        ("Random (its per-chunk counts)", random_)) if run is not None]
     reverse = None
     if deco is not None:
         deco_pr = board.score(deco)[2]
         reverse = _find(runs, lambda r: _field(r, "method") == "decoprune_reverse" and _target(r) is not None
                         and abs(float(_target(r)) - deco_pr) <= MATCHED_PR)  # type: ignore[arg-type]
     if reverse is not None:
-        shown.append(board.shown("Reverse at DeCoPrune's PR", reverse))
-    parts, missing = [], []
-    for a, b, what in ((deco, random_, "DeCoPrune − Random"), (deco, reverse, "DeCoPrune − Reverse at matched PR")):
-        if a is None or b is None:
-            missing.append(what)
-            continue
-        d, ci, n = board.paired(a, b)
-        shown.append(f"{what} {_ci(d, ci)} ({n} pairs)")
-        parts.append(lead(d, ci))
-    beside = {m: arm(m, lambda t: t is not None and abs(t - SUPPLEMENTARY_PR) < 1e-6)
-              for m in ("decoprune", "random", "decoprune_reverse")}
+        extra.append(board.shown("Reverse at DeCoPrune's PR", reverse))
+    for b, what in ((random_, "DeCoPrune − Random"), (reverse, "DeCoPrune − Reverse at DeCoPrune's PR")):
+        if deco is not None and b is not None:
+            d, ci, n = board.paired(deco, b)
+            extra.append(f"{what} {_ci(d, ci)} ({n} pairs)")
     default_reverse = arm("decoprune_reverse", lambda t: t is None)
-    titles = {"decoprune": "DeCoPrune", "random": "Random", "decoprune_reverse": "Reverse"}
-    extra = [board.shown(f"{titles[m]} @ PR {SUPPLEMENTARY_PR:g}", run) for m, run in beside.items() if run is not None]
-    matched_deco = beside["decoprune"]
-    for other in ("random", "decoprune_reverse"):
-        matched_other = beside[other]
-        if matched_deco is not None and matched_other is not None:
-            d, ci, n = board.paired(matched_deco, matched_other)
-            extra.append(f"DeCoPrune − {titles[other]} @ PR {SUPPLEMENTARY_PR:g} {_ci(d, ci)} ({n} pairs)")
     if default_reverse is not None:
         extra.append(board.shown("Reverse at its default threshold", default_reverse))
-    measured = "; ".join(shown) + (f" (beside: {'; '.join(extra)})" if extra else "")
+    measured = "; ".join(shown) + (f" (beside, the default-threshold run: {'; '.join(extra)})" if extra else "")
     if missing:
-        return measured or "—", NOT_RUN, "not run: " + ", ".join(missing)
-    return measured, combined(parts), _tally(parts)
+        return Reading(measured or "—", verdict=NOT_RUN, note="not run: " + ", ".join(missing))
+    return Reading(measured, tuple(claims))
 
 
-def rope_finding(folder: Path) -> tuple[str, str, str]:
+def rope_finding(folder: Path) -> Reading:
     runs = entries(folder)
     if not runs:
-        return "—", NOT_RUN, f"no runs under {folder}"
+        return Reading("—", verdict=NOT_RUN, note=f"no runs under {folder}")
     board = _Board(runs)
     delta: dict[str, tuple[float, float, int]] = {}
+    arms: dict[str, tuple[RunRecords, RunRecords]] = {}
     shown = []
     for method in ("fullkv", "streaming", "decoprune", "decoprune_hs", "random", "tempdiff"):
         on, off = (_labelled(runs, f"{method}-reindex_{arm}") for arm in (True, False))
         if on is not None and off is not None:
+            arms[method] = (on, off)
             delta[method] = board.paired(on, off)
             shown.append(f"{method} {board.score(on)[0]:.4f} / {board.score(off)[0]:.4f} "
                          f"(with − without {_ci(*delta[method][:2])})")
     backbone = _field(runs[0], "backbone") or "this backbone"
     missing = [m for m in ("fullkv", "streaming") if m not in delta]
     if missing:
-        return "; ".join(shown) or "—", NOT_RUN, f"not run with and without the re-index: {', '.join(missing)}"
-    (fd, fci, n), (sd, sci, _) = delta["fullkv"], delta["streaming"]
+        return Reading("; ".join(shown) or "—", verdict=NOT_RUN,
+                       note=f"not run with and without the re-index: {', '.join(missing)}")
+    fd, n = delta["fullkv"][0], delta["fullkv"][2]
     if fd < ROPE_VISIBLE:
-        return "; ".join(shown), UNTESTABLE, (
-            f"on {backbone}, FullKV loses {fd:.4f} without the re-index, less than the {ROPE_VISIBLE:g} a backbone "
-            "must lose to show the effect: this backbone cannot show it (docs/tiny_model.md says why)")
-    parts = [lead(fd, fci), similar(sd, sci)]
-    return "; ".join(shown), combined(parts), f"{backbone}, {n} pairs; " + _tally(parts)
+        return Reading("; ".join(shown), verdict=UNTESTABLE, note=(
+            f"on {backbone}, FullKV {changes(fd)} without the re-index, less than the {ROPE_VISIBLE:g} a backbone "
+            "must lose to show the effect: this backbone cannot show it (docs/tiny_model.md says why)"))
+    claims = (board.claim("FullKV with − without the re-index", LEAD, *arms["fullkv"]),
+              board.claim("Streaming with − without the re-index", EQUIVALENT, *arms["streaming"]))
+    return Reading("; ".join(shown), claims, note=f"{backbone}, {n} pairs; ")
 
 
-def short_context_finding(folder: Path) -> tuple[str, str, str]:
+def short_context_finding(folder: Path) -> Reading:
     runs = entries(folder)
     if not runs:
-        return "—", NOT_RUN, f"no runs under {folder}"
+        return Reading("—", verdict=NOT_RUN, note=f"no runs under {folder}")
     board = _Board(runs)
     at_pr = [r for r in runs if _target(r) is not None and abs(_target(r) - PAPER_PR) < 1e-6]  # type: ignore[operator]
     deco = _find(at_pr, lambda r: _field(r, "method") == "decoprune")
     full = _find(runs, lambda r: _field(r, "method") == "fullkv")
     shown = [board.shown("FullKV", full)] if full is not None else []
     shown += [board.shown(str(_field(r, "method")), r) for r in at_pr]
-    others = [r for r in at_pr if r is not deco]
-    if deco is None or not others:
-        return "; ".join(shown) or "—", NOT_RUN, (f"DeCoPrune and at least one other method calibrated to PR "
-                                                  f"{PAPER_PR:g} are needed")
-    parts = []
-    for other in others:
+    if deco is None or full is None:
+        return Reading("; ".join(shown) or "—", verdict=NOT_RUN,
+                       note=f"FullKV and DeCoPrune calibrated to PR {PAPER_PR:g} are needed")
+    d, ci, n = board.paired(deco, full)
+    shown.append(f"DeCoPrune − FullKV {_ci(d, ci)} ({n} pairs)")
+    beside = []
+    for other in (r for r in at_pr if r is not deco):
         d, ci, n = board.paired(deco, other)
-        shown.append(f"DeCoPrune − {_field(other, 'method')} {_ci(d, ci)} ({n} pairs)")
-        parts.append(lead(d, ci))
-    if full is not None:
-        d, ci, n = board.paired(deco, full)
-        shown.append(f"beside: DeCoPrune − FullKV {_ci(d, ci)} ({n} pairs)")
-    return "; ".join(shown), combined(parts), _tally(parts)
+        beside.append(f"DeCoPrune − {_field(other, 'method')} {_ci(d, ci)} ({n} pairs)")
+    measured = "; ".join(shown) + (f" (beside, whether DeCoPrune leads the others: {'; '.join(beside)})"
+                                   if beside else "")
+    return Reading(measured, (board.claim("DeCoPrune − FullKV", NONINFERIOR, deco, full),))
 
 
-def gate_finding(folder: Path) -> tuple[str, str, str]:
+def gate_finding(folder: Path) -> Reading:
     runs = entries(folder)
     if not runs:
-        return "—", NOT_RUN, f"no runs under {folder}"
+        return Reading("—", verdict=NOT_RUN, note=f"no runs under {folder}")
     gate = backbone_gate(runs)
     if gate.empty:
-        return "—", NOT_RUN, "FullKV and the no-context control are both needed"
+        return Reading("—", verdict=NOT_RUN, note="FullKV and the no-context control are both needed")
     measured = "; ".join(f"{r.backbone}: FullKV − no context {_ci(r.delta, r.delta_ci95)} ({r.n_pairs} pairs), "
                          f"gate {'passes' if r.passes else 'fails'}" for r in gate.itertuples())
-    return measured, UNTESTABLE, f"needs {BY_NUMBER[6].needs}; the gate here only shows the tiny backbone uses " \
-                                 "its context"
+    return Reading(measured, verdict=UNTESTABLE, note=f"needs {BY_NUMBER[6].needs}; the gate here only shows the "
+                                                      "tiny backbone uses its context")
 
 
-def quality_finding(folder: Path) -> tuple[str, str, str]:
+def quality_finding(folder: Path) -> Reading:
     tables = sorted(folder.glob("*/leaderboard/quality_vs_memory.csv"))
     if not tables:
-        return "—", NOT_RUN, f"no quality_vs_memory.csv under {folder}/<data>/leaderboard/"
+        return Reading("—", verdict=NOT_RUN, note=f"no quality_vs_memory.csv under {folder}/<data>/leaderboard/")
     table = pd.read_csv(tables[0])
     memory = table[table["kind"] == "memory"]
     quality = table[table["kind"] == "quality"]
@@ -328,14 +383,15 @@ def quality_finding(folder: Path) -> tuple[str, str, str]:
         table["pr_low"].min(), table["pr_high"].max(), span(memory, str))
     if set(paper["metric"]) == set(PAPER_QUALITY) and not memory.empty:
         measured += "; " + span(paper, str)
-        margin = BY_NUMBER[7].margin
+        margin = float(BY_NUMBER[7].margin or 0)
         said = flat(float(memory["min_vs_fullkv"].min()), float(paper["min_vs_fullkv"].min()),
                     float(paper["max_vs_fullkv"].max()), margin)
         inside = (paper["min_vs_fullkv"] >= 1 - margin) & (paper["max_vs_fullkv"] <= 1 + margin)
-        return measured, said, f"outside the band: {', '.join(paper.loc[~inside, 'metric']) or 'none'}"
+        return Reading(measured, verdict=said,
+                       note=f"outside the band: {', '.join(paper.loc[~inside, 'metric']) or 'none'}")
     measured += "; stand-in: " + span(stand_in, lambda m: m + (" (camera motion)" if m == "temporal_flickering" else ""))
     absent = [m for m in PAPER_QUALITY if m not in set(paper["metric"])]
-    return measured, UNTESTABLE, f"the paper's {', '.join(absent)} are not measured here"
+    return Reading(measured, verdict=UNTESTABLE, note=f"the paper's {', '.join(absent)} are not measured here")
 
 
 @dataclass(frozen=True)
@@ -367,19 +423,51 @@ EXPERIMENTS = (
 """Each finding's reader, folder under ``<out>`` and commands (``{o}``: the overrides it ran with)."""
 
 
-def collect(out: Path, setup: str = "", extra_for: dict[int, str] | None = None) -> list[Finding]:
-    """Every finding from the outputs under ``out`` (``setup``: overrides appended to each run command;
-    ``extra_for``: more overrides for the findings whose numbers it names, as they were run)."""
+def read_all(out: Path, setup: str = "", extra_for: dict[int, str] | None = None
+             ) -> list[tuple[Criterion, str, Reading]]:
+    """Every finding's criterion, command and reading from the outputs under ``out`` (``setup``: overrides
+    appended to each run command; ``extra_for``: more overrides for the findings whose numbers it names)."""
     rows = []
     for experiment in EXPERIMENTS:
         overrides = " ".join(o for o in (setup, (extra_for or {}).get(experiment.number, "")) if o.strip())
         command = "; ".join(c.replace("{o}", f" {overrides}" if overrides else "") for c in experiment.commands)
         try:
-            measured, said, outcome = experiment.read(out / experiment.folder)
+            reading = experiment.read(out / experiment.folder)
         except ReportError as err:  # e.g. a run still being written: the row says so, the table is still written
-            measured, said, outcome = "—", NOT_RUN, f"its outputs could not be read: {err}"
-        rows.append(Finding(BY_NUMBER[experiment.number], measured, command, said, outcome))
+            reading = Reading("—", verdict=NOT_RUN, note=f"its outputs could not be read: {err}")
+        rows.append((BY_NUMBER[experiment.number], command, reading))
     return rows
+
+
+def decide_table(*worlds: list[tuple[Criterion, str, Reading]], names: tuple[str, ...] = ()) -> list[list[Finding]]:
+    """The findings of every world the table shows, their claims decided as one family (every part of every row,
+    in every world: :func:`cmbench.report.verdicts.decide`); ``names`` prefix each world's claims in the verdict
+    CSV."""
+    claims = [replace(claim, name=f"{names[w] if w < len(names) else ''}{c.number}. {claim.name}",
+                      margin=claim.margin if claim.margin is not None else c.margin)
+              for w, world in enumerate(worlds) for c, _, reading in world for claim in reading.claims]
+    decided = iter(decide(claims))
+    out = []
+    for world in worlds:
+        findings = []
+        for criterion, command, reading in world:
+            mine = tuple(next(decided) for _ in reading.claims)
+            said = reading.verdict or combined(d.verdict for d in mine)
+            outcome = reading.note if reading.verdict else reading.note + tally([d.verdict for d in mine])
+            findings.append(Finding(criterion, reading.measured, command, said, outcome, mine))
+        out.append(findings)
+    return out
+
+
+def collect(out: Path, setup: str = "", extra_for: dict[int, str] | None = None) -> list[Finding]:
+    """Every finding from the outputs under ``out``, its table's claims decided as one family (:func:`read_all`,
+    :func:`decide_table`)."""
+    return decide_table(read_all(out, setup, extra_for))[0]
+
+
+def verdict_rows(*worlds: list[Finding]) -> list[Decided]:
+    """Every decided claim of the table, in its rows' order: the table's verdict CSV."""
+    return [d for world in worlds for f in world for d in f.decided]
 
 
 def _cell(text: object) -> str:
@@ -418,6 +506,10 @@ GPU = ("The GPU reproduction is `bash scripts/reproduce_paper.sh --setup \"data=
        "scorer=owl_sam_dino\"` (every command with those overrides); it has not been run here.")
 
 
+VERDICTS_NAME = "paper_findings_verdicts.csv"
+"""The findings table's verdict CSV, written beside the table (``scripts/paper_findings.py``)."""
+
+
 def page(out: Path, *, second: Path | None = None, second_name: str = "world_seed 2", setup: str = "",
          extra: str = "", extra_for: dict[int, str] | None = None,
          note: str = "") -> tuple[str, list[Finding], list[Finding] | None]:
@@ -430,8 +522,10 @@ def page(out: Path, *, second: Path | None = None, second_name: str = "world_see
     """
     extra_for = extra_for or {}
     overrides = " ".join(s for s in (setup, extra) if s.strip())
-    findings = collect(out, overrides, extra_for)
-    again = collect(second, overrides, extra_for) if second is not None else None
+    worlds = [read_all(out, overrides, extra_for)] + ([read_all(second, overrides, extra_for)] if second else [])
+    decided = decide_table(*worlds, names=("", f"[{second_name}] "))
+    findings, again = decided[0], (decided[1] if second is not None else None)
+    family = verdict_rows(*decided)
     preamble = "\n".join([
         f"Generated by `python scripts/paper_findings.py` from the run records under `{out}`"
         + (f" and, for the second-world column, `{second}` ({second_name})" if second is not None else "")
@@ -445,6 +539,10 @@ def page(out: Path, *, second: Path | None = None, second_name: str = "world_see
         "does not hold or is inconclusive) is stated once, below the table; \"cannot be tested here\": the "
         "criterion needs what this setup lacks (the row says what, and shows what was measured); \"not run\": "
         "its outputs are absent. " + GPU,
+        "",
+        f"Every claim the table decides, in {'both worlds' if second is not None else 'its world'}, is one family "
+        f"(docs/verdicts.md): {correction_text(family)}; each claim's simultaneous interval, p and adjusted p are in "
+        "the verdict CSV beside this table (`paper_findings_verdicts.csv`).",
     ])
     text = markdown(findings, title="The paper's findings on CMBench", preamble=preamble, second=again,
                     second_name=second_name if second is not None else "")

@@ -119,9 +119,9 @@ def families_block(root: Path) -> str:
         head = top_words(f"{top['method']} ({top['family']}) {top['score']:.3f}",
                          None if runner is None else f"{runner['method']} {runner['score']:.3f}",
                          None if lead is None else str(lead["verdict"]))
-        words = [f"{w}: {', '.join(entries)}" for (order, w), entries in against.items() if order == target]
+        groups = [f"{w}: {', '.join(entries)}" for (order, w), entries in against.items() if order == target]
         where = "The formats alone" if target < 0 else f"At {target:g} of FullKV's bytes"
-        lines.append(f"- {where}: {head}; " + "; ".join(words) + ".")
+        lines.append(f"- {where}: {head}; " + "; ".join(groups) + ".")
     return "\n".join(lines)
 
 

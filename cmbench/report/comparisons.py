@@ -4,8 +4,10 @@ By default each entry is compared with FullKV, one direction (:func:`comparison_
 reference, so a board of ``n`` methods makes ``n - 1`` comparisons; other pairs are asked for. Pairs
 match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown); a comparison gives the
 mean difference with its cluster-robust 95% CI (contexts are the clusters: the tasks and seeds of one
-context video are not independent), wins / ties / losses and the p-value of the cluster-robust paired
-t-test (:mod:`cmbench.report.statistics`).
+context video are not independent), wins / ties / losses, the p-value of the cluster-robust paired
+t-test (:mod:`cmbench.report.statistics`) and that p-value adjusted for the table's rows (Bonferroni,
+``min(1, m p)`` over its ``m`` rows: the tests one table prints are one family, docs/verdicts.md). Two entries
+whose caches stored their rows in different precisions (``cache_dtype``) are not compared.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pandas as pd
 from cmbench.registry import did_you_mean
 from cmbench.report.reading import ReportError, RunRecords
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test
+from cmbench.report.verdicts import one_precision, precision_of
 
 REFERENCE_METHOD = "fullkv"
 """The entry every other is compared with in ``paired_deltas.csv`` and, by default, ``comparisons.csv``."""
@@ -43,7 +46,9 @@ def both_finished(a: RunRecords, b: RunRecords) -> tuple[pd.DataFrame, pd.DataFr
 
 
 def _paired(a: RunRecords, b: RunRecords) -> dict[str, Any]:
-    """``a`` minus ``b`` over the pairs both finished: mean, clustered CI, p-value, wins/ties/losses."""
+    """``a`` minus ``b`` over the pairs both finished: mean, clustered CI, p-value, wins/ties/losses, pairs and
+    contexts; entries of different cache precision raise :class:`cmbench.report.verdicts.VerdictError`."""
+    one_precision({r.label: precision_of(r.frame, f"{r.path}") for r in (a, b)}, f"comparing {a.label} with {b.label}")
     keys = _pair_keys(a, b)
     pairs = successful(a.frame).merge(successful(b.frame)[[*keys, "score"]], on=keys, suffixes=("", "_other"))
     delta = (pairs["score"] - pairs["score_other"]).to_numpy(dtype=np.float64)
@@ -51,7 +56,7 @@ def _paired(a: RunRecords, b: RunRecords) -> dict[str, Any]:
     mean, ci = clustered_mean_ci(delta, clusters)
     return {"delta": mean, "delta_ci95": ci, "p_value": clustered_t_test(delta, clusters),
             "wins": int((delta > 0).sum()), "ties": int((delta == 0).sum()), "losses": int((delta < 0).sum()),
-            "n_pairs": int(len(delta))}
+            "n_pairs": int(len(delta)), "contexts": int(len(set(clusters)))}
 
 
 def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
@@ -59,7 +64,8 @@ def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
     win/tie/loss counts over the (task_id, seed) pairs both finished (task_id alone when a side's
     seeds are unknown)."""
     reference = next((r for r in runs if r.label == REFERENCE_METHOD), None)
-    cols = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs", "p_value"]
+    cols = ["method", "metric", "delta_vs_fullkv", "delta_ci95", "wins", "ties", "losses", "n_pairs", "p_value",
+            "p_adjusted", "contexts"]
     if reference is None:
         return pd.DataFrame(columns=cols)
     rows = []
@@ -67,7 +73,14 @@ def paired_deltas(runs: list[RunRecords]) -> pd.DataFrame:
         if run is not reference:
             stats = _paired(run, reference)
             rows.append({"method": run.label, "metric": run.metric, "delta_vs_fullkv": stats.pop("delta"), **stats})
-    return pd.DataFrame(rows, columns=cols)
+    return adjusted(pd.DataFrame(rows, columns=cols))
+
+
+def adjusted(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``p_adjusted``: each row's ``p_value`` times the number of rows with a p-value, at most 1
+    (Bonferroni over the table's tests: below 0.05 exactly when the simultaneous interval excludes 0)."""
+    m = int(table["p_value"].notna().sum())
+    return table.assign(p_adjusted=(table["p_value"] * m).clip(upper=1.0))
 
 
 def _label_of(runs: list[RunRecords], name: str, knob: str) -> str:
@@ -120,5 +133,5 @@ def comparisons(runs: list[RunRecords], pairs: Iterable[tuple[str, str]]) -> pd.
     by_label = {r.label: r for r in runs}
     rows = [{"method": a, "versus": b, "metric": by_label[a].metric, **_paired(by_label[a], by_label[b]),
              "test": "cluster-robust paired t-test"} for a, b in pairs]
-    return pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins", "ties",
-                                       "losses", "n_pairs", "test"])
+    return adjusted(pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins",
+                                                "ties", "losses", "n_pairs", "test", "p_adjusted", "contexts"]))

@@ -1,0 +1,104 @@
+"""The claims each published board states, decided by :mod:`cmbench.report.verdicts` (one family per board).
+
+A board is its leaderboard CSV and its paired comparisons CSV (``comparisons.csv`` of ``python -m cmbench
+leaderboard``); its claims are what the README and the board's markdown say about its entries:
+
+- **families** (results/miniworld/families_bytes*): each entry against FullKV is an *equivalent* claim ("level
+  with FullKV" only where it holds; "below/above FullKV by more than the margin" where it does not; "not
+  resolved" otherwise), and at each bytes target (and for the storage formats alone) the top entry's *lead*
+  over the runner-up ("best" only where it holds, else "top group (not resolved)");
+- **kvpress** (results/miniworld/kvpress_*): each press against Random at DeCoPrune's per-chunk counts is an
+  *equivalent* claim, and against DeCoPrune a *deficit* claim.
+
+``python scripts/board_verdicts.py`` writes each board's verdict CSV beside it; ``scripts/families_bytes.sh``
+does so for the families board it builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from cmbench.report.families import bytes_target
+from cmbench.report.reading import read_table
+from cmbench.report.verdicts import (
+    DEFICIT,
+    EQUIVALENT,
+    LEAD,
+    Claim,
+    Decided,
+    claim_of_pair,
+    decide,
+    one_precision,
+)
+
+REFERENCE = "fullkv"
+PAIR_COLUMNS = ("method", "versus", "delta", "delta_ci95", "p_value", "n_pairs")
+KVPRESS_RANDOM, KVPRESS_DECOPRUNE = "random@pr85", "decoprune@pr85"
+"""The kvpress board's controls: Random at DeCoPrune's per-chunk counts and DeCoPrune, both at PR 0.85."""
+
+
+def read_board(board_path: Path, pairs_path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A board's leaderboard CSV and comparisons CSV, read as data, its entries of one cache precision (the
+    ``cache_dtype`` column; absent: every entry float32, boards from before it)."""
+    board = read_table(board_path, ("method", "score"), "leaderboard", "leaderboard")
+    pairs = read_table(pairs_path, PAIR_COLUMNS, "comparisons", "leaderboard")
+    board["score"] = pd.to_numeric(board["score"], errors="raise")
+    for column in PAIR_COLUMNS[2:]:
+        pairs[column] = pd.to_numeric(pairs[column], errors="raise")
+    if "cache_dtype" in board.columns:
+        one_precision({str(m): "float32" if pd.isna(d) else str(d) for m, d in zip(board["method"], board["cache_dtype"])},
+                      str(board_path))
+    return board, pairs
+
+
+def target_groups(board: pd.DataFrame) -> list[tuple[float | None, pd.DataFrame]]:
+    """The board's entries but FullKV by bytes target (largest first; the storage formats alone, no target,
+    last), each group sorted by score, highest first."""
+    rows = board[board["method"] != REFERENCE].copy()
+    rows["target"] = [bytes_target(str(m)) for m in rows["method"]]
+    rows["order"] = rows["target"].fillna(-1.0)
+    rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
+    return [(None if order < 0 else float(order), group) for order, group in rows.groupby("order", sort=False)]
+
+
+def families_claims(board: pd.DataFrame, pairs: pd.DataFrame, where: str) -> list[Claim]:
+    """The families board's claims: every entry level with FullKV, then each target's top entry ahead of its
+    runner-up (a pair the comparisons lack is listed, untested)."""
+    claims = [claim_of_pair(pairs, str(m), REFERENCE, EQUIVALENT, f"{m} level with {REFERENCE}", where)
+              for _, group in target_groups(board) for m in group["method"]]
+    for _, group in target_groups(board):
+        if len(group) > 1:
+            top, runner = (str(m) for m in group["method"].iloc[:2])
+            claims.append(claim_of_pair(pairs, top, runner, LEAD, f"{top} ahead of {runner}", where))
+    return claims
+
+
+def kvpress_claims(board: pd.DataFrame, pairs: pd.DataFrame, where: str) -> list[Claim]:
+    """The kvpress board's claims: each press level with Random (at DeCoPrune's per-chunk counts), and each press
+    below DeCoPrune."""
+    presses = [str(m) for m in board.sort_values("score", ascending=False, kind="stable")["method"]
+               if str(m).startswith("kvpress_")]
+    return [claim_of_pair(pairs, p, KVPRESS_RANDOM, EQUIVALENT, f"{p} level with {KVPRESS_RANDOM}", where)
+            for p in presses] + \
+        [claim_of_pair(pairs, p, KVPRESS_DECOPRUNE, DEFICIT, f"{p} below {KVPRESS_DECOPRUNE}", where) for p in presses]
+
+
+BOARDS: dict[str, Callable[[pd.DataFrame, pd.DataFrame, str], list[Claim]]] = {
+    "families": families_claims, "kvpress": kvpress_claims}
+"""Each board's claims, by its name."""
+
+
+COMMITTED = {
+    "families": tuple(Path(f"results/miniworld/families_bytes{s}.csv") for s in ("", "_comparisons", "_verdicts")),
+    "kvpress": tuple(Path(f"results/miniworld/kvpress_{s}.csv") for s in ("leaderboard", "comparisons", "verdicts")),
+}
+"""Each committed board: its leaderboard CSV, comparisons CSV and verdict CSV (relative to the repository)."""
+
+
+def board_verdicts(kind: str, board_path: Path, pairs_path: Path) -> list[Decided]:
+    """The claims of the board ``kind`` (:data:`BOARDS`) read from its CSVs, decided as one family."""
+    board, pairs = read_board(board_path, pairs_path)
+    return decide(BOARDS[kind](board, pairs, str(pairs_path)))
