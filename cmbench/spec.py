@@ -441,16 +441,45 @@ def generation_settings(generation: Mapping[str, Any]) -> GenerationSettings:
     )
 
 
+def _beside_weights(backbone: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``.json`` config beside the backbone's weights (``path``), or ``{}`` when there is none."""
+    if not backbone.get("path"):
+        return {}
+    beside = Path(str(backbone["path"])).with_suffix(".json")
+    try:
+        meta = json.loads(beside.read_text()) if beside.is_file() else {}
+    except (OSError, ValueError):
+        meta = {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def declared_chunk_tokens(backbone: Mapping[str, Any]) -> int | None:
+    """Tokens of one chunk from the backbone's config alone: a planned backbone's geometry, or the tiny
+    model's config beside its weights; ``None`` when neither says."""
+    from cmbench.backbones.memory.run_plan import geometry_of, plans_memory
+
+    if plans_memory(backbone):
+        try:
+            return geometry_of(backbone).tokens_per_chunk
+        except (KeyError, TypeError, ValueError):
+            return None
+    meta = _beside_weights(backbone)
+    dit = meta.get("dit")
+    if "TinyWorldModel" in str(backbone.get("_target_", "")) and isinstance(dit, Mapping) \
+            and _number(meta.get("chunk_frames")) and isinstance(dit.get("patch_size"), list):
+        from cmbench.backbones.tiny import FRAME_SIZE
+
+        _, ph, pw = (int(p) for p in dit["patch_size"])
+        return int(meta["chunk_frames"]) * (FRAME_SIZE // 2 // ph) * (FRAME_SIZE // 2 // pw)
+    return None
+
+
 def declared_head_dim(backbone: Mapping[str, Any]) -> int | None:
     """The backbone's head dim from its config alone: its ``dit`` block, or the ``.json`` config beside
     its weights (``path``); ``None`` when neither says (the cache checks it when it is built)."""
     dit = backbone.get("dit")
-    if not isinstance(dit, Mapping) and backbone.get("path"):
-        beside = Path(str(backbone["path"])).with_suffix(".json")
-        try:
-            dit = json.loads(beside.read_text()).get("dit") if beside.is_file() else None
-        except (OSError, ValueError):
-            dit = None
+    if not isinstance(dit, Mapping):
+        dit = _beside_weights(backbone).get("dit")
     if isinstance(dit, Mapping) and _number(dit.get("dim")) and _number(dit.get("num_heads")) and dit["num_heads"]:
         return int(dit["dim"]) // int(dit["num_heads"])
     return None
@@ -463,11 +492,11 @@ def storage_spec(block: Any, backbone: Mapping[str, Any]) -> StorageFormat:
     ------
     ConfigError
         One line naming the knob and its limit (a bit width not in {2, 4, 8}, a group size that does
-        not divide the head dim, a negative recent window).
+        not divide the head dim, a negative recent window, more qvg clusters than a chunk's tokens).
     """
     if block is not None and not isinstance(block, Mapping):
-        raise ConfigError(f"storage={block!r}: expected a storage group (storage=fp, kivi or qvg)")
-    return storage_format(block).check(declared_head_dim(backbone))
+        raise ConfigError(f"storage={block!r}: expected a storage group (storage=fp, kivi, qvg or chunkmean)")
+    return storage_format(block).check(declared_head_dim(backbone), declared_chunk_tokens(backbone))
 
 
 def cache_dtype_spec(block: Any) -> str | None:
@@ -616,7 +645,7 @@ def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dic
         out["method"] = canonical_method_config(out["method"], method)
     storage = storage_format(out.pop("storage", None))
     if storage.quantized:  # full precision hashes as before storage formats existed
-        out["storage"] = asdict(storage)
+        out["storage"] = storage.knobs()
     dtype = cache_dtype_spec(out.pop("cache", None))
     if dtype is not None:  # the model's own precision hashes as before cache.dtype existed
         out["cache"] = {"dtype": dtype}

@@ -22,7 +22,7 @@ from cmbench.cache.rope import RopeSpec
 D, H, T = 32, 2, 16
 L = 2 * T
 KIVI = StorageFormat("kivi", bits=4, group_size=16, residual=8)
-QVG = StorageFormat("qvg", bits=2, group_size=16, residual=0, stages=2)
+QVG = StorageFormat("qvg", bits=2, group_size=16, residual=0, stages=2, clusters=4, iters=3)
 
 
 @pytest.fixture(params=["fused", "float32 logits"])

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # whole runs of a tiny model, in process
 
 TASK = "syn_001_reappear_01"
 KIVI = ["storage=kivi", "storage.group_size=4", "storage.residual=0"]
-QVG = ["storage=qvg", "storage.group_size=4", "storage.residual=0"]
+QVG = ["storage=qvg", "storage.group_size=4", "storage.residual=0", "storage.clusters=2"]
 
 
 @pytest.fixture(scope="module")

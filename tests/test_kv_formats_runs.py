@@ -62,7 +62,7 @@ def test_decoprune_in_qvg_on_a_tiny_wan_dit(vae, text):  # noqa: F811
     cond = WanCondition("t", ("a vase",) * 6, "go back", 8, WanCameraPlan.static((16.0, 16.0, 16.0, 16.0)),
                         FirstFrameLatents(vae, np.full((32, 32, 3), 90, np.uint8)))
     context = torch.randn(1, 16, 8, 4, 4, generator=torch.Generator().manual_seed(1))  # 4 chunks of 2 frames
-    fmt = StorageFormat("qvg", bits=4, group_size=6, residual=0, stages=1)  # head dim 12
+    fmt = StorageFormat("qvg", bits=4, group_size=6, residual=0, stages=1, clusters=2, iters=3)  # head dim 12, 8-token chunks
     check_close(*run_both(lingbot(vae, text), context, cond, fmt, 4, DECOPRUNE), max_rel=0.1)
 
 

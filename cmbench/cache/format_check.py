@@ -6,11 +6,13 @@ outlier channels in the keys, as real keys have), drops every third token and co
 
 - ``round trip``: every decoded history entry (the recent window aside, which must be exact) is within
   ``bound`` of the original: half a quantization step of the head's whole range for kivi (a group's
-  range is never wider), twice that for qvg (the chunk mean can widen a token's residual range to twice
-  the head's); the recent window's entries equal the originals;
+  range is never wider), twice that for chunkmean (the chunk mean can widen a token's residual range to
+  twice the head's); for qvg half a symmetric step (``absmax / (2**(bits-1) - 1)``) of the head's range,
+  doubled for each k-means stage after the first (a stage's centroid lies within the range of what it
+  clustered, so each stage at most doubles the residual's range);
 - ``bytes``: ``stored_bytes()`` equals the count from the format's layout alone
   (:func:`cmbench.cache.quantized.history_bytes`) and, after a trim, the bytes of the tensors the bank
-  holds (rows, tables, recent window).
+  holds (rows outside the recent window, tables, recent window).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def check_format(fmt: StorageFormat, head_dim: int = 32, heads: int = 2, tokens_
     got_k, got_v = bank.history()
     recent = torch.isin(bank.field("gid"), bank.tail_gid)
     levels = 2**fmt.bits - 1
-    widen = 2.0 if fmt.name == "qvg" else 1.0
+    widen = {"chunkmean": 2.0, "qvg": levels / (2 ** (fmt.bits - 1) - 1) * 2 ** (fmt.stages - 1)}.get(fmt.name, 1.0)
     worst = 0.0
     for got, orig in ((got_k, orig_k), (got_v, orig_v)):
         span = (orig.amax(dim=(0, 1, 3)) - orig.amin(dim=(0, 1, 3)))[None, None, :, None]  # per head
@@ -77,12 +79,14 @@ def check_format(fmt: StorageFormat, head_dim: int = 32, heads: int = 2, tokens_
             worst = float("inf")
     trip = FormatCheck("round trip", worst <= 1.0,
                        f"largest error {worst:.2f} of its bound (half a {fmt.bits}-bit step of the head's range"
-                       f"{', doubled' if widen > 1 else ''}); recent window exact")
+                       f"{f', times {widen:g}' if widen > 1 else ''}); recent window exact")
     prov = bank.field("frame") * 2**32 + bank.field("pos") // fmt.group_size
     counted = history_bytes(fmt, bank.n, heads, head_dim, 1, 4, key_groups=len(prov.unique()),
                             chunks=len(bank.field("chunk").unique()), recent=int(recent.sum()))
-    held = [bank.k, bank.v, *(bank.tail or ()), *(t.data for t in bank.tables if t.data is not None)]
-    tensors = sum(t.numel() * t.element_size() for t in held if t is not None)
+    held = [*(bank.tail or ()), *(t.data for t in bank.tables if t.data is not None)]
+    encoded = (~recent).nonzero().squeeze(1)  # the rows' slots that hold codes (a trim left no spare rows)
+    rows = [t.index_select(1, encoded) for t in (bank.k, bank.v) if t is not None]
+    tensors = sum(t.numel() * t.element_size() for t in [*held, *rows])
     stored = cache.stored_bytes()
     size = FormatCheck("bytes", stored == counted == tensors,
                        f"stored_bytes {stored}, counted from the layout {counted}, tensors held {tensors} "

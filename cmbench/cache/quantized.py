@@ -1,4 +1,4 @@
-"""Quantized KV storage: the bank formats ``kivi`` and ``qvg`` beside the full-precision ``fp``.
+"""Quantized KV storage: the bank formats ``kivi``, ``qvg`` and ``chunkmean`` beside the full-precision ``fp``.
 
 A format decides how a bank holds its history rows; what a method sees (rows, provenance, eviction,
 restore, forks) does not change. Every history row is *encoded* when its chunk is committed, into one
@@ -10,37 +10,49 @@ row; the parameters that several rows share live in a per-bank *table* keyed by 
     frame) is quantized to ``bits`` with one zero point and one scale, kept in the key table (keyed
     by ``(frame, pos // group_size)``); a row holds only its packed codes. Values: each token's
     channels in groups of ``group_size`` get their own zero point and scale, stored in the row.
-``qvg`` (Quant VideoGen's smoothing and progressive residual quantization)
-    Keys and values alike: the per-chunk mean (per head and channel, ``float16``, in the table keyed by
-    the chunk index) is subtracted, the residual is quantized per token in channel groups, and each
-    further stage (``stages``) quantizes what the previous stages left; a row holds every stage's codes,
-    zero points and scales.
+``qvg`` (Quant VideoGen, arXiv 2602.02958, as its authors' code builds it)
+    Keys and values alike, per chunk, layer and head. *Semantic-aware smoothing*: the chunk's tokens are
+    clustered by k-means into ``clusters`` groups and each token's centroid is subtracted. *Progressive
+    residual quantization*: each of ``stages`` k-means stages clusters what the previous stage left (stage
+    ``s`` is a vector quantizer of stage ``s - 1``'s residual), and the last residual is quantized to
+    ``bits`` per element, symmetric (``code = round(x / scale)`` in ``[-q, q]``, ``q = 2**(bits-1) - 1``,
+    ``scale = absmax / q``) with one scale per ``group_size`` channels. Stored: the centroids of every
+    stage (``float16``, the table keyed by chunk), and per token and head one ``uint8`` cluster id per
+    stage, the packed codes and the ``float16`` scales (the row).
+``chunkmean`` (the per-chunk-mean codec CMBench called ``qvg`` before it followed the paper)
+    Keys and values alike: the chunk's mean (per head and channel, ``float16``, the table keyed by chunk)
+    is subtracted, the residual is quantized per token in channel groups with a zero point and a scale,
+    and each further stage (``stages``) quantizes what the previous stages left.
 
-Both keep the last ``residual`` committed tokens in full precision as well (KIVI's recent window):
-attention reads those rows from the full-precision copy, which is dropped once a newer chunk pushes
-them out. Codes are packed ``8 // bits`` to a byte; zero points, scales and means are ``float16``.
+Each keeps the last ``residual`` committed tokens in full precision (KIVI's recent window), once: a row
+in the window is held only there (attention reads it from that copy) and is encoded when a newer chunk
+pushes it out, on the table entries fitted when its chunk was committed. Codes are packed ``8 // bits``
+to a byte; zero points, scales, means and centroids are ``float16``.
 
-Quantization is asymmetric: ``zero = min``, ``scale = (max - min) / (2**bits - 1)`` rounded in
-``float16`` so that the range is covered, codes ``round((x - zero) / scale)``; a decoded entry is
-``zero + code * scale``, within ``scale / 2`` of the original (per stage, of what that stage saw).
+kivi and chunkmean quantize asymmetrically: ``zero = min``, ``scale = (max - min) / (2**bits - 1)``
+rounded in ``float16`` so that the range is covered, codes ``round((x - zero) / scale)``; a decoded entry
+is ``zero + code * scale``, within ``scale / 2`` of the original (per stage, of what that stage saw).
+qvg's scale is rounded up in ``float16`` likewise, so a decoded residual is within ``scale / 2`` too.
 
-The bank's ``stored_bytes()`` is the exact device size of what it holds for its history: every row's
-codes and in-row parameters, the table entries its rows use, and the full-precision recent window.
+The bank's ``stored_bytes()`` is the exact device size of what it holds for its history: the encoded
+rows outside the recent window (codes and in-row parameters), the table entries its rows use, and the
+full-precision recent window.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
 from cmbench.errors import ConfigError
 
-FORMATS = ("fp", "kivi", "qvg")
+FORMATS = ("fp", "kivi", "qvg", "chunkmean")
 BITS = (2, 4, 8)
-PARAM = torch.float16  # zero points, scales, means
+PARAM = torch.float16  # zero points, scales, means, centroids
+MAX_CLUSTERS = 256  # a cluster id is one uint8
 
 
 @dataclass(frozen=True)
@@ -50,16 +62,21 @@ class StorageFormat:
     Attributes
     ----------
     name : str
-        ``fp`` (the cache's dtype, unchanged), ``kivi`` or ``qvg``.
+        ``fp`` (the cache's dtype, unchanged), ``kivi``, ``qvg`` or ``chunkmean``.
     bits : int
         Bits per code (2, 4 or 8).
     group_size : int
-        Channels per quantization group of a token (values; qvg keys too; must divide the head dim) and
-        token positions per key group (kivi keys).
+        Channels per quantization group of a token (values; qvg and chunkmean keys too; must divide the
+        head dim) and token positions per key group (kivi keys).
     residual : int
-        Most recent committed tokens also kept in full precision (>= 0).
+        Most recent committed tokens kept in full precision instead of encoded (>= 0).
     stages : int
-        Quantization stages of a token (qvg; kivi uses one).
+        qvg: k-means stages, each clustering the previous stage's residual; chunkmean: quantization stages
+        of a token; kivi uses one.
+    clusters : int or None
+        qvg: k-means clusters of each stage, per chunk, layer and head (1 to 256, at most a chunk's tokens).
+    iters : int or None
+        qvg: k-means iterations (assign, then move each centroid to its tokens' mean) of each stage.
     """
 
     name: str = "fp"
@@ -67,20 +84,30 @@ class StorageFormat:
     group_size: int = 32
     residual: int = 0
     stages: int = 1
+    clusters: int | None = None
+    iters: int | None = None
 
     @property
     def quantized(self) -> bool:
         return self.name != "fp"
 
     def label(self) -> str:
-        """How the format reads in a run label (``kivi4``, ``qvg2x2``); ``""`` for ``fp``."""
+        """How the format reads in a run label (``kivi4``, ``qvg2x1k16``, ``chunkmean2x2``); ``""`` for ``fp``."""
         if not self.quantized:
             return ""
-        stages = f"x{self.stages}" if self.name == "qvg" else ""
+        if self.name == "qvg":
+            return f"qvg{self.bits}x{self.stages}k{self.clusters}"
+        stages = f"x{self.stages}" if self.name == "chunkmean" else ""
         return f"{self.name}{self.bits}{stages}"
 
-    def check(self, head_dim: int | None = None) -> "StorageFormat":
-        """The format itself when its knobs are valid (``head_dim``: also that ``group_size`` divides it).
+    def knobs(self) -> dict[str, object]:
+        """The knobs that define the format (those a format does not use, ``None``, left out): what a run's
+        identity hashes, so that a kivi run hashes as it did before qvg's knobs existed."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def check(self, head_dim: int | None = None, chunk_tokens: int | None = None) -> "StorageFormat":
+        """The format itself when its knobs are valid (``head_dim``: also that ``group_size`` divides it;
+        ``chunk_tokens``: also that qvg's clusters fit in a chunk).
 
         Raises
         ------
@@ -103,14 +130,31 @@ class StorageFormat:
             raise ConfigError(f"storage.stages={self.stages!r}: expected a whole number in [1, 4]")
         if self.name == "kivi" and self.stages != 1:
             raise ConfigError(f"storage.stages={self.stages}: kivi quantizes in one stage (stages=1)")
+        if self.name != "qvg":
+            for knob in ("clusters", "iters"):
+                if getattr(self, knob) is not None:
+                    raise ConfigError(f"storage.{knob}={getattr(self, knob)!r}: only qvg clusters tokens")
+            return self
+        if not _whole(self.clusters) or not 1 <= self.clusters <= MAX_CLUSTERS:  # type: ignore[operator]
+            raise ConfigError(f"storage.clusters={self.clusters!r}: expected a whole number in [1, {MAX_CLUSTERS}] "
+                              "(a cluster id is one byte)")
+        if chunk_tokens is not None and self.clusters > chunk_tokens:  # type: ignore[operator]
+            raise ConfigError(f"storage.clusters={self.clusters}: more clusters than a chunk's {chunk_tokens} "
+                              f"tokens (at most {chunk_tokens})")
+        if not _whole(self.iters) or self.iters < 1:  # type: ignore[operator]
+            raise ConfigError(f"storage.iters={self.iters!r}: expected a whole number of k-means iterations >= 1")
         return self
 
     def codecs(self) -> tuple["Codec", "Codec"]:
         """The key and value codecs of a quantized format."""
         if self.name == "kivi":
             return ChannelGroups(self.bits, self.group_size), TokenGroups(self.bits, self.group_size, 1, False)
+        if self.name == "chunkmean":
+            side: Codec = TokenGroups(self.bits, self.group_size, self.stages, True)
+            return side, side
         if self.name == "qvg":
-            side = TokenGroups(self.bits, self.group_size, self.stages, True)
+            assert self.clusters is not None and self.iters is not None
+            side = ClusteredResidual(self.bits, self.group_size, self.stages, self.clusters, self.iters)
             return side, side
         raise ValueError(f"storage {self.name!r} stores rows unencoded")
 
@@ -136,18 +180,18 @@ def history_bytes(fmt: StorageFormat, tokens: int, heads: int, head_dim: int, ba
     key_groups : int
         Distinct kivi key groups ``(frame, pos // group_size)`` among the tokens.
     chunks : int
-        Distinct chunks among the tokens (qvg's means).
+        Distinct chunks among the tokens (the entries of qvg's centroids and chunkmean's means).
     recent : int
-        Tokens held in full precision as well (the recent window, at most ``residual``).
+        Tokens in the recent window (at most ``residual``): held in full precision only.
     """
     per_head = batch * heads
     if not fmt.quantized:
         return 2 * tokens * per_head * head_dim * element_bytes
     key, value = fmt.codecs()
-    rows = tokens * per_head * (key.width(head_dim) + value.width(head_dim))
-    param = torch.empty(0, dtype=PARAM).element_size()
-    tables = (key_groups * 2 * head_dim * param if fmt.name == "kivi" else chunks * 2 * head_dim * param) * per_head
-    return rows + tables + 2 * recent * per_head * head_dim * element_bytes
+    rows = (tokens - recent) * per_head * (key.width(head_dim) + value.width(head_dim))
+    tables = sum((key_groups if codec.key_kind == "key group" else chunks) * codec.entry_bytes(head_dim)
+                 for codec in (key, value))
+    return rows + tables * per_head + 2 * recent * per_head * head_dim * element_bytes
 
 
 def bytes_per_token(fmt: StorageFormat, head_dim: int, element_bytes: int, tokens_per_frame: int,
@@ -165,6 +209,10 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+QVG_DEFAULTS = {"clusters": 16, "iters": 10}
+"""qvg's k-means knobs where a ``storage`` block leaves them out (configs/storage/qvg.yaml states them)."""
+
+
 def storage_format(block: Mapping[str, object] | None) -> StorageFormat:
     """A ``storage`` config block as a checked :class:`StorageFormat` (``None``: ``fp``).
 
@@ -175,11 +223,13 @@ def storage_format(block: Mapping[str, object] | None) -> StorageFormat:
     """
     if not block:
         return StorageFormat()
-    known = {"name", "bits", "group_size", "residual", "stages"}
+    known = {"name", "bits", "group_size", "residual", "stages", "clusters", "iters"}
     extra = sorted(set(block) - known - {"description"})
     if extra:
         raise ConfigError(f"storage.{extra[0]}: not a storage knob (expected {', '.join(sorted(known))})")
     values = {k: block[k] for k in known if k in block and block[k] is not None}
+    if values.get("name") == "qvg":
+        values = {**QVG_DEFAULTS, **values}
     return StorageFormat(**values).check()  # type: ignore[arg-type]
 
 
@@ -257,6 +307,13 @@ class Table:
         assert self.data is not None
         return self.data.index_select(1, torch.searchsorted(self.keys, keys).to(self.data.device)).float()
 
+    def lookup(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distinct entries of these keys (``long [m]``, each present) in ``float32``,
+        ``[B, u, Hg, P, D]``, and each key's entry among them ``long [m]`` (entries not repeated per row)."""
+        assert self.data is not None
+        unique, inverse = keys.unique(return_inverse=True)
+        return self.data.index_select(1, torch.searchsorted(self.keys, unique).to(self.data.device)).float(), inverse
+
     def only(self, keys: torch.Tensor) -> "Table":
         """The entries of these keys (the others dropped)."""
         if self.data is None:
@@ -285,10 +342,21 @@ class Codec:
     """How one side (keys or values) of a row is encoded; rows of one table key share its entry."""
 
     bits: int
+    key_kind: ClassVar[str | None] = None
+    """What a table entry is shared by: ``"key group"`` (kivi's keys), ``"chunk"``, or ``None`` (no table)."""
 
     def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         """Table key of each row ``long [m]`` from its provenance, or ``None`` (no table)."""
         return None
+
+    def entry_bytes(self, head_dim: int) -> int:
+        """Bytes of one table entry of one head (0: no table)."""
+        return 0
+
+    def params(self, table: Table, keys: torch.Tensor) -> object:
+        """What :meth:`encode` and :meth:`decode` read of ``table`` for rows of these keys (``long [m]``):
+        here each row's entry, ``float32 [B, m, Hg, P, D]``."""
+        return table.rows(keys)
 
     def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
         """Most rows of one bank that share one table entry (1: no table)."""
@@ -302,11 +370,12 @@ class Codec:
         """Bytes of one row of one head."""
         raise NotImplementedError
 
-    def encode(self, x: torch.Tensor, params: torch.Tensor | None) -> torch.Tensor:
-        """``x [B, m, Hg, D]`` with its rows' table entries ``[B, m, Hg, P, D]`` -> ``uint8 [B, m, Hg, W]``."""
+    def encode(self, x: torch.Tensor, params: Any) -> torch.Tensor:
+        """``x [B, m, Hg, D]`` with what :meth:`params` read for its rows (``None``: no table) ->
+        ``uint8 [B, m, Hg, W]``."""
         raise NotImplementedError
 
-    def decode(self, raw: torch.Tensor, params: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    def decode(self, raw: torch.Tensor, params: Any, dtype: torch.dtype) -> torch.Tensor:
         """Inverse of :meth:`encode`: ``uint8 [B, m, Hg, W]`` -> ``[B, m, Hg, D]`` in ``dtype``."""
         raise NotImplementedError
 
@@ -317,9 +386,13 @@ class ChannelGroups(Codec):
 
     bits: int
     group: int
+    key_kind: ClassVar[str | None] = "key group"
 
     def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return prov["frame"] * 2**32 + prov["pos"] // self.group
+
+    def entry_bytes(self, head_dim: int) -> int:
+        return 2 * head_dim * PARAM.itemsize  # a zero point and a scale per channel
 
     def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
         return min(self.group, tokens_per_frame)
@@ -355,8 +428,15 @@ class TokenGroups(Codec):
     stages: int
     smooth: bool
 
+    @property
+    def key_kind(self) -> str | None:  # type: ignore[override]
+        return "chunk" if self.smooth else None
+
     def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
         return prov["chunk"].clone() if self.smooth else None
+
+    def entry_bytes(self, head_dim: int) -> int:
+        return head_dim * PARAM.itemsize if self.smooth else 0  # the chunk's mean
 
     def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
         return tokens_per_chunk if self.smooth else 1
@@ -394,4 +474,135 @@ class TokenGroups(Codec):
             codes = unpack_float(part[..., :code_bytes], self.bits).reshape(B, m, Hg, G, self.group)
             zs = _from_bytes(part[..., code_bytes:]).float()  # [B, m, Hg, 2 G]: zero points, then scales
             out = out + torch.addcmul(zs[..., :G, None], codes, zs[..., G:, None]).reshape(B, m, Hg, D)
+        return out.to(dtype)
+
+
+def nearest(x: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """Index of each point's nearest centroid (squared Euclidean; the lowest index on a tie), ``long [N, n]``,
+    of points ``x [N, n, D]`` and centroids ``[N, k, D]`` (``float32``)."""
+    dist = centroids.square().sum(-1).unsqueeze(1) - 2 * x @ centroids.transpose(1, 2)
+    return dist.argmin(-1)
+
+
+def kmeans(x: torch.Tensor, k: int, iters: int) -> torch.Tensor:
+    """``k`` centroids ``float32 [N, k, D]`` of each of ``N`` point sets ``x [N, n, D]`` (``n >= k``).
+
+    Seeded by farthest points (deterministic: the first point, then each time the point farthest from
+    the seeds so far), then ``iters`` Lloyd iterations (assign every point to its nearest centroid, move
+    each centroid to its points' mean; a centroid left without points stays where it is).
+    """
+    N, n, D = x.shape
+    x = x.float()
+    seeds = torch.zeros(N, k, dtype=torch.long, device=x.device)
+    gap = (x - x[:, :1]).square().sum(-1)  # [N, n]: squared distance to the nearest seed so far
+    for j in range(1, k):
+        seeds[:, j] = gap.argmax(-1)
+        new = x.gather(1, seeds[:, j, None, None].expand(N, 1, D))
+        gap = torch.minimum(gap, (x - new).square().sum(-1))
+    centroids = x.gather(1, seeds[..., None].expand(N, k, D))
+    for _ in range(iters):
+        ids = nearest(x, centroids)
+        sums = torch.zeros_like(centroids).scatter_add_(1, ids[..., None].expand(N, n, D), x)
+        count = torch.zeros(N, k, device=x.device).scatter_add_(1, ids, torch.ones(N, n, device=x.device))
+        centroids = torch.where(count[..., None] > 0, sums / count.clamp_min(1)[..., None], centroids)
+    return centroids
+
+
+def symmetric_scale(absmax: torch.Tensor, bits: int) -> torch.Tensor:
+    """``float16`` scale whose grid ``[-q, q] * scale`` (``q = 2**(bits-1) - 1``) covers ``[-absmax, absmax]``."""
+    q = 2 ** (bits - 1) - 1
+    scale = (absmax / q).to(PARAM)
+    short = scale.float() * q < absmax
+    return torch.where(short, torch.nextafter(scale, torch.full_like(scale, math.inf)), scale)
+
+
+@dataclass(frozen=True)
+class ClusteredResidual(Codec):
+    """Quant VideoGen: ``stages`` k-means stages of ``clusters`` centroids per chunk and head (table keyed by
+    chunk: ``[B, g, Hg, stages * clusters, D]``), each clustering the previous stage's residual, then the
+    last residual quantized symmetric to ``bits`` with one scale per ``group`` channels.
+
+    A row of one head: ``stages`` cluster ids (``uint8``), the packed codes (``D * bits / 8`` bytes), the
+    ``float16`` scales (``2 * D / group`` bytes). Encoding assigns each row to its nearest stored centroid
+    at each stage, so a row restored onto its chunk's entry gets its codes back.
+    """
+
+    bits: int
+    group: int
+    stages: int
+    clusters: int
+    iters: int
+    key_kind: ClassVar[str | None] = "chunk"
+
+    def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return prov["chunk"].clone()
+
+    def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
+        return tokens_per_chunk
+
+    def entry_bytes(self, head_dim: int) -> int:
+        return self.stages * self.clusters * head_dim * PARAM.itemsize
+
+    def params(self, table: Table, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows' distinct entries ``float32 [B, u, Hg, stages * clusters, D]`` and each row's ``long [m]``."""
+        return table.lookup(keys)
+
+    def width(self, head_dim: int) -> int:
+        return self.stages + head_dim * self.bits // 8 + PARAM.itemsize * (head_dim // self.group)
+
+    def fit(self, x: torch.Tensor, index: torch.Tensor, groups: int) -> torch.Tensor:
+        """Every stage's centroids of each chunk's rows (a chunk with fewer rows than ``clusters``: one
+        centroid per row, the rest copies of the first, which no row is assigned)."""
+        B, _, Hg, D = x.shape
+        C = self.clusters
+        out = x.new_empty((B, groups, Hg, self.stages * C, D), dtype=PARAM)
+        for g in range(groups):
+            rows = (index == g).nonzero().squeeze(1).to(x.device)
+            rest = x.index_select(1, rows).float().permute(0, 2, 1, 3).reshape(B * Hg, len(rows), D)
+            for stage in range(self.stages):
+                found = kmeans(rest, min(C, len(rows)), self.iters).to(PARAM)
+                cents = torch.cat([found, found[:, :1].expand(-1, C - found.shape[1], -1)], 1).float()
+                out[:, g, :, stage * C : (stage + 1) * C] = cents.reshape(B, Hg, C, D).to(PARAM)
+                ids = nearest(rest, cents)
+                rest = rest - cents.gather(1, ids[..., None].expand(-1, -1, D))
+        return out
+
+    def encode(self, x: torch.Tensor, params: Any) -> torch.Tensor:
+        entries, inverse = params
+        B, m, Hg, D = x.shape
+        C = self.clusters
+        rest = x.to(torch.float32, copy=True)  # written in place below: never the caller's tensor
+        ids = torch.empty((B, m, Hg, self.stages), dtype=torch.uint8, device=x.device)
+        for u in range(entries.shape[1]):
+            rows = (inverse == u).nonzero().squeeze(1).to(x.device)
+            part = rest.index_select(1, rows).permute(0, 2, 1, 3).reshape(B * Hg, len(rows), D)
+            for stage in range(self.stages):
+                cents = entries[:, u, :, stage * C : (stage + 1) * C].reshape(B * Hg, C, D)
+                chosen = nearest(part, cents)
+                part = part - cents.gather(1, chosen[..., None].expand(-1, -1, D))
+                ids[:, rows, :, stage] = chosen.reshape(B, Hg, len(rows)).transpose(1, 2).to(torch.uint8)
+            rest[:, rows] = part.reshape(B, Hg, len(rows), D).transpose(1, 2)
+        q = 2 ** (self.bits - 1) - 1
+        grouped = rest.reshape(B, m, Hg, D // self.group, self.group)
+        scale = symmetric_scale(grouped.abs().amax(-1), self.bits)
+        s = scale.float()[..., None]
+        codes = torch.round(grouped / torch.where(s > 0, s, torch.ones_like(s))).clamp_(-q, q).add_(q).to(torch.uint8)
+        return torch.cat([ids, pack(codes.reshape(B, m, Hg, D), self.bits), _as_bytes(scale)], dim=-1)
+
+    def decode(self, raw: torch.Tensor, params: Any, dtype: torch.dtype) -> torch.Tensor:
+        entries, inverse = params
+        B, m, Hg, width = raw.shape
+        S, C, P = self.stages, self.clusters, self.stages * self.clusters
+        D = 8 * self.group * (width - S) // (self.group * self.bits + 8 * PARAM.itemsize)
+        code_bytes, q = D * self.bits // 8, 2 ** (self.bits - 1) - 1
+        codes = unpack_float(raw[..., S : S + code_bytes], self.bits).reshape(B, m, Hg, D // self.group, self.group)
+        scale = _from_bytes(raw[..., S + code_bytes :]).float()[..., None]
+        out = ((codes - q) * scale).reshape(B, m, Hg, D)
+        flat = entries.permute(0, 2, 1, 3, 4).reshape(-1, D)  # [B * Hg * u * P, D]
+        u = entries.shape[1]
+        heads = torch.arange(B, device=raw.device)[:, None] * Hg + torch.arange(Hg, device=raw.device)  # [B, Hg]
+        base = (heads[:, None, :] * u + inverse.to(raw.device)[None, :, None]) * P  # [B, m, Hg]: entry's first row
+        for stage in range(S):
+            index = base + stage * C + raw[..., stage].long()
+            out = out + torch.nn.functional.embedding(index, flat)
         return out.to(dtype)

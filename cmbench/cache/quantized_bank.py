@@ -7,10 +7,14 @@ them the bank keeps:
 
 - the open chunk's slot in full precision, ``[B, L, Hg, D]`` (every denoising call overwrites it; it is
   encoded once, by :meth:`commit`);
-- one :class:`~cmbench.cache.quantized.Table` per side (KIVI's key zero points and scales, qvg's chunk
-  means): immutable tensors, replaced rather than written, so a fork reads its parent's tables in place;
-  an entry no history row uses any more is dropped at the next compaction;
-- the full-precision copy of the last ``residual`` committed tokens (``gid [t]``, ``k, v [B, t, Hg, D]``).
+- one :class:`~cmbench.cache.quantized.Table` per side (KIVI's key zero points and scales, qvg's centroids,
+  chunkmean's chunk means): immutable tensors, replaced rather than written, so a fork reads its parent's
+  tables in place; an entry no history row uses any more is dropped at the next compaction;
+- the full-precision recent window, the last ``residual`` committed tokens (``gid [t]``, ``k, v [B, t, Hg, D]``),
+  held once: a window row's encoded slot holds zeros, no codes (``pending``), until a newer chunk pushes the row
+  out of the window, when it is encoded from the window's copy on the table entries fitted at its commit
+  (the codes it would have had). A bank about to be shared with a fork encodes its pending rows first (a
+  fork never writes the rows it shares), and then holds those rows twice, as its ``stored_bytes`` counts.
 
 An attention call reads the history through :meth:`blocks`: :data:`DECODE_ROWS` rows decoded at a time and
 combined by their log-sum-exp (:mod:`cmbench.cache.block_attention`), so its workspace is a block, not the
@@ -46,7 +50,7 @@ class QuantizedBank(Bank):
     layer, group, capacity_limit
         As for :class:`Bank`.
     storage : StorageFormat
-        A quantized format (``kivi`` or ``qvg``), checked.
+        A quantized format (``kivi``, ``qvg`` or ``chunkmean``), checked.
     """
 
     def __init__(self, layer: int, group: HeadGroup, capacity_limit: int | None = None,
@@ -62,6 +66,7 @@ class QuantizedBank(Bank):
         self._slot: torch.Tensor | None = None  # [2, B, L, Hg, D]: the open chunk's K and V
         self.tail_gid = torch.zeros(0, dtype=torch.long)
         self.tail: tuple[torch.Tensor, torch.Tensor] | None = None  # full-precision K, V [B, t, Hg, D]
+        self.pending = torch.zeros(0, dtype=torch.long)  # window gids whose encoded slot is unwritten (sorted)
 
     # ------------------------------------------------------------------ hooks of Bank
     def _empty(self, group: HeadGroup | None = None) -> "QuantizedBank":
@@ -86,7 +91,7 @@ class QuantizedBank(Bank):
             t = t if heads is None else t.index_select(dim, heads.to(t.device))
             return t if device is None else t.to(device)
         self.tables = tuple(table.map(lambda d: fit(d, 2)) for table in src.tables)  # type: ignore[assignment]
-        self.tail_gid = src.tail_gid
+        self.tail_gid, self.pending = src.tail_gid, src.pending
         self.tail = None if src.tail is None else (fit(src.tail[0], 2), fit(src.tail[1], 2))
 
     # ------------------------------------------------------------------ the chunk slot
@@ -109,25 +114,45 @@ class QuantizedBank(Bank):
         return self._slot[0, :, :length], self._slot[1, :, :length]
 
     def commit(self, frame: torch.Tensor, chunk: int, pos: torch.Tensor, gid: torch.Tensor) -> None:
-        """Encode the slot into history rows with provenance ``frame, pos, gid [L]``."""
+        """Make the slot history rows with provenance ``frame, pos, gid [L]``: table entries fitted on all of
+        them, the rows outside the new recent window encoded, those in it held in full precision only; the
+        rows it pushes out of the window are encoded."""
         k, v = self.slot(len(gid))
         prov = {"frame": frame, "chunk": torch.full_like(gid, chunk), "pos": pos, "gid": gid}
         raw_k, raw_v = self._encode(k, v, prov)
         self.reserve(self.n + len(gid), raw_k)
         own_k, own_v = self.storage()
+        r = self.format.residual
+        window = torch.cat([self.tail_gid, gid])[-r:] if r else gid[:0]
+        held = torch.isin(gid, window)
+        raw_k[:, held.to(raw_k.device)], raw_v[:, held.to(raw_v.device)] = 0, 0  # a held row's slot: zeros, no codes
         own = self.n - self.base
         own_k[:, own : own + len(gid)], own_v[:, own : own + len(gid)] = raw_k, raw_v
         super().commit(frame, chunk, pos, gid)
-        self._push_tail(gid, k, v)
+        self._write_pending(self.pending[~torch.isin(self.pending, window)])
+        self.pending = torch.cat([self.pending[torch.isin(self.pending, window)], gid[held]])
+        if r:
+            self._push_tail(gid, k, v)
 
     def _push_tail(self, gid: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Keep the last ``residual`` committed tokens in full precision (these newest ones last)."""
         r = self.format.residual
-        if not r:
-            return
         if self.tail is not None:
             gid, k, v = torch.cat([self.tail_gid, gid]), torch.cat([self.tail[0], k], 1), torch.cat([self.tail[1], v], 1)
         self.tail_gid, self.tail = gid[-r:].clone(), (k[:, -r:].clone(), v[:, -r:].clone())
+
+    def _write_pending(self, gids: torch.Tensor) -> None:
+        """Encode the rows of these pending gids (sorted, in the window's copy) into their own slots."""
+        rows, _ = self.rows_of_gids(gids)
+        if not len(rows):
+            return
+        assert self.tail is not None and int(rows.min()) >= self.base, "a pending row is in shared storage"
+        src = torch.searchsorted(self.tail_gid, self.field("gid")[rows]).to(self.tail[0].device)
+        raw_k, raw_v = self._encode(self.tail[0].index_select(1, src), self.tail[1].index_select(1, src), self._prov(rows))
+        own_k, own_v = self.storage()
+        at = (rows - self.base).to(own_k.device)
+        own_k.index_copy_(1, at, raw_k)
+        own_v.index_copy_(1, at, raw_v)
 
     # ------------------------------------------------------------------ encoding
     def _prov(self, rows: torch.Tensor | slice | None) -> dict[str, torch.Tensor]:
@@ -155,7 +180,7 @@ class QuantizedBank(Bank):
         if bool(new.any()):
             unique, inverse = keys[new].unique(return_inverse=True)
             table = table.merged(unique, codec.fit(x[:, new.nonzero().squeeze(1).to(x.device)], inverse, len(unique)))
-        return codec.encode(x, table.rows(keys)), table
+        return codec.encode(x, codec.params(table, keys)), table
 
     def _decode(self, raw_k: torch.Tensor, raw_v: torch.Tensor,
                 rows: torch.Tensor | slice | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,7 +191,7 @@ class QuantizedBank(Bank):
         out = []
         for codec, table, raw in zip(self.codecs, self.tables, (raw_k, raw_v)):
             keys = codec.key(prov)
-            out.append(codec.decode(raw, None if keys is None else table.rows(keys), self.dtype))
+            out.append(codec.decode(raw, None if keys is None else codec.params(table, keys), self.dtype))
         if self.tail is not None and len(self.tail_gid):
             inside = torch.isin(prov["gid"], self.tail_gid)
             if bool(inside.any()):
@@ -235,6 +260,7 @@ class QuantizedBank(Bank):
             keys = codec.key(prov)
             tables.append(table if keys is None else table.only(keys.unique()))
         self.tables = (tables[0], tables[1])
+        self.pending = self.pending[torch.isin(self.pending, prov["gid"])]
         if self.tail is not None:
             kept = torch.isin(self.tail_gid, prov["gid"])
             if not bool(kept.all()):
@@ -302,6 +328,11 @@ class QuantizedBank(Bank):
 
     # ------------------------------------------------------------------ copies
     def share(self, headroom: int = 0) -> "QuantizedBank":
+        """As :meth:`Bank.share`, after encoding the pending window rows (a fork reads them in place and
+        encodes nothing there when they leave its window)."""
+        if self.shared is None and self.k is not None and self.n:
+            self._write_pending(self.pending)
+            self.pending = self.pending[:0]
         out = super().share(headroom)
         assert isinstance(out, QuantizedBank)
         out._adopt(self)
@@ -325,11 +356,12 @@ class QuantizedBank(Bank):
 
     # ------------------------------------------------------------------ accounting
     def stored_bytes(self) -> int:
-        """Bytes of the history: encoded rows (codes and in-row zero points and scales), the table
-        entries they use and the full-precision recent window."""
+        """Bytes of the history: encoded rows (codes and in-row zero points and scales; a pending window
+        row's unwritten slot not counted), the table entries they use and the full-precision recent window."""
         if self.k is None or self.v is None:
             return 0
-        return self.n * self.k.shape[0] * self.num_heads * (self.k.shape[-1] + self.v.shape[-1]) + self._side_bytes()
+        rows = self.n - len(self.pending)
+        return rows * self.k.shape[0] * self.num_heads * (self.k.shape[-1] + self.v.shape[-1]) + self._side_bytes()
 
     def shared_bytes(self) -> int:
         """Bytes of the encoded rows read in place from the bank this one was forked from."""
