@@ -441,7 +441,7 @@ def stored_format(cfg: DictConfig) -> dict[str, Any]:
     the model's own, as in a run's hash, so that such calibrations keep their keys."""
     storage = calibration_storage(cfg)
     dtype = calibration_cache_dtype(cfg)
-    return {**({"storage": asdict(storage)} if storage.quantized else {}),
+    return {**({"storage": storage.knobs()} if storage.quantized else {}),
             **({"cache": {"dtype": dtype}} if dtype is not None else {})}
 
 
