@@ -11,6 +11,8 @@ With a ``curves.csv`` in the output folder (``python -m cmbench curves`` writes 
 ``leaderboard.refresh_curves=true`` refills only that column of the board already in ``leaderboard.out``
 from its curves (a curves rerun after the board was made), without the runs
 (:func:`cmbench.report.leaderboard.refresh_matched_column`).
+``leaderboard.merge=[a/leaderboard.json, b/leaderboard.json]`` merges received boards (one task set, scorer
+and schema version) into one in ``leaderboard.out``, without runs (:mod:`cmbench.report.leaderboard_json`).
 """
 
 from __future__ import annotations
@@ -149,7 +151,38 @@ def refresh_leaderboard(cfg: DictConfig) -> int:
     return 0
 
 
+def merge_leaderboards(cfg: DictConfig, paths: list[str]) -> int:
+    """One board from received ``leaderboard.json`` files into ``leaderboard.out``: its ``leaderboard.json``,
+    ``leaderboard.csv``, per-source and per-task-type CSVs and markdown (what an earlier board there wrote
+    and this one does not is removed); print it."""
+    from cmbench.report.board_folder import REPORT_FILES, board_folder
+    from cmbench.report.leaderboard import markdown_table
+    from cmbench.report.leaderboard_json import FILE, board_tables, board_text, merge_boards
+    from cmbench.runs import atomic
+
+    out = board_dir(cfg)
+    board = merge_boards(paths)
+    tables = board_tables(board)
+    texts = {FILE: board_text(board), "leaderboard.md": markdown_table(tables["leaderboard.csv"]),
+             **{name: frame.to_csv(index=False, float_format="%.6g") for name, frame in tables.items()}}
+    folder = board_folder(out)
+    folder.add(*texts)
+    for name, text in texts.items():
+        atomic.write_text(out / name, text)
+    for name in REPORT_FILES:
+        if name not in texts and name in folder.files and (out / name).is_file():
+            (out / name).unlink()
+    print(texts["leaderboard.md"], end="")
+    print(f"merged {len(paths)} boards ({len(board['rows'])} entries); wrote {', '.join(sorted(texts))} to {out}")
+    return 0
+
+
 def execute(cfg: DictConfig) -> int:
+    merge = OmegaConf.select(cfg, "leaderboard.merge")
+    if merge is not None:
+        if not isinstance(merge, (ListConfig, str)):
+            raise ConfigError(f"leaderboard.merge={merge!r}: expected a list of leaderboard.json files")
+        return merge_leaderboards(cfg, [merge] if isinstance(merge, str) else [str(p) for p in merge])
     if cfg.leaderboard.get("refresh_curves"):
         return refresh_leaderboard(cfg)
     return write_leaderboard(cfg)
