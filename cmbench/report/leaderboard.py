@@ -57,6 +57,7 @@ from cmbench.report.comparisons import (
 )
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.fidelity import FIDELITY_COLUMNS, fidelity
+from cmbench.report.leaderboard_json import FILE as BOARD_JSON, board_json, board_text
 from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
@@ -541,6 +542,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         for name, frame in tables.items():
             frame.to_csv(tmp / name, index=False, float_format="%.6g")
         (tmp / "leaderboard.md").write_text(markdown_table(board, compared) + gate.markdown(gated))
+        (tmp / BOARD_JSON).write_text(board_text(board_json(runs, board, tables)))
         pareto_plot(board, tmp / "pareto.png")
         folder.add(*(p.name for p in tmp.iterdir()))
         written = _swap_files(tmp, out, folder.files)
