@@ -24,7 +24,7 @@ BUILT_IN = {"decoprune": "eviction", "decoprune_hs": "eviction", "decoprune_reve
             "random": "eviction", "streaming": "eviction", "tempdiff": "eviction", "forcingkv": "eviction",
             "dummyforcing": "eviction", "kvpress": "eviction", "worldkv": "retrieval",
             "worldkv_fixed_window": "retrieval", "key_retrieval": "retrieval", "tempcache": "merging",
-            "fullkv": "none"}
+            "tempcache_samepos": "merging", "fullkv": "none"}
 
 
 def test_every_registered_method_declares_its_family():

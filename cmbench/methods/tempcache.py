@@ -1,20 +1,30 @@
 """TempCache: merge near-duplicate keys across frames into one row whose logit carries ``log(count)``.
 
-TempCache (arXiv 2602.01801) bounds cache growth by temporal correspondence: a cached key that
-nearly repeats a key of an earlier frame is folded into it. Here the correspondence is the same
-spatial token: when a chunk leaves the recent window, each of its rows is compared, frame by frame,
-with the row that currently stands for the same in-frame position (the latest earlier row of that
-position still stored: a row that absorbed others keeps its own key, so a run of repeats is always
-compared with its first key, never a drifting average). When the cosine similarity of the two keys,
-taken over the bank's heads and channels side by side and the lowest over the batch, is at least
-``threshold``, the later row is merged into the earlier one (:meth:`KVCache.merge`: values averaged by
-count, counts added, ``log(count)`` added to the row's attention logit); otherwise the later row becomes
-its position's representative. The paper finds the correspondence by approximate nearest-neighbour
-search over the earlier keys; the same position is the exact, search-free correspondence of a static
-camera and what the keys' RoPE makes closest (a moved token is compared with a differently rotated key).
+TempCache (arXiv 2602.01801) bounds cache growth by temporal correspondence: a cached key that nearly
+repeats a key of an earlier frame is folded into it. When a chunk leaves the recent window, each of its
+rows, frame by frame, is matched with its nearest earlier key by cosine (:mod:`cmbench.methods.tempcache_search`):
+among the rows still stored of the ``search_frames`` frames before its own, at any in-frame position, as the
+paper's nearest-neighbour search does (content that moved with the camera is found where it moved to).
+The cosine is over the bank's heads and channels side by side, the lowest over the batch; when it is at
+least ``threshold`` the later row is merged into the earlier one (:meth:`KVCache.merge`: values averaged by
+count, counts added, ``log(count)`` added to the row's attention logit); otherwise it stays and may absorb
+later frames' rows. A row that absorbed others keeps its own key, so a run of repeats is matched with its
+first key, never a drifting average.
 
-Keys are compared as stored, after RoPE: the merged row keeps the earlier key's rotation, so the
-cosine bounds the logit error the merge introduces. For identical keys the merge is exact.
+Keys are cached after RoPE. The merged row keeps the earlier row's key, position and rotation: attention
+sees the later token where the earlier one was. Matching is therefore on the keys as stored (``match_on=
+rotated``, the default): their cosine is the one the merged logit's error depends on, and identical stored
+keys merge exactly. ``match_on=content`` removes each key's temporal rotation before comparing (keys of the
+same content at different times compare equal; the spatial rotation stays, since the cache does not know
+each token's spatial RoPE position): more merges, each with the error of moving the later token back in
+time, which the threshold does not see. docs/methods.md gives what each costs.
+
+``tempcache_samepos`` is the search-free matcher of the same position only (the correspondence of a static
+camera): each row is compared with the latest earlier stored row of its own in-frame position.
+
+The paper's other modules, AnnCA and AnnSA (approximate attention over the merged cache by nearest-neighbour
+retrieval of the keys each query attends to), change how attention is computed, not what is stored: out of
+scope for a benchmark of what the KV cache keeps (docs/methods.md).
 """
 
 from __future__ import annotations
@@ -25,9 +35,14 @@ from typing import ClassVar
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, KVCache
+from cmbench.cache.rope import RopeSpec, shift_positions
+from cmbench.errors import ConfigError
 from cmbench.methods.base import ChunkSignals, Method
 from cmbench.methods.knobs import Knob
 from cmbench.methods.registry import register
+from cmbench.methods.tempcache_search import nearest, unit_keys
+
+MATCH_ON = ("rotated", "content")
 
 
 def key_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -49,7 +64,8 @@ def key_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def merge_pairs(bank: Bank, chunk: int, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of ``chunk`` in ``bank`` to fold into the earlier row of the same in-frame position.
+    """Rows of ``chunk`` in ``bank`` to fold into the earlier row of the same in-frame position
+    (``tempcache_samepos``).
 
     Frame by frame through the chunk, each row is compared with its position's representative (the
     latest earlier stored row of that position, or a row of this chunk not merged); it merges when
@@ -84,9 +100,54 @@ def merge_pairs(bank: Bank, chunk: int, threshold: float) -> tuple[torch.Tensor,
     return torch.cat(into), torch.cat(rows)
 
 
+def nearest_pairs(bank: Bank, chunk: int, threshold: float, search_frames: int, exact_limit: int,
+                  rope: RopeSpec | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``chunk`` in ``bank`` to fold into their nearest earlier key (``tempcache``'s correspondence search).
+
+    Frame by frame through the chunk, each row's key is matched with the most similar key
+    (:func:`~cmbench.methods.tempcache_search.nearest`: exact top-1 while rows x candidates is at most
+    ``exact_limit``, a FAISS HNSW shortlist re-scored exactly above) among the stored rows of frames
+    ``f - search_frames .. f - 1`` at any position, rows merged in this pass left out; it merges when that
+    cosine is at least ``threshold``.
+
+    Parameters
+    ----------
+    rope : RopeSpec or None
+        Compare the keys with their temporal rotation removed (rotated back to time 0 by their ``tpos``);
+        ``None``: as stored.
+
+    Returns
+    -------
+    into, rows : Tensor, shape ``[m]``, long
+        Row ``into[i]`` absorbs row ``rows[i]`` (:meth:`Bank.merge`; every ``into`` is of an earlier frame, so
+        an earlier row).
+    """
+    frame = bank.field("frame")
+    leaving = (bank.field("chunk") == chunk).nonzero().squeeze(1)
+    empty = torch.zeros(0, dtype=torch.long)
+    absorbed = torch.zeros(bank.n, dtype=torch.bool)
+    into, rows = [empty], [empty]
+    for f in frame[leaving].unique().tolist():
+        these = leaving[frame[leaving] == f]
+        window = ((frame >= f - search_frames) & (frame < f) & ~absorbed).nonzero().squeeze(1)
+        if not len(window):
+            continue
+        both = torch.cat([these, window])
+        keys = bank.gather(both)[0]  # [B, m + n, Hg, D]
+        if rope is not None:
+            keys = shift_positions(keys, rope, -bank.field("tpos")[both])
+        unit = unit_keys(keys)
+        index, cosine = nearest(unit[:, : len(these)], unit[:, len(these) :], exact_limit)
+        merged = cosine >= threshold
+        into.append(window[index[merged]])
+        rows.append(these[merged])
+        absorbed[these[merged]] = True
+    return torch.cat(into), torch.cat(rows)
+
+
 @register
 @dataclass
-class TempCache(Method):
+class SamePositionTempCache(Method):
     """Merge a history row into the earlier row of the same in-frame position when their keys' cosine
     is at least ``threshold``; the sink and the recent window are never merged.
 
@@ -102,10 +163,10 @@ class TempCache(Method):
         position does.
     """
 
-    name = "tempcache"
+    name = "tempcache_samepos"
     family = "merging"
-    description = ("merges a history key into the earlier key of the same position when their cosine >= threshold "
-                   "(values averaged, log(count) added to its logit); sink + recent kept")
+    description = ("TempCache with the same-position matcher only: merges a history key into the earlier key of the "
+                   "same position when their cosine >= threshold (values averaged, log(count) added to its logit)")
     paper = "https://arxiv.org/abs/2602.01801"
     paper_title = "TempCache, arXiv 2602.01801"
     knob = Knob("threshold", -1.0, 1.0, increasing=False)  # a lower threshold merges more
@@ -114,16 +175,62 @@ class TempCache(Method):
 
     threshold: float = 0.9
 
-    def merge_selector(self, newest: ChunkInfo):
+    def pairs(self, bank: Bank, chunk: int, rope: RopeSpec | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(into, rows)``: the merges of ``chunk``'s rows in ``bank`` (``rope``: the cache's)."""
+        return merge_pairs(bank, chunk, self.threshold)
+
+    def merge_selector(self, newest: ChunkInfo, rope: RopeSpec | None = None):
         """``bank -> (into, rows)``: the merges of the chunk leaving the window after ``newest``
-        (none while it is a sink chunk or none has left)."""
+        (none while it is a sink chunk or none has left); ``rope``: the cache's rotary layout."""
         leaving = newest.index - self.window()
         empty = torch.zeros(0, dtype=torch.long)
         if leaving < self.sink_chunks:
             return lambda bank: (empty, empty)
-        return lambda bank: merge_pairs(bank, leaving, self.threshold)
+        return lambda bank: self.pairs(bank, leaving, rope)
 
     def after_chunk(self, cache: KVCache, sig: ChunkSignals) -> None:
         """Merge the chunk leaving the window, then compact and enforce limits as every method does."""
-        cache.merge(self.merge_selector(sig.chunk))
+        cache.merge(self.merge_selector(sig.chunk, cache.rope))
         super().after_chunk(cache, sig)
+
+
+@register
+@dataclass
+class TempCache(SamePositionTempCache):
+    """Merge a history row into its nearest earlier key, at any in-frame position of the ``search_frames``
+    frames before its own, when their cosine is at least ``threshold``; the sink and the recent window are
+    never merged (:func:`nearest_pairs`).
+
+    Parameters
+    ----------
+    threshold : float
+        Lowest key cosine (over a bank's heads and channels, the minimum over the batch) at which a row is
+        merged into its nearest earlier key.
+    search_frames : int
+        Earlier frames searched (>= 1).
+    match_on : {"rotated", "content"}
+        Compare the keys as stored (``rotated``) or with their temporal rotation removed (``content``).
+    exact_limit : int
+        Largest rows x candidates of one frame searched exactly; above it, a FAISS HNSW index shortlists.
+    """
+
+    name = "tempcache"
+    description = ("merges a history key into its nearest earlier key (cosine, any position of the search_frames "
+                   "frames before) when their cosine >= threshold (values averaged, log(count) added to its logit); "
+                   "sink + recent kept")
+    knob_minimums: ClassVar[dict[str, float]] = {"threshold": -1, "search_frames": 1, "exact_limit": 0}
+
+    search_frames: int = 4
+    match_on: str = "rotated"
+    exact_limit: int = 2**26
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.match_on not in MATCH_ON:
+            raise ConfigError(f"method tempcache: match_on={self.match_on!r}: expected one of {', '.join(MATCH_ON)}")
+
+    def pairs(self, bank: Bank, chunk: int, rope: RopeSpec | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.match_on == "content" and rope is None:
+            raise ValueError("tempcache: match_on=content needs the cache's rotary layout")
+        return nearest_pairs(bank, chunk, self.threshold, self.search_frames, self.exact_limit,
+                             rope if self.match_on == "content" else None)
