@@ -38,6 +38,7 @@ LIMITS: dict[str, int] = {  # the kinds of files CMBench reads from folders it d
     "manifest": 256 * MiB,  # metadata.jsonl
     "marker": 1 * MiB,  # an output folder's .cmbench-written.json (the top-level names CMBench wrote there)
     "table": 64 * MiB,  # a CSV table a command wrote and another reads (curves.csv, leaderboard.csv)
+    "lock": 4096,  # a records file's lock (one line: host, process id, start time), never read through a link
     "dataset pin": 16 * MiB,  # a dataset's cmbench-dataset.json (its hub commit, one hash per video)
     "hash cache": 64 * MiB,  # .cache/video_hashes.json (a content hash per video path, size and mtime)
     "leaderboard json": 64 * MiB,  # a received leaderboard.json (a board's rows with their identities)
@@ -69,9 +70,10 @@ def _what(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str | Path) -> int:
+def open_regular(path: str | Path, follow_links: bool = True) -> int:
     """A read-only descriptor of ``path``, checked to be a regular file (links followed, then the opened
-    file checked: a link to a FIFO or a device is refused too).
+    file checked: a link to a FIFO or a device is refused too; ``follow_links=False``: a link is refused,
+    ``OSError`` with ``errno.ELOOP``).
 
     Raises
     ------
@@ -81,7 +83,7 @@ def open_regular(path: str | Path) -> int:
         It cannot be opened (``FileNotFoundError`` when absent).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW))
     except IsADirectoryError:
         raise ReadLimitError(f"{path}: is a directory, not a file") from None
     mode = os.fstat(fd).st_mode
@@ -99,8 +101,9 @@ def over_limit(path: str | Path, size: int, kind: str, limit: int | None = None)
                           f"(docs/runs.md, Reading limits)")
 
 
-def read_bytes(path: str | Path, kind: str) -> bytes:
-    """The content of a regular file of ``kind`` (a key of :data:`LIMITS`), at most its limit.
+def read_bytes(path: str | Path, kind: str, follow_links: bool = True) -> bytes:
+    """The content of a regular file of ``kind`` (a key of :data:`LIMITS`), at most its limit (a link
+    refused with ``follow_links=False``, :func:`open_regular`).
 
     Raises
     ------
@@ -110,7 +113,7 @@ def read_bytes(path: str | Path, kind: str) -> bytes:
         It cannot be opened or read (``FileNotFoundError`` when absent).
     """
     limit = LIMITS[kind]
-    fd = open_regular(path)
+    fd = open_regular(path, follow_links)
     with os.fdopen(fd, "rb") as handle:
         size = os.fstat(fd).st_size
         if size > limit:

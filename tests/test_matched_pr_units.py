@@ -342,7 +342,7 @@ def test_a_process_waiting_for_another_calibration_says_which(lab, monkeypatch, 
             self.on_wait = on_wait
 
         def __enter__(self):
-            self.on_wait("4321")
+            self.on_wait("process 4321")
 
         def __exit__(self, *exc):
             return None

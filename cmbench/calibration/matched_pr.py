@@ -604,8 +604,8 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     # one process calibrates a setting to a target at a time: another one (a rank of a split model, a
     # second sweep lane) waits for it, then reuses its result instead of measuring the same probes again;
     # the log under its key keeps it beside the other settings' calibrations to that target
-    with RunLock(keyed, on_wait=lambda pid: print(
-            f"calibrate: waiting for process {pid}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
+    with RunLock(keyed, on_wait=lambda who: print(
+            f"calibrate: waiting for {who}, which is calibrating {name} to PR {target_pr:g} ({log_path})",
             file=sys.stderr, flush=True)):
         earlier = _cached(keyed, key, knob, own)
         if earlier is None and yaml_path.is_file():  # a folder written before logs were kept under their keys

@@ -78,7 +78,7 @@ def _board_row(run_dir: Path) -> dict[str, Any]:
 
 def say_waiting(run_dir: Path, holder: str) -> None:
     """Say that a run the curves need is being written by another process, which they now wait for."""
-    print(f"curves: waiting for process {holder}, which is writing {run_dir.name} (a run these curves share with "
+    print(f"curves: waiting for {holder}, which is writing {run_dir.name} (a run these curves share with "
           f"another command, e.g. FullKV's with a second curves lane); its finished tasks are then reused",
           file=sys.stderr, flush=True)
 

@@ -309,7 +309,7 @@ def build_suite(data_cfg: Any) -> Path:
         raise ConfigError("MiniWorld always writes metadata.jsonl; leave data.manifest at its default")
     if _is_build_of(root, cfg):  # the common case needs no lock
         return root
-    with RunLock(root, on_wait=lambda pid: print(f"MiniWorld: waiting for process {pid}, which is building {root}",
+    with RunLock(root, on_wait=lambda who: print(f"MiniWorld: waiting for {who}, which is building {root}",
                                                  file=sys.stderr)):
         if _is_build_of(root, cfg):  # another process built it while this one waited
             return root

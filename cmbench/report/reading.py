@@ -484,9 +484,9 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
     stream = stream or sys.stderr
     run_dirs = list(run_dirs)
     for folder in run_dirs:
-        writer = active_writer(Path(folder))
+        writer = active_writer(Path(folder), warn=lambda line: print(f"leaderboard: {line}", file=stream))
         if writer is not None:
-            raise ReportError(f"{folder}: a run is still writing it (process {writer}): its unfinished tasks would be "
+            raise ReportError(f"{folder}: a run is still writing it ({writer}): its unfinished tasks would be "
                               f"missing; wait for it to finish, or stop it")
     chosen = None if task_ids is None else list(task_ids)
     runs = [read_records(d, only=chosen) for d in run_dirs]

@@ -727,8 +727,8 @@ class RecordWriter:
             raise RecordsError(str(err)) from err
         except OSError as err:
             raise self._error(err) from err
-        self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=after_ns) \
-            if self.path.exists() else after_ns
+        self._last_ns = max((r.recorded_ns or 0 for r, _ in read_records_file(self.path)), default=0) \
+            if self.path.exists() else 0
         self._last_ns = max(self._last_ns, after_ns)
 
     def _open(self, flags: int) -> int:

@@ -176,7 +176,7 @@ def run_tasks(
     keep_other_code : bool
         Keep successful records computed by other code (another ``code_hash``) instead of computing
         those tasks again.
-    on_lock_wait : callable ``(holder_pid)``, optional
+    on_lock_wait : callable ``(holder)``, optional
         When another process is writing this shard: called, then its lock is waited for (and the tasks
         it finished are kept); without it the run is refused at once (:class:`cmbench.lock.RunLock`).
     context_hashes : mapping, optional
@@ -188,8 +188,10 @@ def run_tasks(
     path = records_path(run_dir, count, index)
     code_hash = base_record.get("code_hash")
     with RunLock(path, on_wait=on_lock_wait):
-        writer = RecordWriter(path)  # cuts a torn last line of this shard's file before anything reads it
-        latest = latest_records(read_task_records(run_dir))
+        records = read_task_records(run_dir)  # skips a torn last line, which the writer then cuts off
+        # stamped after every record there, whatever this host's clock says (shards written on several hosts)
+        writer = RecordWriter(path, after_ns=max((r.recorded_ns or 0 for r in records), default=0))
+        latest = latest_records(records)
         hashes = dict(context_hashes or {})
         check_against_records(hashes, {r.context_id: r.context_hash for r in latest.values() if r.context_id}, run_dir)
         succeeded = {t.task_id: latest[t.task_id] for t in mine
