@@ -25,6 +25,7 @@ import torch
 from cmbench.api import compose_config
 from cmbench.benchmarks.kv_bytes import REFERENCE, Arm, measure_arm, summarise
 from cmbench.cache.quantized import FORMATS
+from cmbench.config_schema import CACHE_DTYPES
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
 from cmbench.methods.registry import METHODS
@@ -36,10 +37,12 @@ WANTED = (REFERENCE, "streaming", "decoprune", "worldkv", "tempcache")
 STORAGE = {"kivi": ({"bits": 4}, {"bits": 2}), "qvg": ({},)}  # FullKV in each format the cache knows
 
 
-def arms(backbone: str, device: str) -> list[Arm]:
+def arms(backbone: str, device: str, cache_dtype: str | None = None) -> list[Arm]:
     """The arms this checkout can run: the methods of :data:`WANTED` that are registered, then FullKV in
-    each quantized format of :data:`STORAGE` the cache knows."""
-    base = [f"backbone={backbone}", f"backbone.device={device}", "save_videos=false", "progress=false"]
+    each quantized format of :data:`STORAGE` the cache knows; every cache in ``cache_dtype`` (``cache.dtype``;
+    ``None``: the model's own precision)."""
+    base = [f"backbone={backbone}", f"backbone.device={device}", "save_videos=false", "progress=false",
+            f"cache.dtype={cache_dtype or 'null'}"]
     wanted = [(m, []) for m in WANTED if m in METHODS]
     wanted += [(REFERENCE, [f"storage={fmt}", *(f"storage.{k}={v}" for k, v in knobs.items())])
                for fmt, options in STORAGE.items() if fmt in FORMATS for knobs in options]
@@ -57,10 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="backbone.device (default: cuda when present, else cpu)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--cache-dtype", default=None, choices=CACHE_DTYPES,
+                        help="the precision the KV cache stores its rows in (cache.dtype; default: the model's own)")
     parser.add_argument("--out", type=Path, help="write <out>.csv (one row per arm and task) and <out>.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    runs = arms(args.backbone, args.device)
+    runs = arms(args.backbone, args.device, args.cache_dtype)
     data = runs[0].spec.data
     build_adapter(data.config).ensure()
     tasks = select_tasks(load_manifest(str(data.root), data.manifest), limit=args.tasks,
@@ -73,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python scripts/bench_kv_bytes.py", *(argv if argv is not None else sys.argv[1:])])
     meter = "torch.cuda.max_memory_allocated" if args.device.startswith("cuda") else \
         "torch profiler, CPU allocator events"
-    lines = [f"# Nominal vs measured KV bytes ({args.backbone} backbone, {args.device}: "
+    precision = args.cache_dtype or "the model's own precision"
+    lines = [f"# Nominal vs measured KV bytes ({args.backbone} backbone, cache in {precision}, {args.device}: "
              f"{cpu_name() or platform.machine()}, {args.threads} thread(s), commit {git_commit() or 'unknown'})", "",
              f"Command: `{command}`", "",
              f"{len(tasks)} MiniWorld task(s): {', '.join(t.task_id for t in tasks)}. Nominal: the continuation "

@@ -135,7 +135,7 @@ def test_the_device_never_holds_more_than_the_budget(knobs):
 def test_the_fixed_window_reading_keeps_its_knobs_under_its_own_name():
     fixed = build_method({"name": "worldkv_fixed_window"})
     assert fixed.knobs() == {"sink_chunks": 1, "recent_chunks": 2, "max_history_tokens": None, "retrieval_frames": 18,
-                             "keep_ratio": 0.5, "store_max_bytes": None}
+                             "keep_ratio": 0.5, "store_max_bytes": None, "bank_on_device": False}
     assert build_method({"name": "key_retrieval"}).knobs() == fixed.knobs()
     # its banks are sized for the sink, the recent window and the retrieved chunks, whole chunks each
     chunks = fixed.sink_chunks + fixed.recent_chunks + fixed.retrieved_chunks(G)

@@ -1,7 +1,8 @@
-"""The README's findings, quality and families paragraphs, generated from the committed records and CSVs.
+"""The README's findings, quality, families and kvpress paragraphs, generated from the committed records and CSVs
+(the boards' verdicts from their verdict CSVs, :mod:`cmbench.report.verdicts`).
 
 ``python scripts/update_readme_results.py`` writes them between their markers in README.md
-(``<!-- findings -->``, ``<!-- quality -->`` and ``<!-- families -->``); ``tests/test_readme_results.py`` fails
+(``<!-- findings -->``, ``<!-- quality -->``, ``<!-- families -->`` and ``<!-- kvpress -->``); ``tests/test_readme_results.py`` fails
 when the README says anything the committed files do not.
 """
 
@@ -14,7 +15,7 @@ import pandas as pd
 from cmbench.paper.findings import Finding, page, summary_lines
 from cmbench.report import verdicts
 from cmbench.report.board_claims import KVPRESS_DECOPRUNE, KVPRESS_RANDOM
-from cmbench.report.families import bytes_target, entry_families
+from cmbench.report.families import LANDING_TOLERANCE, board_axis, bytes_target, entry_families, on_target
 from cmbench.report.verdicts import said, top_words
 
 FINDINGS = (Path("results/paper/world0"), Path("results/paper/world2"))
@@ -29,6 +30,8 @@ NAMES = {"light": "memory (light)", "temporal_flickering": "temporal flickering 
 FAMILIES_BOARD = Path("results/miniworld/families_bytes.csv")
 FAMILIES_PAIRS = Path("results/miniworld/families_bytes_comparisons.csv")
 FAMILIES_VERDICTS = Path("results/miniworld/families_bytes_verdicts.csv")
+FAMILIES_SUBSET = "miniworld_contexts32"
+"""The task subset the committed families comparison ran (scripts/families_bytes.sh)."""
 KVPRESS_BOARD = Path("results/miniworld/kvpress_leaderboard.csv")
 KVPRESS_PAIRS = Path("results/miniworld/kvpress_comparisons.csv")
 KVPRESS_VERDICTS = Path("results/miniworld/kvpress_verdicts.csv")
@@ -90,13 +93,17 @@ def families_block(root: Path) -> str:
     rows = board[board["method"] != "fullkv"].copy()
     rows["family"] = entry_families(rows)
     rows["target"] = [bytes_target(m) for m in rows["method"]]
-    rows["order"] = rows["target"].fillna(-1.0)  # the formats alone (no target) last
+    rows["landed"] = [on_target(t, r) for t, r in zip(rows["target"], rows["kv_bytes_ratio"])]
+    # the formats alone (no target) after the targets, then the entries off their targets (not ranked)
+    rows["order"] = rows["target"].fillna(-1.0).where(rows["landed"], -2.0)
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
     seeds = int(full["seeds"])
     lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
-             f"`miniworld_diagnostic8` x {seeds} seed{'s' if seeds > 1 else ''} (`{FAMILIES_BOARD}`, paired deltas "
+             f"`{FAMILIES_SUBSET}` x {seeds} seed{'s' if seeds > 1 else ''} (`{FAMILIES_BOARD}`, paired deltas "
              f"`{FAMILIES_PAIRS}`, commands `scripts/families_bytes.sh`). Each knob is calibrated to its bytes target "
-             "on 2 calibration tasks; *device bytes* is what the entry stored on the test tasks over FullKV's. "
+             f"on 2 calibration tasks; *device bytes* is what the entry stored on the test tasks, {board_axis(board)}; "
+             f"an entry whose device bytes miss its target by more than {100 * LANDING_TOLERANCE:g}% of it is shown off "
+             "target and not ranked there. "
              f"FullKV scores {full['score']:.3f} ± {full['score_ci95']:.3f}. " + family_sentence(decided)
              + f": an entry is **level with FullKV** only when that interval of its difference lies within "
                f"±{margin(decided):g} (absence of evidence is never level), and **best** only where its lead over the "
@@ -107,13 +114,18 @@ def families_block(root: Path) -> str:
     for row in rows.itertuples():
         pair = versus_full.loc[row.method] if row.method in versus_full.index else None
         delta = "" if pair is None else f"{pair['delta']:+.3f} ± {pair['delta_ci95']:.3f} ({pair['p_value']:.2g})"
-        target = "format alone" if pd.isna(row.target) else f"{row.target:g}"
+        target = "format alone" if pd.isna(row.target) else f"{row.target:g}" + ("" if row.landed else " (off)")
         words = said(decided[(row.method, "fullkv")], "FullKV")
         lines.append(f"| {target} | {row.method} | {row.family} | {row.kv_bytes_ratio:.3f} | "
                      f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {words} | {row.psnr_vs_fullkv:.1f} dB |")
         against.setdefault((row.order, words), []).append(row.method)
     lines.append("")
     for target, group in rows.groupby("order", sort=False):
+        if target == -2.0:
+            lines.append("- Off their targets (not ranked): " + ", ".join(
+                f"{r.method} ({r.kv_bytes_ratio:.3f} at {r.target:g}, {100 * (r.kv_bytes_ratio / r.target - 1):+.0f}%)"
+                for r in group.itertuples()) + ".")
+            continue
         top, runner = group.iloc[0], (group.iloc[1] if len(group) > 1 else None)
         lead = None if runner is None else decided.get((top["method"], runner["method"]))
         head = top_words(f"{top['method']} ({top['family']}) {top['score']:.3f}",

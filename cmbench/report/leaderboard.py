@@ -57,6 +57,7 @@ from cmbench.report.comparisons import (
 )
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.fidelity import FIDELITY_COLUMNS, fidelity
+from cmbench.report.precision import bytes_axis, frame_precisions
 from cmbench.report.leaderboard_json import FILE as BOARD_JSON, board_json, board_text
 from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.report.board_folder import REPORT_FILES, board_folder
@@ -229,12 +230,13 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         row["other_code_tasks"] = len(run.other_code_tasks)
         row[FLAG_COLUMN] = frame_count_flags(run.frame)
         row["family"] = recorded_family(run.frame)
+        row["cache_dtype"] = "+".join(frame_precisions(run.frame))
         rows.append(row)
     cols = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv",
             "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
             "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS,
-            "family"]
+            "family", "cache_dtype"]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
     if quality:
@@ -326,6 +328,13 @@ def store_lines(board: pd.DataFrame) -> list[str]:
     return lines
 
 
+def board_bytes_axis(board: pd.DataFrame) -> str:
+    """What the board's bytes ratios are relative to (:func:`cmbench.report.precision.bytes_axis`), from its
+    ``cache_dtype`` column (one precision: :func:`load_runs` refuses mixed ones); float32 for a board without it."""
+    named = board["cache_dtype"].dropna().unique() if "cache_dtype" in board.columns else []
+    return bytes_axis(str(named[0]) if len(named) == 1 else "float32")
+
+
 def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) -> str:
     """The leaderboard as a GitHub markdown table (score with CI, PR, speed-ups, FPS, memory, seeds,
     counts; ``—`` where nothing was measured), notes on what the speed columns are and on records from
@@ -358,7 +367,8 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
               + "; `scripts/bench_speed.py` measures speed in one controlled run. Seeds: runs per method, with the "
               "standard deviation of their mean scores; the CI is over all (task, seed) pairs, clustered by context. "
               "KV bytes: the device bytes of the KV cache over FullKV's on the same tasks (summed over the "
-              "continuation's chunks, scales and metadata included; FullKV's computed from the geometry)."]
+              "continuation's chunks, scales and metadata included; FullKV's computed from the geometry): "
+              + board_bytes_axis(board) + "."]
     lines += store_lines(board)
     lines += fidelity_lines(board)
     quality = [c for c in QUALITY_FIELDS if c in board.columns]

@@ -478,8 +478,9 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
     Raises
     ------
     ReportError
-        No folders, a folder a run is still writing, a setup's seeds that do not fit together, or
-        runs that are not comparable.
+        No folders, a folder a run is still writing, a setup's seeds that do not fit together, runs
+        that are not comparable, or entries whose caches held different precisions
+        (:func:`cmbench.report.precision.board_precision`).
     """
     stream = stream or sys.stderr
     run_dirs = list(run_dirs)
@@ -505,4 +506,7 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
                   file=stream)
     entries = distinct_labels(merge_seeds(runs, allow_mixed), stream)
     check_comparable(entries, allow_mixed)
+    from cmbench.report.precision import board_precision  # it reads this module's entries
+
+    board_precision(entries)  # never two cache precisions on one bytes axis, even with allow_mixed
     return entries
