@@ -205,3 +205,21 @@ def test_loading_kvpress_leaves_transformers_attention_to_the_other_models_in_th
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("tokens, ratio, kept", [
+    (32, 0.7, 9),  # 9.6: rounding up or to nearest would keep 10
+    (32, 0.3, 22),  # 22.4: rounding up keeps 23
+    (10, 0.15, 8),  # 8.5: rounding up or half up keeps 9
+    (32, 0.75, 8),  # whole
+    (3, 0.9, 1),  # 0.3: at least one
+    (32, 0.0, 32),
+])
+def test_kept_count_keeps_the_integer_part_as_kvpress_does(tokens, ratio, kept):
+    from cmbench.methods.kvpress_adapter import kept_count
+
+    assert kept_count(tokens, ratio) == kept
+    if importlib.util.find_spec("kvpress") is not None:
+        from kvpress.utils import compute_n_kept
+
+        assert compute_n_kept(tokens, ratio) == kept

@@ -303,7 +303,7 @@ class KVPress(ScoredMethod):
         self._press = build_press(self.press, self.compression_ratio)
         why, self._reads_probe = try_press(self._press)
         if why is not None:
-            raise ConfigError(f"method kvpress: press {type(self._press).__name__} cannot run on a DiT ({why}); "
+            raise ConfigError(f"method kvpress: method.press: press {type(self._press).__name__} cannot run on a DiT ({why}); "
                               f"`python -m cmbench ls method` lists the presses that do (docs/methods.md: why not)")
         self._probe: tuple[int, dict[int, torch.Tensor]] | None = None
 
