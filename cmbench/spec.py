@@ -61,29 +61,61 @@ def check_shard(count: int, index: int) -> None:
         raise ConfigError(f"shard.index must be in [0, shard.count), got index={index} count={count}")
 
 
-def shard_from_env(count: int, index: int, sequence: int = 1) -> tuple[int, int]:
-    """torchrun's groups of ``sequence`` ranks as shards (``WORLD_SIZE / sequence``, ``RANK // sequence``)
-    when torchrun started the run and no shard was configured.
+def slurm_array() -> tuple[int, int] | None:
+    """This task of a Slurm array as a shard, ``(SLURM_ARRAY_TASK_COUNT, its place in the array)``, the
+    place counted from ``SLURM_ARRAY_TASK_MIN`` in steps of ``SLURM_ARRAY_TASK_STEP`` (``--array=1-8``
+    and ``--array=0-14:2`` are eight shards each); None outside an array.
 
     Raises
     ------
     ConfigError
-        A ``WORLD_SIZE`` ``sequence`` does not divide, or a configured shard as well as several groups
-        (a split run without torchrun is refused where it launches: :func:`cmbench.runs.ranks.launch_of`;
-        ``plan`` sizes one rank of a split run from a plain process).
+        The variables are not whole numbers, or the task's id is not on the array's range (an array of
+        listed ids, ``--array=1,3,8``, has no place for each task: give ``shard.index`` yourself).
     """
-    if "WORLD_SIZE" not in os.environ:
+    if "SLURM_ARRAY_TASK_ID" not in os.environ:
+        return None
+    names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_STEP")
+    try:
+        task, count, first, step = (int(os.environ.get(name, default)) for name, default in zip(names, "0101"))
+    except ValueError as err:
+        raise ConfigError(f"Slurm array variables ({', '.join(names)}): expected whole numbers ({err})") from err
+    place, off_step = divmod(task - first, step) if step > 0 else (-1, 0)
+    if off_step or not 0 <= place < count:
+        raise ConfigError(f"Slurm array task {task} is not on the array's range ({count} tasks from {first} in steps "
+                          f"of {step}): submit a range (--array=0-{count - 1}) or set shard.count and shard.index")
+    return count, place
+
+
+def shard_from_env(count: int, index: int, sequence: int = 1, array: bool = True) -> tuple[int, int]:
+    """The shards of the launcher that started the run, when no shard was configured: torchrun's groups
+    of ``sequence`` ranks (``WORLD_SIZE / sequence``, ``RANK // sequence``) and, with ``array``, the tasks
+    of a Slurm array (:func:`slurm_array`), each array task's groups its share's shards.
+
+    Raises
+    ------
+    ConfigError
+        A ``WORLD_SIZE`` ``sequence`` does not divide, a Slurm array task off its array's range, or a
+        configured shard as well as several groups or array tasks (a split run without torchrun is
+        refused where it launches: :func:`cmbench.runs.ranks.launch_of`; ``plan`` sizes one rank of a
+        split run from a plain process).
+    """
+    groups, group = 1, 0
+    if "WORLD_SIZE" in os.environ:
+        world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
+        if world % sequence:
+            raise ConfigError(f"parallel.sequence={sequence} does not divide torchrun's {world} processes "
+                              f"(WORLD_SIZE): each model needs a whole group of {sequence} ranks")
+        groups, group = world // sequence, rank // sequence
+    tasks, task = (slurm_array() if array else None) or (1, 0)
+    if groups * tasks == 1:
         return count, index
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
-    if world % sequence:
-        raise ConfigError(f"parallel.sequence={sequence} does not divide torchrun's {world} processes "
-                          f"(WORLD_SIZE): each model needs a whole group of {sequence} ranks")
     if count == 1:
-        return world // sequence, rank // sequence
-    if world > sequence:
-        raise ConfigError(f"shard.count={count} and torchrun's {world // sequence} groups of parallel.sequence="
-                          f"{sequence} ranks both shard the tasks: set one of them")
-    return count, index
+        return tasks * groups, task * groups + group
+    launchers = [f"torchrun's {groups} groups of parallel.sequence={sequence} ranks"] * (groups > 1) \
+        + [f"the Slurm array's {tasks} tasks (SLURM_ARRAY_TASK_COUNT)"] * (tasks > 1)
+    raise ConfigError(f"shard.count={count} and {' and '.join(launchers)} both shard the tasks: set one of them"
+                      + ("; an array that runs other settings, not shards, sets shard.slurm_array=false" if tasks > 1
+                         else ""))
 
 
 
@@ -573,7 +605,8 @@ def check_scorer(scorer: Mapping[str, Any]) -> None:
 
 def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
     """Read and check ``seed``, ``limit``, ``sample_seed``, ``task_ids`` / ``subset``, ``shard`` (or
-    torchrun's ``WORLD_SIZE`` / ``RANK``) and ``keep_other_code``.
+    torchrun's ``WORLD_SIZE`` / ``RANK``, a Slurm array's ``SLURM_ARRAY_TASK_COUNT`` / ``_ID``) and
+    ``keep_other_code``.
 
     Raises
     ------
@@ -601,8 +634,9 @@ def selection(cfg: Mapping[str, Any], data_name: str) -> Selection:
     sequence = parallel_spec(cfg).sequence
     count = whole(shard_cfg.get("count", 1), "shard.count", 1, what="a whole number of shards >= 1")
     index = whole(shard_cfg.get("index", 0), "shard.index", 0, what="a whole shard number >= 0")
+    array = flag(shard_cfg.get("slurm_array", True), "shard.slurm_array")
     try:
-        shard = shard_from_env(int(count or 1), int(index or 0), sequence)
+        shard = shard_from_env(int(count or 1), int(index or 0), sequence, array)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"shard.count / shard.index (or WORLD_SIZE / RANK): expected whole numbers ({err})") from err
     check_shard(*shard)

@@ -4,7 +4,9 @@ A subcommand is a module of :mod:`cmbench.cli` with an ``execute`` function: Hyd
 resolved root config (``configs/config.yaml`` plus overrides) and return an exit code; a command with
 ``hydra=False`` (``ls``) takes its raw arguments. A ``-m`` sweep runs ``execute`` once per job and then
 the command's ``after_sweep`` (``run``: the leaderboard of the runs the sweep wrote), which gets every
-job's config, so nothing passes between jobs through module state. ``<command> --help`` (or ``-h``)
+job's config, so nothing passes between jobs through module state. A sweep's jobs may run in other
+processes or on other hosts (Hydra's launchers: joblib, submitit): each job's exit status and config
+reach the sweep through its job folder (:mod:`cmbench.cli.sweep`). ``<command> --help`` (or ``-h``)
 prints the command's own help from its registry entry (:meth:`Command.usage`): what it does and the keys
 a user sets for it, without importing the command or composing a config.
 """
@@ -111,44 +113,62 @@ def set_threads(cfg: Any) -> None:
 def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
     """Run ``func(cfg)`` under Hydra, so ``-m`` sweeps and the usual override grammar work.
 
+    A sweep's jobs run wherever its launcher (``hydra/launcher=...``) runs them; each records its exit
+    status and config (:func:`cmbench.cli.sweep.record_job`), gathered here once the launcher returns,
+    or fails (a job that raised still counts, as failed).
+
     Returns
     -------
     list of Job
-        One per job, in order; an empty list when Hydra itself refused the overrides (it printed why).
+        One per job, in order; ``[Job(code, None)]`` when Hydra itself refused the overrides (it printed
+        why), and a sweep whose launcher failed has such a job after the ones it finished.
     """
     import hydra
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig, OmegaConf
+
+    from cmbench.cli.sweep import gathered_jobs, record_job, sweep_dir_override
 
     jobs: list[Job] = []
+    sweeping = any(o in SWEEP_FLAGS for o in overrides)
 
     @hydra.main(version_base=None, config_path=str(CONFIG_DIR), config_name="config")
-    def _app(cfg: DictConfig) -> None:
+    def _app(cfg: DictConfig) -> int:
         from hydra.core.hydra_config import HydraConfig
 
-        complete_method_name(cfg, HydraConfig.get().runtime.choices.get("method"))
+        code = 1
         try:
+            complete_method_name(cfg, HydraConfig.get().runtime.choices.get("method"))
+            if sweeping:  # a job is one setting, never a shard of a Slurm array (submitit runs a sweep as one)
+                OmegaConf.update(cfg, "shard.slurm_array", False, force_add=True)
             set_threads(cfg)
             code = int(func(cfg) or 0)
         except CMBenchError as err:
             error(str(err))
-            code = 1
-        jobs.append(Job(code, cfg))
+        finally:  # a job that raised counts too: as failed
+            if sweeping:
+                record_job(cfg, code)
+            else:
+                jobs.append(Job(code, cfg))
+        return code
 
     # Hydra's parser wants its flags (-m, --cfg job, ...) before the overrides; users put them anywhere
     flags = [o for o in overrides if o in SWEEP_FLAGS]
     rest = knob_overrides([o for o in overrides if o not in flags])
     try:
-        rest = [*search_path_overrides(), *rest]
+        rest = [*search_path_overrides(), *rest, *(sweep_dir_override(rest) if sweeping else [])]
     except CMBenchError as err:
         error(str(err))
         return [Job(1, None)]
     saved = sys.argv
     sys.argv = [saved[0] if saved else "cmbench", *flags, *rest]
+    refused = None
     try:
         _app()
     except SystemExit as exit_:
         if exit_.code:
-            return [Job(int(exit_.code) if isinstance(exit_.code, int) else 1, None)]
+            refused = Job(int(exit_.code) if isinstance(exit_.code, int) else 1, None)
     finally:
         sys.argv = saved
-    return jobs
+    if sweeping:
+        jobs = [Job(code, cfg) for _, code, cfg in gathered_jobs()]
+    return [*jobs, refused] if refused is not None else jobs

@@ -184,6 +184,7 @@ def usage() -> str:
 
 
 INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
+FAILED_TASKS = 3  # run's status when some task failed (its run and the others' records are written)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,7 +219,8 @@ def _main(argv: list[str] | None) -> int:
     jobs = run_hydra(execute, rest)
     code = max((job.code for job in jobs), default=0)
     after_sweep = command.function("after_sweep")
-    configs = [job.cfg for job in jobs if job.cfg is not None]
+    # the board of the jobs that ran (a job whose tasks failed, exit 3, still wrote its run), not of one refused
+    configs = [job.cfg for job in jobs if job.cfg is not None and job.code in (0, FAILED_TASKS)]
     if after_sweep is not None and set(SWEEP_FLAGS) & set(rest) and configs:
         try:
             code = max(code, int(after_sweep(configs)))

@@ -1,8 +1,10 @@
 """``python -m cmbench run``: one method over the selected tasks; ``-m`` sweeps end with their leaderboard.
 
 The composed config is resolved and checked once (:func:`cmbench.spec.resolve_run`: every knob, the
-method, selection, sharding (``shard.count`` / ``shard.index`` or torchrun's ``WORLD_SIZE`` / ``RANK``)
-and the run directory), then run by :func:`cmbench.runs.experiment.run_experiment`. Under torchrun with
+method, selection, sharding (``shard.count`` / ``shard.index``, torchrun's ``WORLD_SIZE`` / ``RANK`` or a
+Slurm array's ``SLURM_ARRAY_TASK_COUNT`` / ``_ID``) and the run directory), then run by
+:func:`cmbench.runs.experiment.run_experiment`. A task of a Slurm array has no process waiting for the
+others, so it ends with the command that builds the board once they have all ended. Under torchrun with
 ``parallel.sequence=P`` each group of ``P`` ranks runs one split model and only its first rank prints
 (:mod:`cmbench.runs.ranks`).
 Tasks whose records came from other code (an edited method, CMBench or weights) are computed again
@@ -11,6 +13,7 @@ and the run says so; with ``keep_other_code=true`` they are kept and the run war
 
 from __future__ import annotations
 
+import os
 import sys
 
 from omegaconf import DictConfig
@@ -19,7 +22,7 @@ from cmbench.calibration.target_pr import resolve_target_pr
 from cmbench.config_paths import to_dict
 from cmbench.runs.experiment import ExperimentResult, run_experiment
 from cmbench.identity.code import changed_parts, describe_changes
-from cmbench.spec import parallel_spec, resolve_run
+from cmbench.spec import flag, parallel_spec, resolve_run, slurm_array
 
 
 def _ids(task_ids: list[str], most: int = 10) -> str:
@@ -40,10 +43,23 @@ def code_messages(done: ExperimentResult) -> list[str]:
     return lines
 
 
+def board_later(cfg: DictConfig, shards: int) -> str | None:
+    """For a task of a Slurm array that shards this run (``shards`` > 1): the one line that builds the
+    board once every task of the array has ended (nothing waits for them), else None."""
+    shard = cfg.get("shard") or {}
+    if shards < 2 or not flag(shard.get("slurm_array", True), "shard.slurm_array") or slurm_array() is None:
+        return None
+    job = os.environ.get("SLURM_ARRAY_JOB_ID", "<array job id>")
+    command = f"python -m cmbench leaderboard data={cfg.data.name} out_dir={cfg.out_dir}"
+    return (f"board: once every task of Slurm array {job} has ended: {command} (or submit it to run then: "
+            f"sbatch --dependency=afterany:{job} --wrap '{command}')")
+
+
 def execute(cfg: DictConfig) -> int:
     """Run and print one line of results; exit 3 when some task failed."""
     target = resolve_target_pr(cfg)  # method.target_pr -> the method's calibrated knob, before anything reads it
-    done = run_experiment(resolve_run(target.cfg, target.record_fields()))
+    spec = resolve_run(target.cfg, target.record_fields())
+    done = run_experiment(spec)
     summary, result = done.summary, done.result
     if not done.writer:  # another rank of this split model printed the run's lines
         return 3 if summary["tasks_failed"] else 0
@@ -55,6 +71,9 @@ def execute(cfg: DictConfig) -> int:
     print(f"{done.label}: {summary['tasks_ok']}/{summary['tasks_expected']} tasks ok "
           f"({result.done} run now, {result.cached} cached{kept}), {summary['tasks_failed']} failed; "
           f"{summary['metric'] or 'score'} {score}, PR {pr}; {done.run_dir}")
+    later = board_later(cfg, spec.selection.shard[0])
+    if later is not None:
+        print(later)
     if summary["tasks_failed"]:
         print(f"failed: {_ids(summary['failed_task_ids'])} (reasons in records.jsonl)", file=sys.stderr)
         return 3
