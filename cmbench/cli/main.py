@@ -59,7 +59,8 @@ for _command in (
             keys=(*RUNS, ("leaderboard.out=DIR", "where the reports go (default <out_dir>/<data>/leaderboard)"),
                   ("leaderboard.refresh_curves=true", "refill only the \"Score @ 85% PR\" column of the board there"),
                   ("leaderboard.reference_aggregation=mean|max", "every score as that aggregation of its "
-                                                                 "references' best scores"))),
+                                                                 "references' best scores"),
+                  ("leaderboard.merge=[A.json,...]", "one board from received leaderboard.json files (no runs)"))),
     Command("report", "self-contained HTML report with per-task galleries over runs", "cmbench.cli.report",
             description="A self-contained HTML report (index.html and img/, nothing fetched) over the runs the "
                         "leaderboard reads: sortable tables, plots, and a per-task gallery of every method's "
@@ -90,7 +91,18 @@ for _command in (
             description="Makes a dataset available, then validates it: data=miniworld builds the MiniWorld suite "
                         "(seconds, cached), data=cmbench fetches the official set (online only).",
             keys=(("data=NAME", "miniworld (default) or cmbench"), ("data.root=DIR", "where it goes"),
-                  ("data.world_seed=N", "MiniWorld: another world (default 0)"))),
+                  ("data.world_seed=N", "MiniWorld: another world (default 0)"),
+                  ("data.revision=REV", "cmbench: the hub branch, tag or commit to download (default main); "
+                                        "the commit is pinned"))),
+    Command("verify", "recheck a received run: rescore its videos, recompute PR and bytes, compare code", "cmbench.cli.verify",
+            hydra=False, synopsis="RUN [data.root=DIR] [tolerance=T]",
+            description="Rechecks a run folder someone sent: scores its saved videos again with its scorer, "
+                        "recomputes each record's PR and KV bytes from its ledger, and compares its code identities "
+                        "and context videos with this checkout's; one line per difference, exit 1 when anything "
+                        "differs (docs/runs.md, \"Submitting a board\").",
+            keys=(("RUN", "the run folder (required)"),
+                  ("data.root=DIR", "the run's dataset on this machine (default: the folder its config names)"),
+                  ("tolerance=T", "how far a rescored score may be from the recorded one (default 1e-6)"))),
     Command("ls", "list what is registered in each config group", "cmbench.cli.ls", hydra=False,
             synopsis="[group ...]",
             description="Lists the options of each config group, one line each, with its description (every "

@@ -87,7 +87,10 @@ def scorer_identity(runs: Sequence[RunRecords]) -> dict[str, Any]:
 
 
 def _latest(frame: pd.DataFrame, column: str) -> Any:
-    values = frame[column].dropna() if column in frame else []
+    """The last non-missing value of a column (None when there is none)."""
+    if column not in frame:
+        return None
+    values = frame[column].dropna()
     return values.iloc[-1] if len(values) else None
 
 
