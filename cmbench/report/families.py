@@ -101,7 +101,7 @@ def on_target(target: float | None, realised: float, tolerance: float = LANDING_
     if target is None or pd.isna(target):
         return True
     miss = bytes_miss(target, realised)
-    return not math.isnan(miss) and miss <= tolerance
+    return not math.isnan(miss) and abs(miss) <= tolerance
 
 
 def memory_columns(board: pd.DataFrame) -> pd.DataFrame:
