@@ -22,6 +22,33 @@
 # DeCoPrune's realised pruning ratio (the paper's matched-PR row); the sink-only run is Streaming with
 # no recent window ("no context").
 set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bash scripts/reproduce_results.sh [-h|--help]
+
+Runs every registered method on the full MiniWorld suite at seeds 2, 3 and 4 (hours on a 2-core machine; two
+background lanes, resumable: finished tasks are kept), calibrates the score-vs-PR curves, then writes the
+leaderboard into results/miniworld/ and its table into the README, and the HTML report (with its screenshot in
+docs/img/ where chromium, chromium-driver and selenium are installed). Settings come from the environment:
+
+  EXTRA="limit=8"   overrides of every run (a quick look: writes to OUT only, never results/ or the README)
+  OUT               where runs go (default runs/reference)
+  SEEDS             the global seeds, one whole seed after the other (default 2,3,4)
+  CURVE_METHODS, CURVE_TARGETS, CURVE_EXTRA, CURVE_OUT   the curves step's methods, target PRs, own
+                    overrides and folder
+  PYTHON            the interpreter (default .venv/bin/python); THREADS: torch threads per lane (default 1)
+
+  -h, --help        this text; nothing runs
+EOF
+}
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) usage; exit 0 ;;
+    *) echo "reproduce_results.sh: unknown argument $arg (settings come from the environment, e.g. EXTRA=\"limit=8\"; --help lists them)" >&2; exit 2 ;;
+  esac
+done
+
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=${OUT:-runs/reference}
