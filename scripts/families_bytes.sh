@@ -15,19 +15,22 @@
 # Usage: bash scripts/families_bytes.sh [SEED ...]        (default: 2; the first seed calibrates)
 # Environment: PYTHON (default .venv/bin/python), OUT (default runs/families), BOARD_ONLY=1 (only the board, the
 # figure and the README paragraph, from the runs already there), ONLY=PATTERN (run only the entries whose label
-# matches this shell pattern, e.g. ONLY='*kivi*'), BOARD=0 (runs only: lanes run side by side, the board after them).
+# matches this shell pattern, e.g. ONLY='*kivi*'), BOARD=0 (runs only: lanes run side by side, the board after them),
+# EXTRA='OVERRIDE ...' (added to every run: EXTRA='shard.count=2 shard.index=0' runs every other context of the
+# subset, dealt round-robin, the other half later into the same run folders).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${PYTHON:-.venv/bin/python}"
 out="${OUT:-runs/families}"
 seeds=("$@")
+read -ra extra <<< "${EXTRA:-}"
 [ ${#seeds[@]} -gt 0 ] || seeds=(2)
 
 run() {  # run SEED OVERRIDE...: one run, its output on stderr; prints its run folder (the last line's last field)
   local seed=$1 said; shift
   echo "=== seed $seed: $*" >&2
   said=$(nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_contexts32 cache.dtype=bfloat16 "seed=$seed" \
-    calibration.tasks=2 progress=false "$@") \
+    calibration.tasks=2 progress=false "${extra[@]}" "$@") \
     || { printf '%s\n' "$said" >&2; echo "families_bytes.sh: the run above failed: $*" >&2; return 1; }
   printf '%s\n' "$said" >&2
   printf '%s\n' "$said" | tail -n 1 | sed 's/.*; //'
