@@ -125,10 +125,37 @@ def complete_method_name(cfg: DictConfig, choice: str | None) -> None:
 
 
 def knob_overrides(overrides: list[str]) -> list[str]:
-    """Hydra overrides with ``method.<knob>=v`` turned into ``++method.<knob>=v``.
+    """Hydra overrides with ``method.<knob>=v`` and ``storage.<knob>=v`` turned into ``++...``.
 
     A method yaml lists only what differs from its class (the class holds the defaults), so a knob
     the yaml leaves out must still be settable on the command line; a misspelt knob then reaches
-    ``build_method``, which names the method's real knobs.
+    ``build_method``, which names the method's real knobs. A storage format's knob its yaml lacks
+    (``storage=kivi storage.stages=2``, ``storage=fp storage.bits=2``) reaches the format's check, which
+    refuses it in one line (:func:`cmbench.spec.storage_spec`) instead of Hydra's several.
     """
-    return [f"++{o}" if o.startswith("method.") else o for o in overrides]
+    return [f"++{o}" if o.startswith(("method.", "storage.")) else o for o in overrides]
+
+
+_NOT_A_NAME = set("()[]{}$*?:'\"")  # sweep functions, interpolations, globs: left to Hydra
+
+
+def unknown_choice(overrides: list[str]) -> str | None:
+    """One line for the first override choosing a config that no config folder has (``storage=nope``:
+    Hydra would answer in 6-13 lines), naming the group's configs; None when every choice exists.
+
+    Only plain choices of a group folder (``group=name`` or a sweep's ``group=a,b``) are checked; adding
+    (``+group=``), deleting, Hydra's own groups and sweep functions are left to Hydra.
+    """
+    for override in overrides:
+        group, equals, value = override.partition("=")
+        if not equals or not group.isidentifier() or _NOT_A_NAME & set(value) or value in ("", "null"):
+            continue
+        folders = [folder / group for folder in config_dirs() if (folder / group).is_dir()]
+        if not folders:
+            continue
+        for name in value.split(","):
+            if not any((folder / f"{name.strip()}.yaml").is_file() for folder in folders):
+                options = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
+                return (f"{group}={name.strip()}: no {group} config of that name; choose one of {', '.join(options)} "
+                        f"(or a config of yours in a CMBENCH_CONFIG_PATH folder)")
+    return None

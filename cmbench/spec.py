@@ -528,7 +528,28 @@ def storage_spec(block: Any, backbone: Mapping[str, Any]) -> StorageFormat:
     """
     if block is not None and not isinstance(block, Mapping):
         raise ConfigError(f"storage={block!r}: expected a storage group (storage=fp, kivi, qvg or chunkmean)")
+    if block and block.get("name", "fp") == "fp":
+        knobs = sorted(k for k, v in block.items() if k not in ("name", "description") and v is not None)
+        if knobs:
+            raise ConfigError(f"storage.{knobs[0]}={block[knobs[0]]!r}: full precision (storage=fp) has no knobs; "
+                              f"a quantized format has: storage=kivi storage.{knobs[0]}=..., or qvg or chunkmean")
     return storage_format(block).check(declared_head_dim(backbone), declared_chunk_tokens(backbone))
+
+
+def check_format_for_method(method_class: type, storage: StorageFormat) -> None:
+    """Refuse a merging method (its class's ``family``) in a quantized storage format, before anything is
+    built or written: a merge is a count-weighted mean of values, which needs them in full precision.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the method, the format and what runs instead.
+    """
+    if storage.quantized and getattr(method_class, "family", "") == "merging":
+        name = getattr(method_class, "name", "") or method_class.__qualname__
+        raise ConfigError(f"method {name} merges history rows (a count-weighted mean of values, which needs them in "
+                          f"full precision): storage={storage.name} cannot hold them; run it with storage=fp, or "
+                          f"storage={storage.name} with a method that does not merge (docs/kv_formats.md)")
 
 
 def cache_dtype_spec(block: Any) -> str | None:
@@ -731,6 +752,7 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
     method = build_method(method_cfg)  # the one build of a run: its knob checks come first
     generation = generation_spec(plain["generation"])
     storage = storage_spec(plain.get("storage"), plain["backbone"])
+    check_format_for_method(type(method), storage)
     generation = replace(generation, settings=replace(generation.settings, storage=storage,
                                                       cache_dtype=cache_dtype_spec(plain.get("cache"))))
     check_settings(method, generation.settings)

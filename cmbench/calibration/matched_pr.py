@@ -51,6 +51,7 @@ from cmbench.methods.registry import build_method, canonical_method_config, conf
 from cmbench.identity.code import code_identity, portable
 from cmbench.identity.labels import resolve_method_class, storage_suffix
 from cmbench.identity.paths import path_component
+from cmbench.spec import check_format_for_method
 
 CALIBRATION_DIR = "calibration"
 
@@ -565,6 +566,7 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
     method_cfg = to_dict(cfg.method)
     knob = method_knob(method_cfg)
     setting = {k: v for k, v in canonical_method_config(method_cfg).items() if k != knob.name}  # refuses bad knobs
+    check_format_for_method(config_class(method_cfg), calibration_storage(cfg))  # before any folder is made
     name = str(cfg.method.name)
     # the files are named after the method in its storage format: a format's calibration is its own
     yaml_path, log_path = calibration_paths(str(cfg.out_dir), name + storage_suffix(cfg.get("storage")), target_pr,
@@ -640,8 +642,13 @@ def calibrate_method(cfg: DictConfig, target_pr: float, tolerance: float = 0.005
 
         known = shared_probes(log_path.parent, name, probe_key)
         start = float(getattr(configured, knob.name))  # the configured value: the first probe
-        found = search_knob(knob, searched, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
-                            start=start, guess=aim, quantity=quantity)
+        try:
+            found = search_knob(knob, searched, probe, tolerance=tolerance, max_evaluations=max_probes, known=known,
+                                start=start, guess=aim, quantity=quantity)
+        except KeyboardInterrupt:  # Ctrl-C: every finished probe is in the probe cache; a rerun starts from them
+            kept = len(shared_probes(log_path.parent, name, probe_key, logs=False))
+            raise KeyboardInterrupt(f"interrupted; {kept} finished probe{'' if kept == 1 else 's'} kept in "
+                                    f"{probes_path(log_path.parent, name, probe_key)} (a rerun starts from them)") from None
         value = knob_value(knob, found.value)
         result = Calibration(method=own["method"], label=own["label"], knob=knob.name, value=value,
                              calibration_pr=quantity.shown(found.pr), target_pr=target_pr, tolerance=tolerance,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, search_path_overrides
+from cmbench.config_paths import CONFIG_DIR, complete_method_name, knob_overrides, search_path_overrides, unknown_choice
 from cmbench.errors import CMBenchError
 from cmbench.registry import Registry, import_object
 
@@ -155,6 +155,10 @@ def run_hydra(func: Callable[[Any], int], overrides: list[str]) -> list[Job]:
     flags = [o for o in overrides if o in SWEEP_FLAGS]
     rest = knob_overrides([o for o in overrides if o not in flags])
     try:
+        unknown = unknown_choice(rest)
+        if unknown is not None:  # one line, not Hydra's list of options and search path
+            error(unknown)
+            return [Job(1, None)]
         rest = [*search_path_overrides(), *rest, *(sweep_dir_override(rest) if sweeping else [])]
     except CMBenchError as err:
         error(str(err))

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt as err:
-        print(f"cmbench: {err or 'interrupted'}", file=sys.stderr)
+        print(f"cmbench: {str(err) or 'interrupted'}", file=sys.stderr)
         return INTERRUPTED
 
 
