@@ -5,6 +5,7 @@
     python scripts/board_verdicts.py kvpress results/miniworld/kvpress_leaderboard.csv \
         results/miniworld/kvpress_comparisons.csv results/miniworld/kvpress_verdicts.csv
     python scripts/board_verdicts.py --committed      # both committed boards, as above
+    python scripts/board_verdicts.py --docs           # rewrite docs/verdicts.md's rules from the code
 
 The claims of each board are :mod:`cmbench.report.board_claims`'; the rule and its correction
 :mod:`cmbench.report.verdicts`. ``scripts/families_bytes.sh`` runs the first after it builds the board;
@@ -36,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("kind", nargs="?", choices=sorted(BOARDS))
     parser.add_argument("paths", nargs="*", type=Path, metavar="BOARD PAIRS OUT")
     parser.add_argument("--committed", action="store_true", help="write the committed boards' verdict CSVs")
+    parser.add_argument("--docs", action="store_true", help="rewrite docs/verdicts.md's rules section and exit")
     args = parser.parse_args(argv)
+    if args.docs:
+        docs = ROOT / "docs" / "verdicts.md"
+        head, rest = docs.read_text().split("<!-- rules -->\n", 1)
+        docs.write_text(f"{head}<!-- rules -->\n{verdicts.rules_section()}\n<!-- /rules -->{rest.split('<!-- /rules -->', 1)[1]}")
+        print(f"wrote {docs}")
+        return 0
     try:
         if args.committed:
             os.chdir(ROOT)

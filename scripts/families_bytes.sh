@@ -91,11 +91,12 @@ if [ "${BOARD_ONLY:-0}" != 1 ]; then
     calibrated recent_chunks streaming@bytes8+kivi2-g32-r128 0.08 method=streaming "${kivi2[@]}"
 fi
 [ "${BOARD:-1}" != 0 ] || exit 0
-"$py" -m cmbench leaderboard "out_dir=$out" \
-  "leaderboard.focus=[fullkv,decoprune@bytes25,decoprune@bytes15,decoprune@bytes8]" \
-  "leaderboard.compare=[[decoprune@bytes8+kivi4-g32-r128,streaming@bytes8+kivi2-g32-r128],[decoprune@bytes15+kivi4-g32-r128,fullkv+kivi4-g32-r128]]" \
-  "leaderboard.out=$out/board"
+# every pair once (leaderboard.focus=all): the board's claims compare each entry with FullKV and each target's
+# top entry with its runner-up, whichever they turn out to be (cmbench/report/board_claims.py)
+"$py" -m cmbench leaderboard "out_dir=$out" leaderboard.focus=all "leaderboard.out=$out/board"
 cp "$out/board/leaderboard.csv" results/miniworld/families_bytes.csv
 cp "$out/board/comparisons.csv" results/miniworld/families_bytes_comparisons.csv
+"$py" scripts/board_verdicts.py families results/miniworld/families_bytes.csv \
+  results/miniworld/families_bytes_comparisons.csv results/miniworld/families_bytes_verdicts.csv
 "$py" scripts/families_figure.py results/miniworld/families_bytes.csv results/miniworld/families_bytes.png
 "$py" scripts/update_readme_results.py

@@ -1,12 +1,14 @@
-"""Write the README's findings, quality and families paragraphs from the committed records and CSVs.
+"""Write the README's findings, quality, families and kvpress paragraphs from the committed records and CSVs.
 
     python scripts/update_readme_results.py
 
 Replaces the blocks between ``<!-- findings -->`` / ``<!-- /findings -->``, ``<!-- quality -->`` /
-``<!-- /quality -->`` and ``<!-- families -->`` / ``<!-- /families -->`` with :func:`cmbench.paper.readme.blocks`
-(from the records under results/paper/, the same as results/paper_findings.md, results/miniworld/quality_vs_memory.csv
-and results/miniworld/families_bytes*.csv); ``tests/test_readme_results.py`` fails when README.md is out of date.
-Rerun it after `scripts/paper_findings.py --copy-evidence`, new reference curves or `scripts/families_bytes.sh`.
+``<!-- /quality -->``, ``<!-- families -->`` / ``<!-- /families -->`` and ``<!-- kvpress -->`` / ``<!-- /kvpress -->``
+with :func:`cmbench.paper.readme.blocks` (from the records under results/paper/, the same as
+results/paper_findings.md, results/miniworld/quality_vs_memory.csv, results/miniworld/families_bytes*.csv and
+results/miniworld/kvpress_*.csv, the boards' verdicts read from their verdict CSVs: docs/verdicts.md);
+``tests/test_readme_results.py`` fails when README.md is out of date. Rerun it after `scripts/paper_findings.py
+--copy-evidence`, new reference curves, `scripts/families_bytes.sh` or `scripts/board_verdicts.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def main() -> int:
     readme = ROOT / "README.md"
     _, findings, second = committed_page()
     readme.write_text(with_blocks(readme.read_text(), blocks(Path("."), findings, second), "README.md"))
-    print("README.md: findings, quality and families paragraphs written")
+    print("README.md: findings, quality, families and kvpress paragraphs written")
     return 0
 
 

@@ -36,6 +36,16 @@ def test_focus_and_named_pairs_ask_for_more(tmp_path):
     assert comparison_pairs(runs, focus=["mine"]) == [("mine", "fullkv"), ("mine", "decoprune"), ("mine", "random")]
 
 
+def test_focus_all_compares_every_pair_once(tmp_path):
+    """``leaderboard.focus=all``: each pair of entries once, in board order, so any two entries have a difference."""
+    runs = board(tmp_path, ["fullkv", "a", "b"])
+    assert comparison_pairs(runs, focus=["all"]) == [("fullkv", "a"), ("fullkv", "b"), ("a", "b")]
+    assert comparison_pairs(runs, focus="all", compare=["b", "a"]) == [("fullkv", "a"), ("fullkv", "b"), ("a", "b"),
+                                                                        ("b", "a")]
+    named = board(tmp_path / "named", ["all", "x"])  # an entry labelled "all" is a label like any other
+    assert comparison_pairs(named, focus=["all"]) == [("all", "x")]
+
+
 def test_the_written_board_compares_each_variant_with_fullkv(tmp_path):
     """Three variants of a plug-in and FullKV: three comparisons, not every variant against every other both ways."""
     plugin = {"code": {"method": "h"}}

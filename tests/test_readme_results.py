@@ -105,7 +105,7 @@ def test_the_families_block_states_the_verdict_rule_not_absence_of_evidence(tmp_
     """Entries grouped by their bytes target (largest first, the formats alone last); against FullKV each says what
     its equivalence claim gives in the board's family (a CI that includes 0 is *not* level: it is not resolved),
     and a target's top entry is "best" only where its lead over the runner-up holds."""
-    from cmbench.paper.readme import FAMILIES_BOARD, FAMILIES_PAIRS, FAMILIES_VERDICTS, families_block
+    from cmbench.paper.readme import FAMILIES_BOARD, FAMILIES_PAIRS, FAMILIES_SUBSET, FAMILIES_VERDICTS, families_block
     from cmbench.report import verdicts
     from cmbench.report.board_claims import board_verdicts
 
@@ -121,7 +121,7 @@ def test_the_families_block_states_the_verdict_rule_not_absence_of_evidence(tmp_
     ])
     pair = {"method": "fullkv", "p_value": 0.01, "n_pairs": 24, "contexts": 8}
     pairs = pd.DataFrame([
-        {**pair, "versus": "decoprune@bytes8", "delta": 0.40, "delta_ci95": 0.10},
+        {**pair, "method": "decoprune@bytes8", "versus": "fullkv", "delta": -0.40, "delta_ci95": 0.10},  # read back
         {**pair, "versus": "worldkv@bytes8+kivi4-g32-r128", "delta": 0.01, "delta_ci95": 0.01},
         {**pair, "versus": "streaming@bytes25", "delta": 0.35, "delta_ci95": 0.30},
         {**pair, "versus": "fullkv+kivi2-g32-r128", "delta": 0.01, "delta_ci95": 0.06},  # includes 0: not level
@@ -136,7 +136,7 @@ def test_the_families_block_states_the_verdict_rule_not_absence_of_evidence(tmp_
     verdicts.write(decided, tmp_path / FAMILIES_VERDICTS)
     assert {d.family_size for d in decided} == {6}  # 5 entries against FullKV and one lead; untested pairs not counted
     text = families_block(tmp_path)
-    assert "24 (task, seed) pairs: the 8 tasks of `miniworld_diagnostic8` x 3 seeds" in text
+    assert f"24 (task, seed) pairs: the 8 tasks of `{FAMILIES_SUBSET}` x 3 seeds" in text
     assert "FullKV scores 0.950 ± 0.050" in text and "one family of the 6 tested claims" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [line.split(" | ")[1] for line in table] == [

@@ -209,3 +209,14 @@ def test_a_pair_is_read_either_way_and_a_missing_pair_is_untested():
     assert backward.se == pytest.approx(forward.se) and (backward.a, backward.b, backward.n_pairs) == ("x", "fullkv", 20)
     missing = claim_of_pair(table, "x", "y", LEAD, "x ahead of y", "t.csv")
     assert not missing.testable and decide([missing])[0].verdict == INCONCLUSIVE
+
+
+def test_docs_state_the_rule_as_the_code_does():
+    """docs/verdicts.md carries the rules section generated from the code (scripts/board_verdicts.py --docs)."""
+    from pathlib import Path
+
+    from cmbench.report.verdicts import rules_section
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "verdicts.md").read_text()
+    block = docs.split("<!-- rules -->", 1)[1].split("<!-- /rules -->", 1)[0].strip()
+    assert block == rules_section().strip(), "docs/verdicts.md differs from the code: run scripts/board_verdicts.py --docs"

@@ -117,7 +117,8 @@ class Criterion:
         if self.rule in RULE_TEXT:
             rule = RULE_TEXT[self.rule].format(margin=self.margin, low=1 - (self.margin or 0))
         else:
-            rule = f"a {self.rule} claim, margin {self.the_margin:g}: " + rule_text(self.rule, self.the_margin)
+            article = "an" if self.rule[0] in "aeiou" else "a"
+            rule = f"{article} {self.rule} claim, margin {self.the_margin:g}: " + rule_text(self.rule, self.the_margin)
         text = f"Metric: {self.metric}. Compared: {self.compared}. Where: {self.where}. Verdict: {rule}."
         text += f" Cannot be tested without {self.needs}." if self.needs else ""
         return text + (f" Shown beside, not deciding: {self.beside}." if self.beside else "")

@@ -88,7 +88,6 @@ def families_block(root: Path) -> str:
     board = pd.read_csv(root / FAMILIES_BOARD)
     pairs = pd.read_csv(root / FAMILIES_PAIRS)
     decided = verdict_rows(root, FAMILIES_VERDICTS)
-    versus_full = pairs[pairs["method"] == "fullkv"].set_index("versus")
     full = board.set_index("method").loc["fullkv"]
     rows = board[board["method"] != "fullkv"].copy()
     rows["family"] = entry_families(rows)
@@ -112,8 +111,7 @@ def families_block(root: Path) -> str:
              "|---|---|---|---|---|---|---|---|"]
     against: dict[tuple[float, str], list[str]] = {}  # (order, words against FullKV) -> entries
     for row in rows.itertuples():
-        pair = versus_full.loc[row.method] if row.method in versus_full.index else None
-        delta = "" if pair is None else f"{pair['delta']:+.3f} ± {pair['delta_ci95']:.3f} ({pair['p_value']:.2g})"
+        delta = difference(pairs, "fullkv", row.method)
         target = "format alone" if pd.isna(row.target) else f"{row.target:g}" + ("" if row.landed else " (off)")
         words = said(decided[(row.method, "fullkv")], "FullKV")
         lines.append(f"| {target} | {row.method} | {row.family} | {row.kv_bytes_ratio:.3f} | "
@@ -137,6 +135,17 @@ def families_block(root: Path) -> str:
     return "\n".join(lines)
 
 
+def difference(pairs: pd.DataFrame, a: str, b: str) -> str:
+    """``a - b`` from a comparisons table, read either way round: ``+0.010 ± 0.019 (0.24)`` (95% CI, p); "" when
+    the table does not compare them."""
+    for first, second, sign in ((a, b, 1), (b, a, -1)):
+        rows = pairs[(pairs["method"] == first) & (pairs["versus"] == second)]
+        if len(rows):
+            row = rows.iloc[0]
+            return f"{sign * row['delta']:+.3f} ± {row['delta_ci95']:.3f} ({row['p_value']:.2g})"
+    return ""
+
+
 def kvpress_block(root: Path) -> str:
     """The kvpress presses at a matched 85% PR: each press's score and PR, its paired difference from Random (at
     DeCoPrune's per-chunk counts) and from DeCoPrune, and what the verdict rule says of each (the board's verdict
@@ -146,10 +155,6 @@ def kvpress_block(root: Path) -> str:
     decided = verdict_rows(root, KVPRESS_VERDICTS)
     random_, deco, full = (board.loc[m] for m in (KVPRESS_RANDOM, KVPRESS_DECOPRUNE, "fullkv"))
     presses = board[board.index.str.startswith("kvpress_")].sort_values("score", ascending=False, kind="stable")
-
-    def minus(a: str, b: str) -> str:
-        row = pairs[(pairs["method"] == a) & (pairs["versus"] == b)].iloc[0]
-        return f"{row['delta']:+.3f} ± {row['delta_ci95']:.3f} ({row['p_value']:.2g})"
 
     seeds = int(full["seeds"])
     lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
@@ -165,8 +170,8 @@ def kvpress_block(root: Path) -> str:
              "| press | score | Random − press (p) | against Random | DeCoPrune − press (p) | against DeCoPrune |",
              "|---|---|---|---|---|---|"]
     for press, row in presses.iterrows():
-        lines.append(f"| {press} | {row['score']:.3f} ± {row['score_ci95']:.3f} | {minus(KVPRESS_RANDOM, press)} | "
-                     f"{said(decided[(press, KVPRESS_RANDOM)], 'Random')} | {minus(KVPRESS_DECOPRUNE, press)} | "
+        lines.append(f"| {press} | {row['score']:.3f} ± {row['score_ci95']:.3f} | {difference(pairs, KVPRESS_RANDOM, press)} | "
+                     f"{said(decided[(press, KVPRESS_RANDOM)], 'Random')} | {difference(pairs, KVPRESS_DECOPRUNE, press)} | "
                      f"{said(decided[(press, KVPRESS_DECOPRUNE)], 'DeCoPrune')} |")
     return "\n".join(lines)
 

@@ -23,6 +23,8 @@ from cmbench.report.reading import ReportError, RunRecords
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test
 from cmbench.report.verdicts import one_precision, precision_of
 
+ALL = "all"
+"""``leaderboard.focus=all``: every pair of entries once."""
 REFERENCE_METHOD = "fullkv"
 """The entry every other is compared with in ``paired_deltas.csv`` and, by default, ``comparisons.csv``."""
 
@@ -95,13 +97,15 @@ def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
                      compare: Sequence[Any] | None = None) -> list[tuple[str, str]]:
     """The (method, versus) pairs to compare: by default each entry against FullKV (the entry labelled
     :data:`REFERENCE_METHOD`; none when the board has no FullKV), or each focus entry against every other
-    entry; then the named pairs.
+    entry (``focus=[ALL]``: every pair of entries once, in board order); then the named pairs.
 
     Parameters
     ----------
     runs : list of RunRecords
     focus : list of str, optional
-        Labels compared with every other entry instead of the default pairs (``[]``: only the named pairs).
+        Labels compared with every other entry instead of the default pairs (``[]``: only the named pairs;
+        ``[ALL]``, unless an entry is labelled so: every pair once, so that any two entries a board's claims
+        compare, e.g. a target's top entry and its runner-up, have their paired difference).
     compare : list, optional
         One pair ``[a, b]`` or a list of pairs ``[[a, b], [c, d]]`` of labels.
 
@@ -110,8 +114,10 @@ def comparison_pairs(runs: list[RunRecords], focus: Sequence[str] | None = None,
     ReportError
         A label that is not on the board, or a pair that is not two labels.
     """
-    if focus is None:
-        labels = [r.label for r in runs]
+    labels = [r.label for r in runs]
+    if focus is not None and list([focus] if isinstance(focus, str) else focus) == [ALL] and ALL not in labels:
+        pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
+    elif focus is None:
         pairs = [(label, REFERENCE_METHOD) for label in labels if label != REFERENCE_METHOD] \
             if REFERENCE_METHOD in labels else []
     else:

@@ -129,6 +129,20 @@ def rule_text(kind: str, margin: float) -> str:
     }[kind]
 
 
+def rules_section() -> str:
+    """Every kind's rule, margin and why, and the family's correction: docs/verdicts.md's generated block."""
+    lines = ["| kind | claim | margin | verdict | why this margin |", "|---|---|---|---|---|"]
+    claims = {LEAD: "a leads b", EQUIVALENT: "a is level with b", NONINFERIOR: "a is not worse than b by more than "
+              "the margin", DEFICIT: "a is below b"}
+    for kind in KINDS:
+        margin = MARGINS[kind]
+        lines.append(f"| {kind} | {claims[kind]} | {margin.value:g} | {rule_text(kind, margin.value)} | {margin.why} |")
+    return "\n".join([*lines, "", "The interval is that of the mean paired difference a - b (clustered by context: "
+                       "a t interval on contexts - 1 degrees of freedom); with m tested claims in a table, each interval "
+                       f"is at level 1 - {ALPHA:g}/m (Bonferroni), so that all m cover together with probability at "
+                       f"least {1 - ALPHA:.0%}."])
+
+
 def _two_sided_p(estimate: float, se: float, df: int) -> float:
     if math.isnan(se) or df < 1:
         return math.nan
