@@ -3,7 +3,8 @@
     python -m cmbench curves "methods=[worldkv,worldkv_fixed_window,key_retrieval,decoprune,random,streaming]" \
         "target_prs=[0.85]" limit=4 calibration.tasks=2 out_dir=runs_cmp
     python scripts/retrieval_comparison.py runs_cmp/miniworld/leaderboard/curves.csv \
-        runs_cmp/miniworld/<fullkv run> --out results/miniworld/retrieval_comparison.csv
+        runs_cmp/miniworld/<fullkv run> --out results/miniworld/retrieval_comparison.csv \
+        --verdicts results/miniworld/retrieval_comparison_verdicts.csv
 
 For each point of the curves (one method at one target device PR, its knob calibrated on the
 calibration world) and for FullKV: the realised device PR, the mean score over all tasks and per task
@@ -12,6 +13,10 @@ device per generated chunk (retrieval methods only: ``worldkv``, WorldKV's fixed
 ``worldkv_fixed_window``, CMBench's earlier fixed-window reading, and ``key_retrieval``), read from the
 runs' records. Writes the CSV and
 prints it as a markdown table, with the number of tasks: a small subset is a small subset.
+
+With ``--verdicts``, the claims the comparison states are decided as one family by CMBench's verdict rule
+(docs/verdicts.md) and written there: at each target, each retrieval method level with FullKV (an equivalence
+claim) and ahead of DeCoPrune at the same target (a lead claim), paired by task and seed on the tasks both ran.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from pathlib import Path
 import pandas as pd
 
 from cmbench.errors import CMBenchError
-from cmbench.report import read_records
+from cmbench.report import read_records, verdicts
+from cmbench.report.board_claims import retrieval_verdicts
 
 MB = 1e6
 COLUMNS = ["method", "target_pr", "knob", "knob_value", "device_pr", "score", "score_reappear", "score_revisit",
@@ -54,23 +60,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("curves", help="curves.csv written by `python -m cmbench curves`")
     parser.add_argument("fullkv", help="the FullKV run folder of the same tasks")
     parser.add_argument("--out", required=True, help="CSV to write")
+    parser.add_argument("--verdicts", default=None, help="where to write the verdict CSV of its claims")
     args = parser.parse_args(argv)
     try:
         curves = pd.read_csv(args.curves)
         rows = [{"method": "fullkv", "target_pr": 0.0, "knob": "", "knob_value": float("nan"),
                  **summarise(args.fullkv)}]
+        ran = []
         for point in curves.itertuples():
             if not isinstance(point.run_dir, str):
                 print(f"{point.method} @ {point.target_pr}: no run ({point.note})", file=sys.stderr)
                 continue
             rows.append({"method": point.method, "target_pr": point.target_pr, "knob": point.knob,
                          "knob_value": point.knob_value, **summarise(point.run_dir)})
+            ran.append((str(point.method), float(point.target_pr), point.run_dir))
+        decided = retrieval_verdicts(ran, args.fullkv) if args.verdicts else []
     except (CMBenchError, OSError, KeyError) as err:
         print(f"retrieval_comparison: error: {err}", file=sys.stderr)
         return 1
     table = pd.DataFrame(rows, columns=COLUMNS)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out, index=False, float_format="%.6g")
+    if args.verdicts:
+        verdicts.write(decided, Path(args.verdicts))
+        print(f"{args.verdicts}: {len(decided)} claims, {verdicts.correction_text(decided)}")
+        for d in decided:
+            print(f"- {d.claim.a}: {verdicts.said(d.row(), d.claim.b)} ({d.claim.estimate:+.3f}, interval "
+                  f"[{d.low:+.3f}, {d.high:+.3f}], {d.claim.n_pairs} pairs)")
     first = table.iloc[0]
     print(f"{len(table)} rows; {first.n_tasks} tasks per run ({first.n_reappear:g} Reappear, {first.n_revisit:g} Revisit): "
           f"a small subset, differences of a few hundredths are noise")

@@ -220,3 +220,30 @@ def test_docs_state_the_rule_as_the_code_does():
     docs = (Path(__file__).resolve().parents[1] / "docs" / "verdicts.md").read_text()
     block = docs.split("<!-- rules -->", 1)[1].split("<!-- /rules -->", 1)[0].strip()
     assert block == rules_section().strip(), "docs/verdicts.md differs from the code: run scripts/board_verdicts.py --docs"
+
+
+def test_the_retrieval_comparison_states_its_claims_from_the_run_folders(tmp_path):
+    """Each retrieval point level with FullKV and ahead of DeCoPrune at its target, one family of four claims
+    (random@0.85 is neither: no claim), paired on the tasks both ran."""
+    from cmbench.report.board_claims import retrieval_verdicts
+
+    tasks = ("a1", "a2", "b1", "b2", "c1", "c2")
+    full = [0.9, 0.8, 0.85, 0.75, 0.95, 0.9]
+
+    def folder(name, scores, keep=tasks):
+        return write_run(tmp_path / name, [record(name, t, s) for t, s in zip(tasks, scores) if t in keep])
+
+    fullkv = folder("fullkv", full)
+    points = [("worldkv", 0.85, folder("w", [s - 0.01 for s in full])),
+              ("decoprune", 0.85, folder("d", [s - 0.3 for s in full], keep=tasks[:4])),  # ran 4 of the 6 tasks
+              ("random", 0.85, folder("r", [s - 0.4 for s in full])),
+              ("key_retrieval", 0.85, folder("k", [s - 0.2 + 0.05 * (i % 2) for i, s in enumerate(full)]))]
+    decided = retrieval_verdicts(points, fullkv)
+    got = {(d.claim.a, d.claim.b): d for d in decided}
+    assert list(got) == [("worldkv@0.85", "fullkv"), ("worldkv@0.85", "decoprune@0.85"),
+                         ("key_retrieval@0.85", "fullkv"), ("key_retrieval@0.85", "decoprune@0.85")]
+    assert {d.family_size for d in decided} == {4}
+    assert got["worldkv@0.85", "fullkv"].verdict == HOLDS  # 0.01 below, no spread: level within 0.05
+    assert got["worldkv@0.85", "decoprune@0.85"].verdict == HOLDS and got["worldkv@0.85", "decoprune@0.85"].claim.n_pairs == 4
+    assert got["key_retrieval@0.85", "fullkv"].verdict == FAILS  # 0.175 below on average: not level
+

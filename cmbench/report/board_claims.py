@@ -8,7 +8,9 @@ leaderboard``); its claims are what the README and the board's markdown say abou
   resolved" otherwise), and at each bytes target (and for the storage formats alone) the top entry's *lead*
   over the runner-up ("best" only where it holds, else "top group (not resolved)");
 - **kvpress** (results/miniworld/kvpress_*): each press against Random at DeCoPrune's per-chunk counts is an
-  *equivalent* claim, and against DeCoPrune a *deficit* claim.
+  *equivalent* claim, and against DeCoPrune a *deficit* claim;
+- **retrieval** (``scripts/retrieval_comparison.py --verdicts``, from the run folders): at each target PR, each
+  retrieval method level with FullKV (*equivalent*) and ahead of DeCoPrune at that target (*lead*).
 
 ``python scripts/board_verdicts.py`` writes each board's verdict CSV beside it; ``scripts/families_bytes.sh``
 does so for the families board it builds.
@@ -16,13 +18,15 @@ does so for the families board it builds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 
+from cmbench.report.comparisons import comparisons
 from cmbench.report.families import bytes_target, on_target
-from cmbench.report.reading import read_table
+from cmbench.report.reading import read_records, read_table
 from cmbench.report.verdicts import (
     DEFICIT,
     EQUIVALENT,
@@ -107,3 +111,35 @@ def board_verdicts(kind: str, board_path: Path, pairs_path: Path) -> list[Decide
     """The claims of the board ``kind`` (:data:`BOARDS`) read from its CSVs, decided as one family."""
     board, pairs = read_board(board_path, pairs_path)
     return decide(BOARDS[kind](board, pairs, str(pairs_path)))
+
+
+RETRIEVAL = ("worldkv", "worldkv_fixed_window", "key_retrieval")
+"""The retrieval methods whose claims the retrieval comparison states."""
+
+
+def retrieval_verdicts(points: Sequence[tuple[str, float, str | Path]], fullkv: str | Path) -> list[Decided]:
+    """The retrieval comparison's claims from its run folders, decided as one family: at each target PR, each
+    retrieval method level with FullKV and ahead of DeCoPrune calibrated to that target (paired by task and seed
+    on the tasks both ran; entries of different cache precision are refused).
+
+    Parameters
+    ----------
+    points : list of (method, target PR, run folder)
+        The points of the comparison's curves.
+    fullkv : path
+        The FullKV run folder of the same tasks.
+    """
+    runs = {"fullkv": replace(read_records(fullkv), label=REFERENCE)}
+    for method, target, folder in points:
+        runs[f"{method}@{target:g}"] = replace(read_records(folder), label=f"{method}@{target:g}")
+    wanted = []
+    for method, target, _ in points:
+        if method in RETRIEVAL:
+            label, deco = f"{method}@{target:g}", f"decoprune@{target:g}"
+            wanted.append((label, REFERENCE, EQUIVALENT, f"{label} level with {REFERENCE}"))
+            if deco in runs:
+                wanted.append((label, deco, LEAD, f"{label} ahead of {deco}"))
+    table = comparisons(list(runs.values()), [(a, b) for a, b, _, _ in wanted])
+    return decide([Claim.of_interval(name, kind, float(row.delta), float(row.delta_ci95), int(row.contexts),
+                                     int(row.n_pairs), a=a, b=b)
+                   for (a, b, kind, name), row in zip(wanted, table.itertuples())])
