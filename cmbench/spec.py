@@ -223,6 +223,9 @@ class Outputs:
     progress_seconds : float
     threads : int or None
         torch CPU threads, or torch's default.
+    tracker : object
+        The ``logging`` config as given (the experiment tracker; checked when the run starts,
+        :func:`cmbench.runs.tracking.tracker_settings`); None: no tracker.
     """
 
     out_dir: Path
@@ -233,6 +236,7 @@ class Outputs:
     progress_every: int
     progress_seconds: float
     threads: int | None
+    tracker: Any = None
 
 
 @dataclass(frozen=True)
@@ -533,7 +537,43 @@ def storage_spec(block: Any, backbone: Mapping[str, Any]) -> StorageFormat:
         if knobs:
             raise ConfigError(f"storage.{knobs[0]}={block[knobs[0]]!r}: full precision (storage=fp) has no knobs; "
                               f"a quantized format has: storage=kivi storage.{knobs[0]}=..., or qvg or chunkmean")
-    return storage_format(block).check(declared_head_dim(backbone), declared_chunk_tokens(backbone))
+    fmt = storage_format(block).check(declared_head_dim(backbone), declared_chunk_tokens(backbone))
+    return lowrank_basis(fmt, backbone) if fmt.name == "lowrank" else fmt
+
+
+def lowrank_basis(fmt: StorageFormat, backbone: Mapping[str, Any]) -> StorageFormat:
+    """A ``lowrank`` format with its key basis found (``storage.basis``, or the file beside the backbone's
+    weights) and checked: there, fitted on these weights, holding ``rank`` directions.
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``storage.basis`` or ``storage.rank`` and what is wrong.
+    """
+    from cmbench.cache.lowrank import basis_path, load_basis
+    from cmbench.identity.code import path_fingerprint
+
+    weights = backbone.get("path")
+    if fmt.basis is None and not weights:
+        raise ConfigError(f"storage.basis: not set, and backbone={backbone.get('name')} names no weights (path) to "
+                          "find its key basis beside; give storage.basis=/path/to/key_basis.safetensors")
+    path = Path(str(fmt.basis)) if fmt.basis is not None else basis_path(str(weights))
+    if not path.is_file():
+        raise ConfigError(f"storage.basis={path}: no key basis there; fit one on calibration contexts: "
+                          f"python scripts/fit_key_basis.py backbone={backbone.get('name')}")
+    try:
+        basis, meta = load_basis(path)
+    except Exception as err:  # a received file: any failure to read it is one line
+        raise ConfigError(f"storage.basis={path}: not a key basis file ({type(err).__name__})") from None
+    if weights and Path(str(weights)).exists() and meta.get("weights") != path_fingerprint(str(weights)):
+        raise ConfigError(f"storage.basis={path}: fitted on other weights than backbone.path={weights} (fit it again)")
+    if basis.ndim != 4:
+        raise ConfigError(f"storage.basis={path}: not a key basis file (basis of shape {tuple(basis.shape)}, "
+                          "expected [layers, heads, head dim, head dim])")
+    if fmt.rank > basis.shape[-1]:  # type: ignore[operator]
+        raise ConfigError(f"storage.rank={fmt.rank}: above the head dim {basis.shape[-1]} of the key basis "
+                          f"(at most {basis.shape[-1]})")
+    return replace(fmt, basis=str(path))
 
 
 def check_format_for_method(method_class: type, storage: StorageFormat) -> None:
@@ -699,6 +739,8 @@ def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dic
     if isinstance(out.get("method"), dict):  # a method setting hashes the same however it was spelled
         out["method"] = canonical_method_config(out["method"], method)
     storage = storage_format(out.pop("storage", None))
+    if storage.name == "lowrank":  # its basis hashes by content
+        storage = lowrank_basis(storage, out.get("backbone") or {})
     if storage.quantized:  # full precision hashes as before storage formats existed
         out["storage"] = storage.knobs()
     dtype = cache_dtype_spec(out.pop("cache", None))
@@ -773,6 +815,7 @@ def resolve_run(cfg: DictConfig, target_fields: Mapping[str, Any] | None = None)
         progress_seconds=positive(plain.get("progress_seconds", 60.0), "progress_seconds",
                                   what="a number of seconds > 0"),
         threads=thread_count(plain.get("threads")),
+        tracker=plain.get("logging"),
     )
     score_source = str(plain.get("score_source") or "frames")
     if score_source not in SCORE_SOURCES:

@@ -1,5 +1,5 @@
 """Every family of KV compression on the Wan backbone path, at tiny shapes: quantized storage (KIVI at 2
-and 4 bits, Quant VideoGen), merging (TempCache), their compositions with eviction and retrieval, and
+and 4 bits, Quant VideoGen), low-rank keys, merging (TempCache), their compositions with eviction and retrieval, and
 the kvpress presses, each through `evaluate` with a tiny LingBot-shaped backbone loaded as the real one.
 
 The geometry is LingBot's at tiny size: 2 layers, 2 heads of 12 channels, 16 tokens per latent frame,
@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from cmbench.api import evaluate
 from official_fixture import official_row, write_context_video, write_manifest
@@ -34,7 +35,19 @@ def lingbot_folder(tmp_path_factory) -> Path:
     write_context_video(root / "data" / "videos" / "synthetic" / "syn_001.mp4", seed=0, n_frames=96)
     camera = {"c2w": turning_camera(128), "intrinsics": [8.0, 8.0, 8.0, 8.0], "image_size": [16, 16]}
     write_manifest(root / "data", [official_row(TASK, "videos/synthetic/syn_001.mp4", camera=camera)])
+    write_key_basis(root / "model")
     return root
+
+
+def write_key_basis(model: Path) -> None:
+    """A key basis for the tiny LingBot's weights (2 layers of 2 heads of head dim 12) beside them, fitted on
+    random keys: these runs test the low-rank format's path through a Wan backbone, not its basis."""
+    from cmbench.cache.lowrank import basis_path, fit_basis, save_basis
+    from cmbench.identity.code import path_fingerprint
+
+    fitted = [fit_basis(torch.randn(200, 2, 12, generator=torch.Generator().manual_seed(layer))) for layer in range(2)]
+    save_basis(basis_path(model), torch.stack([b for b, _ in fitted]), torch.stack([s for _, s in fitted]),
+               {"weights": path_fingerprint(model)})
 
 
 def run(root: Path, method: str, overrides: list[str], monkeypatch, tmp_path) -> dict:
@@ -53,11 +66,13 @@ def run(root: Path, method: str, overrides: list[str], monkeypatch, tmp_path) ->
     ("fullkv", [*KIVI, "storage.bits=4"], False),
     ("fullkv", [*KIVI, "storage.bits=2"], False),
     ("fullkv", [*QVG, "storage.bits=2"], False),
+    ("fullkv", ["storage=lowrank", "storage.rank=6"], False),
+    ("decoprune", ["storage=lowrank", "storage.rank=6", "method.quota_pr=0.5", "method.recent_chunks=1"], True),
     ("decoprune", [*KIVI, "storage.bits=4", "method.quota_pr=0.5", "method.recent_chunks=1"], True),
     ("streaming", [*KIVI, "storage.bits=2", "method.recent_chunks=1"], True),
     ("worldkv", [*KIVI, "storage.bits=4", "method.retrieval_frames=4"], True),
     ("tempcache", ["method.threshold=-1.0"], True),
-], ids=["kivi4", "kivi2", "qvg2", "decoprune+kivi4", "streaming+kivi2", "worldkv+kivi4", "tempcache"])
+], ids=["kivi4", "kivi2", "qvg2", "lowrank6", "decoprune+lowrank6", "decoprune+kivi4", "streaming+kivi2", "worldkv+kivi4", "tempcache"])
 def test_each_family_and_composition_runs_on_the_wan_path_below_full_precision_bytes(
         lingbot_folder, monkeypatch, tmp_path, method, overrides, pruned):
     """Each run finishes and scores; its device KV bytes are below FullKV's in the same ledger, and only

@@ -10,18 +10,25 @@ outlier channels in the keys, as real keys have), drops every third token and co
   twice the head's); for qvg half a symmetric step (``absmax / (2**(bits-1) - 1)``) of the head's range,
   doubled for each k-means stage after the first (a stage's centroid lies within the range of what it
   clustered, so each stage at most doubles the residual's range);
+- for lowrank instead: each decoded value is its ``float16`` rounding (within ``2**-11`` of it, relative),
+  and each decoded key is the orthogonal projection of the original onto its head's first ``rank`` basis
+  directions, within the ``float16`` rounding of its coefficients (``2**-11`` of their norm); without a
+  basis file the check fits one on its own random keys;
 - ``bytes``: ``stored_bytes()`` equals the count from the format's layout alone
   (:func:`cmbench.cache.quantized.history_bytes`) and, after a trim, the bytes of the tensors the bank
-  holds (rows outside the recent window, tables, recent window).
+  holds (rows outside the recent window, tables, recent window, lowrank's bases).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from cmbench.cache.kv_cache import KVCache
+from cmbench.cache.lowrank import fit_basis, save_basis
 from cmbench.cache.quantized import StorageFormat, history_bytes
 from cmbench.cache.quantized_bank import QuantizedBank
 from cmbench.cache.rope import RopeSpec
@@ -44,8 +51,16 @@ def _chunk(gen: torch.Generator, tokens: int, heads: int, head_dim: int) -> tupl
 
 def check_format(fmt: StorageFormat, head_dim: int = 32, heads: int = 2, tokens_per_frame: int = 16,
                  seed: int = 0) -> list[FormatCheck]:
-    """The round-trip and byte checks of ``fmt`` (quantized) on a random cache (see the module docstring):
-    at least 6 chunks of 2 frames, and enough that the recent window is at most a quarter of the tokens."""
+    """The round-trip and byte checks of ``fmt`` (quantized or low-rank) on a random cache (see the module
+    docstring): at least 6 chunks of 2 frames, and enough that the recent window is at most a quarter of the
+    tokens."""
+    if fmt.name == "lowrank" and fmt.basis is None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "key_basis.safetensors"
+            gen = torch.Generator().manual_seed(seed + 1)
+            basis, singular = fit_basis(torch.cat([_chunk(gen, 64, heads, head_dim)[0][0] for _ in range(4)]))
+            save_basis(path, basis[None], singular[None], {"weights": "", "fitted": "the check's random keys"})
+            return check_format(replace(fmt, basis=str(path)), head_dim, heads, tokens_per_frame, seed)
     fmt.check(head_dim)
     chunks = max(6, -(-4 * fmt.residual // (2 * tokens_per_frame)))
     cache = KVCache(1, heads, head_dim, tokens_per_frame, RopeSpec.wan(head_dim), compute_attention=False)
@@ -70,20 +85,31 @@ def check_format(fmt: StorageFormat, head_dim: int = 32, heads: int = 2, tokens_
     levels = 2**fmt.bits - 1
     widen = {"chunkmean": 2.0, "qvg": levels / (2 ** (fmt.bits - 1) - 1) * 2 ** (fmt.stages - 1)}.get(fmt.name, 1.0)
     worst = 0.0
-    for got, orig in ((got_k, orig_k), (got_v, orig_v)):
+    sides = [(got_k, orig_k), (got_v, orig_v)] if fmt.name != "lowrank" else []
+    if fmt.name == "lowrank":
+        basis = bank.codecs[0].held()[0].float()  # [Hg, D, rank]
+        coeff = torch.einsum("bmhd,hdr->bmhr", orig_k, basis)
+        near = (got_k - torch.einsum("bmhr,hdr->bmhd", coeff, basis)).norm(dim=-1) / (coeff.norm(dim=-1) * 2**-11 * 1.01 + 1e-6)
+        rounded = (got_v - orig_v).abs() / (orig_v.abs() * 2**-11 * 1.01 + 2**-24)
+        worst = max(float(near[:, ~recent].max()), float(rounded[:, ~recent].max())) if bool((~recent).any()) else 0.0
+        for got, orig in ((got_k, orig_k), (got_v, orig_v)):
+            if not torch.equal(got[:, recent], orig[:, recent]):
+                worst = float("inf")
+    for got, orig in sides:
         span = (orig.amax(dim=(0, 1, 3)) - orig.amin(dim=(0, 1, 3)))[None, None, :, None]  # per head
         bound = widen * span / levels / 2 * (1 + 1e-2) + 1e-3 * span
         err = (got - orig).abs()
         worst = max(worst, float((err[:, ~recent] / bound).max()) if bool((~recent).any()) else 0.0)
         if not torch.equal(got[:, recent], orig[:, recent]):
             worst = float("inf")
-    trip = FormatCheck("round trip", worst <= 1.0,
-                       f"largest error {worst:.2f} of its bound (half a {fmt.bits}-bit step of the head's range"
-                       f"{f', times {widen:g}' if widen > 1 else ''}); recent window exact")
+    bound = (f"half a {fmt.bits}-bit step of the head's range{f', times {widen:g}' if widen > 1 else ''}"
+             if fmt.name != "lowrank" else f"keys: their rank-{fmt.rank} projection; values: float16 rounding")
+    trip = FormatCheck("round trip", worst <= 1.0, f"largest error {worst:.2f} of its bound ({bound}); recent window exact")
     prov = bank.field("frame") * 2**32 + bank.field("pos") // fmt.group_size
     counted = history_bytes(fmt, bank.n, heads, head_dim, 1, 4, key_groups=len(prov.unique()),
                             chunks=len(bank.field("chunk").unique()), recent=int(recent.sum()))
-    held = [*(bank.tail or ()), *(t.data for t in bank.tables if t.data is not None)]
+    held = [*(bank.tail or ()), *(t.data for t in bank.tables if t.data is not None),
+            *(t for codec in bank.codecs for t in codec.held())]
     encoded = (~recent).nonzero().squeeze(1)  # the rows' slots that hold codes (a trim left no spare rows)
     rows = [t.index_select(1, encoded) for t in (bank.k, bank.v) if t is not None]
     tensors = sum(t.numel() * t.element_size() for t in [*held, *rows])

@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
 from cmbench.errors import ConfigError
 
-FORMATS = ("fp", "kivi", "qvg", "chunkmean")
+FORMATS = ("fp", "kivi", "qvg", "chunkmean", "lowrank")
 BITS = (2, 4, 8)
 PARAM = torch.float16  # zero points, scales, means, centroids
 MAX_CLUSTERS = 256  # a cluster id is one uint8
@@ -62,7 +63,8 @@ class StorageFormat:
     Attributes
     ----------
     name : str
-        ``fp`` (the cache's dtype, unchanged), ``kivi``, ``qvg`` or ``chunkmean``.
+        ``fp`` (the cache's dtype, unchanged), ``kivi``, ``qvg``, ``chunkmean`` or ``lowrank``
+        (:mod:`cmbench.cache.lowrank`).
     bits : int
         Bits per code (2, 4 or 8).
     group_size : int
@@ -77,6 +79,10 @@ class StorageFormat:
         qvg: k-means clusters of each stage, per chunk, layer and head (1 to 256, at most a chunk's tokens).
     iters : int or None
         qvg: k-means iterations (assign, then move each centroid to its tokens' mean) of each stage.
+    rank : int or None
+        lowrank: coefficients a key keeps (1 to the head dim).
+    basis : str or None
+        lowrank: the key basis file (``None`` in a config: the one beside the backbone's weights).
     """
 
     name: str = "fp"
@@ -86,6 +92,8 @@ class StorageFormat:
     stages: int = 1
     clusters: int | None = None
     iters: int | None = None
+    rank: int | None = None
+    basis: str | None = None
 
     @property
     def quantized(self) -> bool:
@@ -97,12 +105,20 @@ class StorageFormat:
             return ""
         if self.name == "qvg":
             return f"qvg{self.bits}x{self.stages}k{self.clusters}"
+        if self.name == "lowrank":
+            return f"lowrank{self.rank}"
         stages = f"x{self.stages}" if self.name == "chunkmean" else ""
         return f"{self.name}{self.bits}{stages}"
 
     def knobs(self) -> dict[str, object]:
         """The knobs that define the format (those a format does not use, ``None``, left out): what a run's
-        identity hashes, so that a kivi run hashes as it did before qvg's knobs existed."""
+        identity hashes, so that a kivi run hashes as it did before qvg's knobs existed; lowrank's basis by
+        its content's fingerprint, not where it is)."""
+        if self.name == "lowrank":
+            from cmbench.identity.code import file_fingerprint
+
+            basis = file_fingerprint(self.basis) if self.basis and Path(self.basis).is_file() else self.basis
+            return {"name": self.name, "rank": self.rank, "residual": self.residual, "basis": basis}
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     def check(self, head_dim: int | None = None, chunk_tokens: int | None = None) -> "StorageFormat":
@@ -118,18 +134,26 @@ class StorageFormat:
             raise ConfigError(f"storage.name={self.name!r}: expected one of {', '.join(FORMATS)}")
         if not self.quantized:
             return self
+        if not _whole(self.residual) or self.residual < 0:
+            raise ConfigError(f"storage.residual={self.residual!r}: expected a whole number of tokens >= 0")
+        if self.name == "lowrank":  # keys projected, values kept: no bits, groups or stages
+            if not _whole(self.rank) or self.rank < 1:  # type: ignore[operator]
+                raise ConfigError(f"storage.rank={self.rank!r}: expected a whole number of key coefficients >= 1")
+            if head_dim is not None and self.rank > head_dim:  # type: ignore[operator]
+                raise ConfigError(f"storage.rank={self.rank}: above the head dim {head_dim} (at most {head_dim})")
+            return self
         if self.bits not in BITS:
             raise ConfigError(f"storage.bits={self.bits!r}: expected one of {', '.join(map(str, BITS))}")
         if not _whole(self.group_size) or self.group_size < 1:
             raise ConfigError(f"storage.group_size={self.group_size!r}: expected a whole number >= 1")
         if head_dim is not None and head_dim % self.group_size:
             raise ConfigError(f"storage.group_size={self.group_size}: must divide the head dim {head_dim}")
-        if not _whole(self.residual) or self.residual < 0:
-            raise ConfigError(f"storage.residual={self.residual!r}: expected a whole number of tokens >= 0")
         if not _whole(self.stages) or not 1 <= self.stages <= 4:
             raise ConfigError(f"storage.stages={self.stages!r}: expected a whole number in [1, 4]")
         if self.name == "kivi" and self.stages != 1:
             raise ConfigError(f"storage.stages={self.stages}: kivi quantizes in one stage (stages=1)")
+        if self.rank is not None or self.basis is not None:
+            raise ConfigError(f"storage.rank={self.rank!r}: only lowrank projects keys")
         if self.name != "qvg":
             for knob in ("clusters", "iters"):
                 if getattr(self, knob) is not None:
@@ -145,8 +169,16 @@ class StorageFormat:
             raise ConfigError(f"storage.iters={self.iters!r}: expected a whole number of k-means iterations >= 1")
         return self
 
-    def codecs(self) -> tuple["Codec", "Codec"]:
-        """The key and value codecs of a quantized format."""
+    def codecs(self, layer: int | None = None, heads: tuple[int, ...] | None = None) -> tuple["Codec", "Codec"]:
+        """The key and value codecs of a quantized format (lowrank: of layer ``layer``'s bank of ``heads``,
+        on their bases; without them, codecs that only say their widths)."""
+        if self.name == "lowrank":
+            from cmbench.cache.lowrank import Float16Rows, LowRankKeys, lowrank_codecs
+
+            assert self.rank is not None
+            if layer is None or heads is None or self.basis is None:
+                return LowRankKeys(self.rank, torch.zeros(0)), Float16Rows()
+            return lowrank_codecs(self.basis, self.rank, layer, heads)
         if self.name == "kivi":
             return ChannelGroups(self.bits, self.group_size), TokenGroups(self.bits, self.group_size, 1, False)
         if self.name == "chunkmean":
@@ -164,6 +196,10 @@ class StorageFormat:
             raise ValueError("row_bytes is for quantized formats")
         key, value = self.codecs()
         return key.width(head_dim) + value.width(head_dim)
+
+    def fixed_bytes(self, heads: int, head_dim: int) -> int:
+        """Bytes a bank of ``heads`` heads holds whatever its history (lowrank: its heads' ``float16`` bases)."""
+        return heads * head_dim * self.rank * PARAM.itemsize if self.name == "lowrank" else 0  # type: ignore[operator]
 
 
 def history_bytes(fmt: StorageFormat, tokens: int, heads: int, head_dim: int, batch: int, element_bytes: int,
@@ -191,7 +227,8 @@ def history_bytes(fmt: StorageFormat, tokens: int, heads: int, head_dim: int, ba
     rows = (tokens - recent) * per_head * (key.width(head_dim) + value.width(head_dim))
     tables = sum((key_groups if codec.key_kind == "key group" else chunks) * codec.entry_bytes(head_dim)
                  for codec in (key, value))
-    return rows + tables * per_head + 2 * recent * per_head * head_dim * element_bytes
+    fixed = fmt.fixed_bytes(heads, head_dim)
+    return rows + tables * per_head + 2 * recent * per_head * head_dim * element_bytes + fixed
 
 
 def bytes_per_token(fmt: StorageFormat, head_dim: int, element_bytes: int, tokens_per_frame: int,
@@ -202,7 +239,8 @@ def bytes_per_token(fmt: StorageFormat, head_dim: int, element_bytes: int, token
         return 2.0 * head_dim * element_bytes
     frames = chunk_tokens // tokens_per_frame
     groups = frames * -(-tokens_per_frame // fmt.group_size)  # key groups of one chunk
-    return history_bytes(fmt, chunk_tokens, 1, head_dim, 1, element_bytes, key_groups=groups, chunks=1) / chunk_tokens
+    held = history_bytes(fmt, chunk_tokens, 1, head_dim, 1, element_bytes, key_groups=groups, chunks=1)
+    return (held - fmt.fixed_bytes(1, head_dim)) / chunk_tokens
 
 
 def _whole(value: object) -> bool:
@@ -223,7 +261,7 @@ def storage_format(block: Mapping[str, object] | None) -> StorageFormat:
     """
     if not block:
         return StorageFormat()
-    known = {"name", "bits", "group_size", "residual", "stages", "clusters", "iters"}
+    known = {"name", "bits", "group_size", "residual", "stages", "clusters", "iters", "rank", "basis"}
     extra = sorted(set(block) - known - {"description"})
     if extra:
         raise ConfigError(f"storage.{extra[0]}: not a storage knob (expected {', '.join(sorted(known))})")
@@ -352,6 +390,10 @@ class Codec:
     def entry_bytes(self, head_dim: int) -> int:
         """Bytes of one table entry of one head (0: no table)."""
         return 0
+
+    def held(self) -> list[torch.Tensor]:
+        """Tensors the codec itself holds for its bank (counted in the bank's bytes)."""
+        return []
 
     def params(self, table: Table, keys: torch.Tensor) -> object:
         """What :meth:`encode` and :meth:`decode` read of ``table`` for rows of these keys (``long [m]``):

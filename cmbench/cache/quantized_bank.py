@@ -50,7 +50,7 @@ class QuantizedBank(Bank):
     layer, group, capacity_limit
         As for :class:`Bank`.
     storage : StorageFormat
-        A quantized format (``kivi``, ``qvg`` or ``chunkmean``), checked.
+        A quantized or low-rank format (``kivi``, ``qvg``, ``chunkmean``, ``lowrank``), checked.
     """
 
     def __init__(self, layer: int, group: HeadGroup, capacity_limit: int | None = None,
@@ -59,7 +59,7 @@ class QuantizedBank(Bank):
         if storage is None or not storage.quantized:
             raise ValueError("a QuantizedBank needs a quantized storage format")
         self.format = storage
-        self.codecs = storage.codecs()
+        self.codecs = storage.codecs(layer, group.heads)
         self.tables = (Table.empty(), Table.empty())
         self.head_dim: int | None = None
         self.dtype: torch.dtype | None = None
@@ -376,9 +376,10 @@ class QuantizedBank(Bank):
         return own + self._provenance_bytes() + slot + self._side_bytes()
 
     def _side_bytes(self) -> int:
-        """Bytes of the tables and the full-precision recent window."""
+        """Bytes of the tables, the full-precision recent window and what the codecs hold (lowrank's bases)."""
         tail = 0 if self.tail is None else sum(t.numel() * t.element_size() for t in self.tail)
-        return sum(t.nbytes() for t in self.tables) + tail
+        held = sum(t.numel() * t.element_size() for codec in self.codecs for t in codec.held())
+        return sum(t.nbytes() for t in self.tables) + tail + held
 
 
 def make_bank(layer: int, group: HeadGroup, capacity_limit: int | None = None,

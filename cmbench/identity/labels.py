@@ -154,9 +154,12 @@ def run_label(cfg: DictConfig) -> str:
 
 
 def storage_suffix(storage: Mapping[str, Any] | None) -> str:
-    """``+kivi4-g32-r128`` for a quantized storage format (bits, stages, group size, recent window), ``""``
-    for full precision: the same method in two formats reads as two entries."""
+    """``+kivi4-g32-r128`` for a quantized storage format (bits, stages, group size, recent window),
+    ``+lowrank8-r0`` for low-rank keys (rank, recent window), ``""`` for full precision: the same method in
+    two formats reads as two entries."""
     from cmbench.cache.quantized import storage_format  # torch: only when a label is made
 
     fmt = storage_format(to_dict(storage) if isinstance(storage, DictConfig) else storage)
+    if fmt.name == "lowrank":
+        return f"+{fmt.label()}-r{fmt.residual}"
     return f"+{fmt.label()}-g{fmt.group_size}-r{fmt.residual}" if fmt.quantized else ""
