@@ -18,7 +18,7 @@ from cmbench.errors import ConfigError
 from cmbench.shipped import PACKAGE_ROOT, shipped_dir
 
 CONFIG_DIR = shipped_dir("configs")
-GROUPS = ("data", "method", "backbone", "scorer", "experiment")
+GROUPS = ("data", "method", "backbone", "scorer", "storage", "experiment")
 SEARCH_PATH_UNSAFE = ",[]{}'\""  # Hydra's override grammar: a search path holding one is split or misread
 
 # `${package_root:}` in a config is the installed cmbench package, so shipped files (weights, head

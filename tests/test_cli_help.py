@@ -79,3 +79,13 @@ def test_a_key_in_the_help_is_a_key_of_the_config():
 def test_the_list_of_commands_points_at_their_help(capsys):
     assert main(["--help"]) == 0
     assert "python -m cmbench <command> --help" in capsys.readouterr().out
+
+
+def test_ls_lists_the_storage_formats(capsys):
+    """``storage=`` is chosen like any group, so ``ls storage`` lists its formats and plain ``ls`` includes them."""
+    assert main(["ls", "storage"]) == 0
+    out, err = capsys.readouterr()
+    formats = sorted(p.stem for p in (CONFIG_DIR / "storage").glob("*.yaml"))
+    assert err == "" and out.startswith(f"storage/ ({len(formats)})") and {"fp", "kivi"} <= set(formats)
+    assert [name for name in formats if not re.search(rf"^  {name} +\S", out, re.M)] == []
+    assert main(["ls"]) == 0 and "\nstorage/ (" in capsys.readouterr().out

@@ -107,7 +107,7 @@ for _command in (
             synopsis="[group ...]",
             description="Lists the options of each config group, one line each, with its description (every "
                         "group when none is named), including configs in CMBENCH_CONFIG_PATH folders.",
-            keys=(("group", "data, method, backbone, scorer or experiment (several allowed)"),)),
+            keys=(("group", "data, method, backbone, scorer, storage or experiment (several allowed)"),)),
     Command("check", "check a method against the method contract on a random tiny model", "cmbench.cli.check",
             description="Checks a method (built-in or your own) against the method contract in seconds on a random "
                         "tiny model: provenance, determinism, decisions only, PR accounting, budgets; one line "
