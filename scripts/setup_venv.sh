@@ -30,9 +30,10 @@ say "installing CMBench (editable, extras: ${extras:-none}) and its dependencies
 if [[ ",$extras," == *",test,"* ]]; then
   # the kvpress adapter's tests need NVIDIA kvpress (README, "kvpress presses"): installed without its
   # dependencies, which keeps the venv's transformers (kvpress 0.5 caps it below 5.3; the presses' scores
-  # need torch alone), then the packages importing kvpress needs
+  # need torch alone), then the packages importing kvpress needs, without pip's block about the
+  # requirements of kvpress left unmet on purpose
   say "installing kvpress for the kvpress adapter's tests (without its transformers cap)"
   .venv/bin/pip install --no-deps "kvpress>=0.5.5,<0.6"
-  .venv/bin/pip install "cachetools>=5.5.2,<6" "datasets>=2.21" "fire>=0.6,<0.7"
+  .venv/bin/pip install --no-warn-conflicts "cachetools>=5.5.2,<6" "datasets>=2.21" "fire>=0.6,<0.7"
 fi
 say "done: .venv/bin/python -m cmbench --help lists the commands"
