@@ -1,12 +1,13 @@
-"""Write the README's findings, quality, families and kvpress paragraphs from the committed records and CSVs.
+"""Write the README's findings, quality, families, kvpress and retrieval paragraphs from the committed records and CSVs.
 
     python scripts/update_readme_results.py
 
 Replaces the blocks between ``<!-- findings -->`` / ``<!-- /findings -->``, ``<!-- quality -->`` /
-``<!-- /quality -->``, ``<!-- families -->`` / ``<!-- /families -->`` and ``<!-- kvpress -->`` / ``<!-- /kvpress -->``
+``<!-- /quality -->``, ``<!-- families -->`` / ``<!-- /families -->``, ``<!-- kvpress -->`` / ``<!-- /kvpress -->``
+and ``<!-- retrieval -->`` / ``<!-- /retrieval -->``
 with :func:`cmbench.paper.readme.blocks` (from the records under results/paper/, the same as
 results/paper_findings.md, results/miniworld/quality_vs_memory.csv, results/miniworld/families_bytes*.csv and
-results/miniworld/kvpress_*.csv, the boards' verdicts read from their verdict CSVs: docs/verdicts.md);
+results/miniworld/kvpress_*.csv and results/miniworld/retrieval_comparison*.csv, the boards' verdicts read from their verdict CSVs: docs/verdicts.md);
 ``tests/test_readme_results.py`` fails when README.md is out of date. Rerun it after `scripts/paper_findings.py
 --copy-evidence`, new reference curves, `scripts/families_bytes.sh` or `scripts/board_verdicts.py`.
 """
@@ -26,7 +27,7 @@ def main() -> int:
     readme = ROOT / "README.md"
     _, findings, second = committed_page()
     readme.write_text(with_blocks(readme.read_text(), blocks(Path("."), findings, second), "README.md"))
-    print("README.md: findings, quality, families and kvpress paragraphs written")
+    print("README.md: findings, quality, families, kvpress and retrieval paragraphs written")
     return 0
 
 

@@ -183,3 +183,25 @@ def test_the_findings_verdict_csv_is_what_the_committed_records_give(committed):
     assert set(committed_csv["family_size"]) == {len(fresh)}  # both worlds, one family
     pd.testing.assert_series_equal(committed_csv["low"].astype(float), fresh["low"].astype(float), check_names=False,
                                    rtol=1e-5)
+
+
+def test_the_retrieval_block_reads_the_tightest_budget_of_both_tables_and_states_no_verdict(tmp_path):
+    """The fixed-window table and WorldKV's own rule's, at their largest target PR, best score first; a row both
+    tables hold is shown once; FullKV's score from the first table."""
+    from cmbench.paper.readme import RETRIEVAL, retrieval_block
+
+    columns = ["method", "target_pr", "device_pr", "score", "n_tasks", "peak_kv_mb", "peak_store_mb",
+               "moved_per_chunk_mb"]
+    full = ["fullkv", 0.0, 0.0, 0.9366, 16, 54.5, None, None]
+    fixed = ["worldkv_fixed_window", 0.9, 0.9015, 0.9319, 16, 6.16, 32.11, 2.62]
+    (tmp_path / RETRIEVAL[0]).parent.mkdir(parents=True)
+    pd.DataFrame([full, fixed, ["decoprune", 0.9, 0.9, 0.8526, 16, 5.2, None, None],
+                  ["decoprune", 0.85, 0.86, 0.99, 16, 7.1, None, None]], columns=columns).to_csv(tmp_path / RETRIEVAL[0])
+    pd.DataFrame([full, ["worldkv", 0.9, 0.8965, 0.9334, 16, 6.42, 32.77, 3.93], fixed],
+                 columns=columns).to_csv(tmp_path / RETRIEVAL[1])
+    text = retrieval_block(tmp_path)
+    assert "At a matched 90% device PR on the 16 tasks of `miniworld_quick16` (FullKV 0.937" in text
+    assert "No verdict is stated here" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows == ["| worldkv | 0.896 | 0.933 | 6.4 | 32.8 | 3.93 |", "| worldkv_fixed_window | 0.901 | 0.932 | 6.2 | "
+                    "32.1 | 2.62 |", "| decoprune | 0.900 | 0.853 | 5.2 | — | — |"]

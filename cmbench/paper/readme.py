@@ -1,8 +1,8 @@
-"""The README's findings, quality, families and kvpress paragraphs, generated from the committed records and CSVs
+"""The README's findings, quality, families, kvpress and retrieval paragraphs, generated from the committed records and CSVs
 (the boards' verdicts from their verdict CSVs, :mod:`cmbench.report.verdicts`).
 
 ``python scripts/update_readme_results.py`` writes them between their markers in README.md
-(``<!-- findings -->``, ``<!-- quality -->``, ``<!-- families -->`` and ``<!-- kvpress -->``); ``tests/test_readme_results.py`` fails
+(``<!-- findings -->``, ``<!-- quality -->``, ``<!-- families -->``, ``<!-- kvpress -->``, ``<!-- retrieval -->``); ``tests/test_readme_results.py`` fails
 when the README says anything the committed files do not.
 """
 
@@ -32,11 +32,15 @@ FAMILIES_PAIRS = Path("results/miniworld/families_bytes_comparisons.csv")
 FAMILIES_VERDICTS = Path("results/miniworld/families_bytes_verdicts.csv")
 FAMILIES_SUBSET = "miniworld_contexts32"
 """The task subset the committed families comparison ran (scripts/families_bytes.sh)."""
+RETRIEVAL = (Path("results/miniworld/retrieval_comparison.csv"),
+             Path("results/miniworld/retrieval_comparison_worldkv_rules.csv"))
+"""The committed retrieval comparison: the fixed-window reading and the eviction methods, then WorldKV's own rule."""
 KVPRESS_BOARD = Path("results/miniworld/kvpress_leaderboard.csv")
 KVPRESS_PAIRS = Path("results/miniworld/kvpress_comparisons.csv")
 KVPRESS_VERDICTS = Path("results/miniworld/kvpress_verdicts.csv")
 MARKERS = {"findings": ("<!-- findings -->", "<!-- /findings -->"), "quality": ("<!-- quality -->", "<!-- /quality -->"),
-           "families": ("<!-- families -->", "<!-- /families -->"), "kvpress": ("<!-- kvpress -->", "<!-- /kvpress -->")}
+           "families": ("<!-- families -->", "<!-- /families -->"), "kvpress": ("<!-- kvpress -->", "<!-- /kvpress -->"),
+           "retrieval": ("<!-- retrieval -->", "<!-- /retrieval -->")}
 
 
 def committed_page() -> tuple[str, list[Finding], list[Finding] | None]:
@@ -135,6 +139,30 @@ def families_block(root: Path) -> str:
     return "\n".join(lines)
 
 
+def retrieval_block(root: Path) -> str:
+    """The retrieval comparison at its tightest device budget: each method's device PR, score, device KV, host store
+    and bytes moved per chunk (``results/miniworld/retrieval_comparison*.csv``), FullKV's score beside. It states no
+    verdict: the paired differences need the run records, which are not committed (``scripts/retrieval_comparison.py
+    --verdicts`` decides them by the rule when it is rerun)."""
+    tables = [pd.read_csv(root / path) for path in RETRIEVAL]
+    full = tables[0].set_index("method").loc["fullkv"]
+    rows = pd.concat(tables).drop_duplicates(["method", "target_pr"])
+    rows = rows[(rows["method"] != "fullkv") & (rows["target_pr"] == rows["target_pr"].max())]
+    target = float(rows["target_pr"].iloc[0])
+    lines = [f"At a matched {target:.0%} device PR on the {int(full['n_tasks'])} tasks of `miniworld_quick16` ("
+             f"FullKV {full['score']:.3f} with {full['peak_kv_mb']:.1f} MB of device KV; "
+             + ", ".join(f"`{path}`" for path in RETRIEVAL) + "). No verdict is stated here: the paired differences "
+             "need the runs' records, which are not committed (`scripts/retrieval_comparison.py --verdicts` decides "
+             "them by the rule, docs/verdicts.md, when the comparison is rerun).", "",
+             "| method | device PR | score | device KV (MB) | host store (MB) | moved per chunk (MB) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows.sort_values("score", ascending=False, kind="stable").itertuples():
+        store = "—" if pd.isna(r.peak_store_mb) else f"{r.peak_store_mb:.1f}"
+        moved = "—" if pd.isna(r.moved_per_chunk_mb) else f"{r.moved_per_chunk_mb:.2f}"
+        lines.append(f"| {r.method} | {r.device_pr:.3f} | {r.score:.3f} | {r.peak_kv_mb:.1f} | {store} | {moved} |")
+    return "\n".join(lines)
+
+
 def difference(pairs: pd.DataFrame, a: str, b: str) -> str:
     """``a - b`` from a comparisons table, read either way round: ``+0.010 ± 0.019 (0.24)`` (95% CI, p); "" when
     the table does not compare them."""
@@ -198,7 +226,7 @@ def margin(decided: dict[tuple[str, str], dict]) -> float:
 def blocks(root: Path, findings: list[Finding], second: list[Finding] | None) -> dict[str, str]:
     """Every generated block by its marker name (``findings``/``second``: :func:`committed_page`'s)."""
     return {"findings": findings_block(findings, second), "quality": quality_block(root),
-            "families": families_block(root), "kvpress": kvpress_block(root)}
+            "families": families_block(root), "kvpress": kvpress_block(root), "retrieval": retrieval_block(root)}
 
 
 def with_blocks(text: str, generated: dict[str, str], where: str) -> str:
