@@ -2,7 +2,8 @@
 
 - attention error: the committed tiny model's K/V of one MiniWorld context (``--context`` latent frames,
   FullKV, re-indexed), written into a cache of each format; the next chunk's first denoising call's
-  queries attend over each; relative error of the outputs over every layer, and stored bytes vs fp;
+  queries attend over each; relative error of the outputs over every layer, of the stored K/V, and stored
+  bytes vs fp;
 - attention time: one layer's attention call of a chunk (256 queries) over ``--frames`` latent frames of
   history in the tiny model's geometry, each format against fp in interleaved rounds (medians).
 
@@ -34,10 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# KV storage formats vs full precision (tiny model geometry; {cpu_name() or platform.machine()}, "
              f"{args.threads} thread(s), commit {git_commit() or 'unknown'})", "",
              f"Attention error on the tiny model's K/V of one {args.context}-frame context "
-             "(relative L2 of every layer's output vs fp):", "",
-             "| format | rel. error | stored bytes | fp bytes | bytes / fp |", "|---|---|---|---|---|"]
+             "(relative L2 of every layer's output vs fp; K/V error: of every layer's stored keys and values):", "",
+             "| format | rel. error | K/V error | stored bytes | fp bytes | bytes / fp |", "|---|---|---|---|---|---|"]
     for e in attention_errors(args.context):
-        lines.append(f"| {e.name} | {e.rel_error:.4f} | {e.stored_bytes} | {e.fp_bytes} | "
+        lines.append(f"| {e.name} | {e.rel_error:.4f} | {e.kv_error:.4f} | {e.stored_bytes} | {e.fp_bytes} | "
                      f"{e.stored_bytes / e.fp_bytes:.3f} |")
     lines += ["", f"Attention time of one layer's call (256 queries) over {args.frames} latent frames of history "
               f"(medians of {args.rounds} interleaved rounds):", "",

@@ -68,6 +68,9 @@ if [ "${BOARD_ONLY:-0}" != 1 ]; then
   entry fullkv every_seed method=fullkv
   entry fullkv+kivi2-g32-r128 every_seed method=fullkv "${kivi2[@]}"
   entry fullkv+kivi4-g32-r128 every_seed method=fullkv "${kivi4[@]}"
+  entry fullkv+qvg2x1k16-g32-r0 every_seed method=fullkv storage=qvg  # Quant VideoGen at its 2-bit point
+  entry fullkv+lowrank16-r0 every_seed method=fullkv storage=lowrank storage.rank=16
+  entry fullkv+lowrank24-r0 every_seed method=fullkv storage=lowrank storage.rank=24
   for bytes in 0.25 0.15 0.08; do
     pct=$("$py" -c "print(round(100 * $bytes))")
     for arm in decoprune:gamma streaming:recent_chunks tempcache:threshold; do
@@ -89,6 +92,8 @@ if [ "${BOARD_ONLY:-0}" != 1 ]; then
     calibrated retrieval_frames worldkv@bytes8+kivi4-g32-r128 0.08 method=worldkv "${kivi4[@]}"
   entry streaming@bytes8+kivi2-g32-r128 \
     calibrated recent_chunks streaming@bytes8+kivi2-g32-r128 0.08 method=streaming "${kivi2[@]}"
+  entry decoprune@bytes15+lowrank24-r0 \
+    calibrated gamma decoprune@bytes15+lowrank24-r0 0.15 method=decoprune storage=lowrank storage.rank=24
 fi
 [ "${BOARD:-1}" != 0 ] || exit 0
 # every pair once (leaderboard.focus=all): the board's claims compare each entry with FullKV and each target's

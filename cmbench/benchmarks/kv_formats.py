@@ -6,8 +6,9 @@ Error
     Its stored history is written, chunk by chunk, into a cache of each format; the model's queries,
     keys and values of the first continuation chunk's first denoising call (recorded per layer from the
     full-precision cache) then attend over each cache. The error of a format is
-    ``||out_format - out_fp|| / ||out_fp||`` over every layer's output; its bytes are the cache's
-    ``stored_bytes()`` against full precision's.
+    ``||out_format - out_fp|| / ||out_fp||`` over every layer's output; its reconstruction error the same
+    ratio over every layer's stored keys and values (decoded against the originals); its bytes are the
+    cache's ``stored_bytes()`` against full precision's.
 Time
     At ``frames`` latent frames of the tiny model's geometry (64 tokens a frame, 4 heads of head dim 32;
     random K/V, the content does not change the arithmetic), one layer's ``attend`` call of a chunk (256
@@ -24,30 +25,41 @@ from typing import cast
 
 import torch
 
-from cmbench.backbones.tiny import TinyWorldModel
+from cmbench.backbones.tiny import DEFAULT_WEIGHTS, TinyWorldModel
 from cmbench.benchmarks.speed import make_context
 from cmbench.cache import KVCache
+from cmbench.cache.lowrank import basis_path
 from cmbench.cache.quantized import StorageFormat
 from cmbench.generation import prefill
 from cmbench.methods.fullkv import FullKV
 
+TINY_BASIS = str(basis_path(DEFAULT_WEIGHTS))
 FORMATS = (
     StorageFormat("kivi", bits=4, group_size=32, residual=128),
     StorageFormat("kivi", bits=2, group_size=32, residual=128),
-    StorageFormat("qvg", bits=4, group_size=16, residual=0, stages=1),
-    StorageFormat("qvg", bits=2, group_size=16, residual=0, stages=2),
+    StorageFormat("chunkmean", bits=4, group_size=16, residual=0, stages=1),
+    StorageFormat("chunkmean", bits=2, group_size=16, residual=0, stages=2),
+    StorageFormat("qvg", bits=2, group_size=32, residual=0, stages=1, clusters=16, iters=10),
+    StorageFormat("qvg", bits=2, group_size=32, residual=0, stages=2, clusters=16, iters=10),
+    StorageFormat("qvg", bits=4, group_size=32, residual=0, stages=1, clusters=16, iters=10),
+    StorageFormat("lowrank", rank=8, residual=0, basis=TINY_BASIS),
+    StorageFormat("lowrank", rank=16, residual=0, basis=TINY_BASIS),
+    StorageFormat("lowrank", rank=24, residual=0, basis=TINY_BASIS),
 )
-"""The formats measured (each against full precision in the same run)."""
+"""The formats measured (each against full precision in the same run): chunkmean is the codec CMBench called
+qvg before it followed Quant VideoGen's paper; lowrank reads the tiny model's committed key basis."""
 
 
 @dataclass(frozen=True)
 class FormatError:
-    """One format on one context: attention output error and bytes against full precision."""
+    """One format on one context: attention output error, K/V reconstruction error and bytes against full
+    precision."""
 
     name: str
     rel_error: float
     stored_bytes: int
     fp_bytes: int
+    kv_error: float
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,10 @@ class FormatTime:
 
 
 def name_of(fmt: StorageFormat) -> str:
-    """``fp`` or the format as run labels write it (``kivi4-g32-r128``)."""
-    return "fp" if not fmt.quantized else f"{fmt.label()}-g{fmt.group_size}-r{fmt.residual}"
+    """``fp`` or the format as run labels write it (``kivi4-g32-r128``, ``lowrank8-r0``)."""
+    from cmbench.identity.labels import storage_suffix
+
+    return "fp" if not fmt.quantized else storage_suffix(fmt.knobs() | {"basis": None})[1:]
 
 
 class _Recorder:
@@ -118,10 +132,21 @@ def attention_errors(context_frames: int = 48, seed: int = 0,
     out = []
     for fmt in formats:
         cache = replay(pre.cache, fmt)
+        kv = _kv_error(cache, reference)
         got = _outputs(cache, recorder.calls)
         err = torch.linalg.vector_norm(torch.stack([(a - b).norm() for a, b in zip(got, fp_out)]))
-        out.append(FormatError(name_of(fmt), float(err / ref), cache.stored_bytes(), reference.stored_bytes()))
+        out.append(FormatError(name_of(fmt), float(err / ref), cache.stored_bytes(), reference.stored_bytes(), kv))
     return out
+
+
+def _kv_error(cache: KVCache, reference: KVCache) -> float:
+    """``||decoded - original|| / ||original||`` over every layer's stored keys and values."""
+    diff, norm = [], []
+    for bank, ref in zip(cache.all_banks(), reference.all_banks()):
+        for got, want in zip(bank.history(), ref.history()):
+            diff.append((got - want).norm())
+            norm.append(want.norm())
+    return float(torch.linalg.vector_norm(torch.stack(diff)) / torch.linalg.vector_norm(torch.stack(norm)))
 
 
 def _outputs(cache: KVCache, calls: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
