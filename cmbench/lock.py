@@ -245,12 +245,14 @@ class RunLock:
         if created and not self.flock:  # O_EXCL made it: ours
             return True
         holder, beat = self._read_holder(fd)
+        if self.flock and (holder is None or holder.local()):  # the kernel's lock, and no other host's line
+            return True
         now = fs_now(self.path.parent)
-        if holder is not None and not (holder.local() and self.flock) and holder_live(holder, beat, now):
+        if holder is not None and holder_live(holder, beat, now):
             # a live holder on another host whose flock this host cannot see, or, without flock, any live holder
             self._held(fd, holder.describe(), "" if holder.local() else f"{age_text(beat, now)}; ")
             return False
-        if self.flock:
+        if self.flock:  # another host's holder, stale
             return True
         if holder is None and abs(now - beat) < STALE_SECONDS:  # being written by its creator: wait for its line
             self._held(fd, "a process that is creating it", f"{age_text(beat, now)}; ")

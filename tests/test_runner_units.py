@@ -383,14 +383,14 @@ def test_a_run_told_to_wait_for_the_lock_keeps_what_the_holder_finished(tmp_path
     holder = RunLock(records_path(tmp_path)).__enter__()
     waited = []
 
-    def on_wait(pid: str) -> None:
-        waited.append(pid)
+    def on_wait(who: str) -> None:
+        waited.append(who)
         _write(tmp_path, {"task_id": "a", "status": "ok", "score": 0.5})  # the holder finishes a task, then ends
         holder.__exit__(None, None, None)
 
     ev = Scripted()
     result = _run([_task("a"), _task("b")], ev, tmp_path, on_lock_wait=on_wait)
-    assert waited == [str(os.getpid())]
+    assert waited == [f"process {os.getpid()}"]
     assert [c[0] for c in ev.calls] == ["b"]
     assert (result.done, result.cached) == (1, 1)
 

@@ -141,3 +141,14 @@ def test_a_sweep_under_a_launcher_fails_when_a_job_fails_and_ends_with_its_board
     assert (board / "leaderboard.csv").is_file() and list((board / "sweeps").glob("fullkv__*/leaderboard.csv"))
     sweep, = (tmp_path / "runs" / "sweeps").iterdir()  # a folder of its own
     assert sorted(p.name for p in sweep.glob("*/cmbench-job.json")) == ["cmbench-job.json"] * 2
+
+
+def test_a_run_in_a_slurm_array_writes_its_shard_and_names_the_board_command(setup, tmp_path, env):  # noqa: F811
+    tmp, weights = setup
+    env(SLURM_ARRAY_TASK_ID=2, SLURM_ARRAY_TASK_COUNT=2, SLURM_ARRAY_TASK_MIN=1, SLURM_ARRAY_JOB_ID=91)
+    done = cmbench(tmp, weights, "method=fullkv", "limit=2", f"out_dir={tmp_path / 'runs'}")
+    assert done.returncode == 0, done.stderr
+    run, = (tmp_path / "runs" / "miniworld").iterdir()
+    assert [p.name for p in run.glob("records*.jsonl")] == ["records.shard-1-of-2.jsonl"]
+    assert (f"board: once every task of Slurm array 91 has ended: python -m cmbench leaderboard data=miniworld "
+            f"out_dir={tmp_path / 'runs'}") in done.stdout

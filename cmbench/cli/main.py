@@ -44,7 +44,8 @@ for _command in (
                   ("label=NAME", "the leaderboard name (default: the method and its changed knobs)"),
                   ("out_dir=DIR", "where run directories go (default runs)"),
                   ("shard.count=N shard.index=I", "this process's share of the contexts (default torchrun's "
-                                                  "WORLD_SIZE / RANK)"),
+                                                  "WORLD_SIZE / RANK, or a Slurm array's task)"),
+                  ("shard.slurm_array=false", "a Slurm array that runs other settings per task, not shards"),
                   ("parallel.sequence=P", "one model split over P torchrun ranks (Ulysses sequence parallelism)"),
                   ("progress=false", "a line every progress_every=10 tasks or progress_seconds=60, not a bar"),
                   ("keep_other_code=true", "keep records computed by other code instead of recomputing them"),

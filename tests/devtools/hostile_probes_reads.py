@@ -292,6 +292,43 @@ def calibration_log(key: str, value, said: str) -> Callable[[Workspace, Path], N
     return attack
 
 
+# ---------------------------------------------------------------- lock files of a run folder
+
+
+def records_lock(what: str, said: str) -> Callable[[Workspace, Path], None]:
+    """A probe: a run folder whose ``.records.jsonl.lock`` is ``what`` (:func:`plant`, or ``one``: a lock
+    holding ``1``, PID 1 being no run's writer): the board is written, saying in one line that the lock
+    names no writer; no hang, bounded memory."""
+
+    def attack(ws: Workspace, folder: Path) -> None:
+        run = copy_run(ws, folder)
+        lock = run / ".records.jsonl.lock"
+        if what == "one":
+            lock.write_text("1\n")
+        else:
+            plant(lock, what)
+        done = leaderboard(quick(ws), [run], folder / "board", measure=True)
+        bounded(done, "leaderboard")
+        succeeded(done)
+        line = next((x for x in done.stderr.splitlines() if str(lock) in x), "")
+        contains(line, said, "the lock's line")
+        contains(line, "names no writer", "the lock's line")
+
+    return attack
+
+
+def leaderboard_refuses_a_run_a_writer_on_another_host_still_fills(ws: Workspace, folder: Path) -> None:
+    """A lock naming a process on another host (PID 4000000, not one of this host's) whose heartbeat is
+    fresh: the board is refused, naming the host; once the heartbeat is stale, the board is written."""
+    run = copy_run(ws, folder)
+    lock = run / ".records.jsonl.lock"
+    lock.write_text(json.dumps({"host": "node-b", "pid": 4000000, "start": 1}) + "\n")
+    refused(leaderboard(quick(ws), [run], folder / "board"), str(run), "process 4000000 on node-b",
+            "last heartbeat")
+    os.utime(lock, (1, 1))
+    succeeded(leaderboard(quick(ws), [run], folder / "board"))
+
+
 PROBES: list[Probe] = [
     Probe("leaderboard-records-shard-fifo", records_shard("fifo", "is a FIFO")),
     Probe("leaderboard-records-shard-dev-zero-link", records_shard("dev-zero", "is a character device")),
@@ -328,4 +365,10 @@ PROBES: list[Probe] = [
     Probe("calibrate-log-calibration-pr-7-5", calibration_log("calibration_pr", "7.5", "calibration_pr")),
     Probe("calibrate-log-value-text", calibration_log("value", '"abc"', "value")),
     Probe("calibrate-log-value-nan", calibration_log("value", "NaN", "value")),
+    Probe("leaderboard-records-lock-fifo", records_lock("fifo", "is a FIFO")),
+    Probe("leaderboard-records-lock-dev-zero-link", records_lock("dev-zero", "is a link")),
+    Probe("leaderboard-records-lock-sparse-8-gib", records_lock("8", "over the 4.0 KiB limit of a lock")),
+    Probe("leaderboard-records-lock-holding-1", records_lock("one", "not a lock CMBench wrote")),
+    Probe("leaderboard-records-lock-live-writer-on-another-host",
+          leaderboard_refuses_a_run_a_writer_on_another_host_still_fills),
 ]
