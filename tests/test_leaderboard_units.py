@@ -269,8 +269,10 @@ def test_comparisons_are_method_minus_versus(pair):
     full, m = pair
     table = lb.comparisons([full, m], [("fullkv", "m"), ("m", "fullkv")])
     assert list(table.columns) == ["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins", "ties",
-                                   "losses", "n_pairs", "test", "p_adjusted", "contexts"]
+                                   "losses", "n_pairs", "test", "p_adjusted", "contexts", "verdict"]
     assert table["delta"].tolist() == pytest.approx([1 / 30, -1 / 30])
+    # 1/30 apart with a wide interval over 3 contexts: neither level nor apart, in the rule's words
+    assert table["verdict"].tolist() == ["not resolved against m", "not resolved against fullkv"]
     # the table's two tests are one family: each p times 2 (Bonferroni), at most 1
     assert table["p_adjusted"].tolist() == pytest.approx([min(1.0, 2 * p) for p in table["p_value"]])
     assert table[["wins", "ties", "losses"]].values.tolist() == [[1, 1, 1], [1, 1, 1]]
@@ -456,15 +458,18 @@ def test_markdown_host_store_quality_matched_and_comparison_sections():
     assert lines[at + 1:at + 4] == ["|---|---|---|", "| ret&lt;1&gt; | 0.9000 ± 0.0123 | 0.5000 |",
                                     "| plain † | — | 0.2500 ± 0.1000 |"]
     assert lines[at + 5] == lb.MATCHED_NOTE
-    at = lines.index("| Method | vs | Δ (95% CI) | p | adjusted p | W / T / L | Pairs |")
+    at = lines.index("| Method | vs | Δ (95% CI) | p | adjusted p | verdict | W / T / L | Pairs |")
     assert lines[at - 2] == ("Paired comparisons (DINO: method minus versus over the (task, seed) pairs both finished; "
                              "95% CI clustered by context; p: cluster-robust paired t-test; adjusted p: p times the 1 "
-                             "tests of this table, Bonferroni, docs/verdicts.md)")
-    assert lines[at + 1:] == ["|---|---|---|---|---|---|---|",  # one p-value: one test, adjusted by 1
-                              "| ret&lt;1&gt; | plain | +0.1000 ± 0.0500 | 0.0123 | 0.0123 | 3 / 0 / 1 | 4 |",
-                              "| plain | ret&lt;1&gt; | -0.1000 | — | — | 1 / 0 / 3 | 4 |"]
+                             "tests of this table, Bonferroni; verdict: the method against versus as an equivalence "
+                             "claim on the table's simultaneous intervals, docs/verdicts.md)")
+    assert lines[at + 1:] == ["|---|---|---|---|---|---|---|---|",  # one p-value: one test, adjusted by 1
+                              "| ret&lt;1&gt; | plain | +0.1000 ± 0.0500 | 0.0123 | 0.0123 | — | 3 / 0 / 1 | 4 |",
+                              "| plain | ret&lt;1&gt; | -0.1000 | — | — | — | 1 / 0 / 3 | 4 |"]
     two = compared.assign(p_value=[0.0123, 0.4])  # two tests: each p doubled, at most 1
     assert "| 0.0123 | 0.0246 |" in lb.markdown_table(board, two) and "| 0.4 | 0.8 |" in lb.markdown_table(board, two)
+    said = compared.assign(verdict=["below plain by more than 0.05", "above ret<1> by more than 0.05"])
+    assert "| 0.0123 | 0.0123 | below plain by more than 0.05 | 3 / 0 / 1 |" in lb.markdown_table(board, said)
     assert "Paired comparisons" not in lb.markdown_table(board, compared.iloc[:0])
     older = board.drop(columns=list(lb.STORE_COLUMNS))  # a board from before the host-store columns
     assert "Host store" not in lb.markdown_table(older) and "| ret&lt;1&gt; | 0.5000 |" in lb.markdown_table(older)

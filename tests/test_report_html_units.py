@@ -862,9 +862,10 @@ def test_the_page_shows_its_tables_with_their_titles_and_notes_gate_first(page):
         "paired": "Per task (matched by task and seed), method score minus FullKV score.",
         "comparisons": "Method score minus versus score over the (task, seed) pairs both finished, with both PRs; "
                        "95% CI clustered by context; p: cluster-robust paired t-test; adjusted p: p times the number of "
-                       "tests in this table (Bonferroni: the tests one table prints are one family, "
-                       "docs/verdicts.md). Pairs: each entry against FullKV, or leaderboard.focus against every other, "
-                       "plus leaderboard.compare.",
+                       "tests in this table (Bonferroni: the tests one table prints are one family); verdict: the "
+                       "method against versus read as an equivalence claim on the table's simultaneous intervals "
+                       "(docs/verdicts.md). Pairs: each entry against FullKV, or leaderboard.focus against every "
+                       "other, plus leaderboard.compare.",
     }
     assert re.search(r'<p class="note">(.*?)</p>', section(page.plain_text, "leaderboard")).group(1) == board_note
     by_source = re.findall(r'data-key="(\w+)"', section(page.text, "by-source"))

@@ -6,8 +6,10 @@ match ``(task_id, seed)`` (``task_id`` alone when a side's seeds are unknown); a
 mean difference with its cluster-robust 95% CI (contexts are the clusters: the tasks and seeds of one
 context video are not independent), wins / ties / losses, the p-value of the cluster-robust paired
 t-test (:mod:`cmbench.report.statistics`) and that p-value adjusted for the table's rows (Bonferroni,
-``min(1, m p)`` over its ``m`` rows: the tests one table prints are one family, docs/verdicts.md). Two entries
-whose caches stored their rows in different precisions (``cache_dtype``) are not compared.
+``min(1, m p)`` over its ``m`` rows: the tests one table prints are one family, docs/verdicts.md), and
+``verdict``: what the rule says of ``method`` against ``versus`` read as an equivalence claim in that family
+("level with", "below/above ... by more than", "not resolved against": :func:`cmbench.report.verdicts.said`).
+Two entries whose caches stored their rows in different precisions (``cache_dtype``) are not compared.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pandas as pd
 from cmbench.registry import did_you_mean
 from cmbench.report.reading import ReportError, RunRecords
 from cmbench.report.statistics import clustered_mean_ci, clustered_t_test
-from cmbench.report.verdicts import one_precision, precision_of
+from cmbench.report.verdicts import EQUIVALENT, Claim, decide, one_precision, precision_of, said
 
 ALL = "all"
 """``leaderboard.focus=all``: every pair of entries once."""
@@ -139,5 +141,15 @@ def comparisons(runs: list[RunRecords], pairs: Iterable[tuple[str, str]]) -> pd.
     by_label = {r.label: r for r in runs}
     rows = [{"method": a, "versus": b, "metric": by_label[a].metric, **_paired(by_label[a], by_label[b]),
              "test": "cluster-robust paired t-test"} for a, b in pairs]
-    return adjusted(pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins",
-                                                "ties", "losses", "n_pairs", "test", "p_adjusted", "contexts"]))
+    table = adjusted(pd.DataFrame(rows, columns=["method", "versus", "metric", "delta", "delta_ci95", "p_value", "wins",
+                                                 "ties", "losses", "n_pairs", "test", "p_adjusted", "contexts"]))
+    return table.assign(verdict=verdict_words(table))
+
+
+def verdict_words(table: pd.DataFrame) -> list[str]:
+    """What the verdict rule says of each row's ``method`` against its ``versus``: an equivalence claim per row
+    (:data:`cmbench.report.verdicts.EQUIVALENT`, its margin), the table's rows one family."""
+    claims = [Claim.of_interval(f"{r.method} level with {r.versus}", EQUIVALENT, float(r.delta), float(r.delta_ci95),
+                                int(r.contexts), int(r.n_pairs), a=str(r.method), b=str(r.versus))
+              for r in table.itertuples()]
+    return [said(d.row(), str(d.claim.b)) for d in decide(claims)]

@@ -89,7 +89,7 @@ LABELS = {
     "other_code_tasks": "From other code", "p_value": "p", "seed": "Seed", FLAG_COLUMN: f"Frame-count flags {FLAG_MARK}",
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
-    "losses": "Losses", "n_pairs": "Pairs", "p_adjusted": "Adjusted p", "contexts": "Contexts", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
+    "losses": "Losses", "n_pairs": "Pairs", "p_adjusted": "Adjusted p", "verdict": "Verdict", "contexts": "Contexts", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
     "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV", "quality_undefined": "Still tasks (quality undefined)",
     **QUALITY_LABELS, **FIDELITY_LABELS,
 }
@@ -534,7 +534,8 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
         table("comparisons", "Paired comparisons", comparison_table(runs, board, focus, compare),
               "Method score minus versus score over the (task, seed) pairs both finished, with both PRs; "
               "95% CI clustered by context; p: cluster-robust paired t-test; adjusted p: p times the number of "
-              "tests in this table (Bonferroni: the tests one table prints are one family, docs/verdicts.md). Pairs: "
+              "tests in this table (Bonferroni: the tests one table prints are one family); verdict: the method against "
+              "versus read as an equivalence claim on the table's simultaneous intervals (docs/verdicts.md). Pairs: "
               "each entry against FullKV, or leaderboard.focus against every other, plus leaderboard.compare."),
     ]
     gated = backbone_gate(runs)

@@ -402,12 +402,15 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         compared = compared if "p_adjusted" in compared.columns else adjusted(compared)  # a table from before it
         lines += ["", f"Paired comparisons ({markdown_text(board_metric(board))}: method minus versus over the (task, seed) pairs "
                       "both finished; 95% CI clustered by context; p: cluster-robust paired t-test; adjusted p: p times "
-                      f"the {int(compared['p_value'].notna().sum())} tests of this table, Bonferroni, docs/verdicts.md)",
-                  "", "| Method | vs | Δ (95% CI) | p | adjusted p | W / T / L | Pairs |", "|---|---|---|---|---|---|---|"]
-        for c in compared.itertuples():
+                      f"the {int(compared['p_value'].notna().sum())} tests of this table, Bonferroni; verdict: the method "
+                      "against versus as an equivalence claim on the table's simultaneous intervals, docs/verdicts.md)",
+                  "", "| Method | vs | Δ (95% CI) | p | adjusted p | verdict | W / T / L | Pairs |",
+                  "|---|---|---|---|---|---|---|---|"]
+        words = compared["verdict"] if "verdict" in compared.columns else pd.Series("—", index=compared.index)
+        for c, said in zip(compared.itertuples(), words):
             ci = "" if math.isnan(c.delta_ci95) else f" ± {c.delta_ci95:.4f}"
             lines.append(f"| {markdown_text(c.method)} | {markdown_text(c.versus)} | {_cell(c.delta, '{:+.4f}')}{ci} | {_cell(c.p_value, '{:.3g}')} "
-                         f"| {_cell(c.p_adjusted, '{:.3g}')} | {c.wins} / {c.ties} / {c.losses} | {c.n_pairs} |")
+                         f"| {_cell(c.p_adjusted, '{:.3g}')} | {markdown_text(str(said))} | {c.wins} / {c.ties} / {c.losses} | {c.n_pairs} |")
     return "\n".join(lines) + "\n"
 
 
