@@ -103,5 +103,9 @@ cp "$out/board/leaderboard.csv" results/miniworld/families_bytes.csv
 cp "$out/board/comparisons.csv" results/miniworld/families_bytes_comparisons.csv
 "$py" scripts/board_verdicts.py families results/miniworld/families_bytes.csv \
   results/miniworld/families_bytes_comparisons.csv results/miniworld/families_bytes_verdicts.csv
-"$py" scripts/families_figure.py results/miniworld/families_bytes.csv results/miniworld/families_bytes.png
+# the board with where each entry lands and its total memory (host store, bytes moved), and its figure
+"$py" scripts/families_figure.py "$out/board/leaderboard.csv" results/miniworld/families_bytes.png \
+  --table results/miniworld/families_bytes.csv
+# the records behind the board, so that it recomputes from the repository: BOARD_ONLY=1 OUT=results/miniworld/families_runs
+"$py" scripts/paper_findings.py --copy-evidence "$out/miniworld" results/miniworld/families_runs/miniworld
 "$py" scripts/update_readme_results.py
