@@ -205,3 +205,19 @@ def test_the_retrieval_block_reads_the_tightest_budget_of_both_tables_and_states
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert rows == ["| worldkv | 0.896 | 0.933 | 6.4 | 32.8 | 3.93 |", "| worldkv_fixed_window | 0.901 | 0.932 | 6.2 | "
                     "32.1 | 2.62 |", "| decoprune | 0.900 | 0.853 | 5.2 | — | — |"]
+
+
+def test_every_rows_words_agree_in_sign_with_its_numbers(committed):
+    """No row says a change with a sign its word contradicts ("loses -0.0122"); the RoPE row's FullKV loses exactly
+    when its with − without difference is positive, in both worlds."""
+    import re
+
+    _, findings, second = committed
+    for f in [*findings, *(second or [])]:
+        for text in (f.measured, f.outcome):
+            assert not re.search(r"\b(loses|gains|leads|trails|ahead of|below|above) [-−]\d", text), (f.number, text)
+        said = re.search(r"FullKV (loses|gains) (\d+\.\d+) without", f.outcome)
+        if f.number == 4 and said:
+            difference = float(re.search(r"fullkv [\d.]+ / [\d.]+ \(with − without (-?[\d.]+)", f.measured)[1])
+            assert (said[1] == "loses") == (difference >= 0) and float(said[2]) == pytest.approx(abs(difference),
+                                                                                               abs=1e-4)
