@@ -46,6 +46,7 @@ ROOT_KEYS: dict[str, Role] = {
     "progress": "selection",
     "progress_every": "selection",
     "progress_seconds": "selection",
+    "logging": "selection",
     "keep_other_code": "selection",
     "out_dir": "selection",
     "leaderboard": "selection",

@@ -81,17 +81,25 @@ def test_a_forged_score_is_caught(real_run, tmp_path, capsys):
 
 
 def test_a_forged_pr_and_forged_bytes_are_caught(real_run, tmp_path, capsys):
+    """Forged consistently with each other (the bytes ratio is the mean bytes over FullKV's, ``1 - pr`` for
+    full-precision storage), so the record reads; its ledger still says otherwise."""
+    truth = {}
+
     def forge(r):
+        truth.update(r)
         r["pr"] = 0.9
         r["kv_bytes_ratio"] = 0.1
+        r["mean_kv_bytes"] = 0.1 * r["fullkv_kv_bytes"]
 
     run_dir = received(real_run, tmp_path, forge)
     done = verify(capsys, run_dir)
-    assert done.returncode == 1
+    assert done.returncode == 1, done.stderr
     lines = problem_lines(done, run_dir)
     task = first_task(run_dir)
-    assert lines == [f"task {task}: kv_bytes_ratio: recorded 0.1, its ledger gives 0.2",
-                     f"task {task}: pr: recorded 0.9, its ledger gives 0.8"]
+    assert lines == [f"task {task}: kv_bytes_ratio: recorded 0.1, its ledger gives {truth['kv_bytes_ratio']}",
+                     f"task {task}: mean_kv_bytes: recorded {0.1 * truth['fullkv_kv_bytes']}, its ledger gives "
+                     f"{truth['mean_kv_bytes']}",
+                     f"task {task}: pr: recorded 0.9, its ledger gives {truth['pr']}"]
 
 
 def test_a_forged_ledger_that_hides_its_pr_is_still_a_forged_pr(real_run, tmp_path, capsys):

@@ -1,7 +1,7 @@
 """``python -m cmbench verify RUN [data.root=DIR] [tolerance=T]``: recheck a received run folder.
 
 Scores its videos again, recomputes its PR and bytes from its records' ledgers and compares its code
-identities with this checkout's (:mod:`cmbench.runs.verify`); prints one line per difference. Exit status
+identities with this checkout's (:mod:`cmbench.report.verify`); prints one line per difference. Exit status
 0 when nothing differs, 1 when something does, 2 on a usage error.
 """
 
@@ -21,7 +21,7 @@ def _options(args: list[str]) -> tuple[str | None, dict[str, str]]:
 
 
 def execute(args: list[str]) -> int:
-    from cmbench.runs.verify import verify_run
+    from cmbench.report.verify import verify_run
 
     run, options = _options(args)
     unknown = sorted(set(options) - {"data.root", "tolerance"})

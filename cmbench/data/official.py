@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 from cmbench import bounded_read
 from cmbench.data.spec import load_spec
+from cmbench.data.video_hashes import replace_file
 from cmbench.errors import CMBenchError, ConfigError
-from cmbench.runs import atomic
 
 PIN_FILE = "cmbench-dataset.json"
 """The pin ``prepare`` writes into ``data.root`` after a download."""
@@ -128,7 +128,7 @@ def write_pin(root: Path, repo_id: str, revision: str, commit: str) -> DatasetPi
     from cmbench.hashing import file_hash
 
     pin = DatasetPin(repo_id, revision, commit, {p.relative_to(root).as_posix(): file_hash(p) for p in video_files(root)})
-    atomic.write_text(root / PIN_FILE, json.dumps(pin.to_json(), indent=1, sort_keys=True) + "\n")
+    replace_file(root / PIN_FILE, json.dumps(pin.to_json(), indent=1, sort_keys=True) + "\n")
     return pin
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -24,7 +25,6 @@ from cmbench import bounded_read
 from cmbench.data.task import Task
 from cmbench.errors import ConfigError
 from cmbench.hashing import file_hash
-from cmbench.runs import atomic
 
 HASH_CACHE = Path(".cache") / "video_hashes.json"
 MAX_ENTRIES = 100_000
@@ -83,10 +83,23 @@ class HashCache:
         kept = dict(list(self.entries.items())[-MAX_ENTRIES:])
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic.write_text(self.path, json.dumps(kept))
-        except (OSError, atomic.OutputError):
+            replace_file(self.path, json.dumps(kept))
+        except OSError:
             return
         self._dirty = False
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to a new file beside ``path`` and rename it over ``path``: a reader sees the old file
+    or the new one, never half of one, and a link at ``path`` is replaced, not written through."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def context_hashes(tasks: Iterable[Task], cache: HashCache | None = None) -> dict[str, str]:

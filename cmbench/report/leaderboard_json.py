@@ -27,13 +27,14 @@ from __future__ import annotations
 import datetime
 import json
 import math
+from importlib import metadata
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from cmbench import __version__, bounded_read
+from cmbench import bounded_read
 from cmbench.hashing import json_digest
 from cmbench.report.reading import ReportError, RunRecords
 
@@ -46,6 +47,14 @@ BREAKDOWN_FIELDS = ("score", "score_ci95", "pr", "n_tasks", "failures")
 SIMILARITY = ("score", "score_at_85pr")  # cosine similarities: in [-1, 1]
 FRACTIONS = ("pr", "context_pr")
 COUNTS = ("n_tasks", "failures", "other_code_tasks", "frame_count_flags")
+
+
+def cmbench_version() -> str:
+    """The installed CMBench's version (``unknown`` outside an installed package)."""
+    try:
+        return metadata.version("cmbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _known(values: Iterable[Any]) -> list[Any]:
@@ -114,7 +123,7 @@ def board_json(runs: Sequence[RunRecords], board: pd.DataFrame, tables: Mapping[
         for key, name in (("by_source", "leaderboard_by_source.csv"), ("by_task_type", "leaderboard_by_type.csv")):
             row[key] = _breakdown(tables[name], run.label, BREAKDOWNS[key])
         rows.append(row)
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "cmbench_version": __version__,
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "cmbench_version": cmbench_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "task_set": task_set(runs), "scorer": scorer_identity(runs), "rows": rows}
 
@@ -268,7 +277,7 @@ def merge_boards(paths: Sequence[str | Path]) -> dict[str, Any]:
             seen[row["method"]] = path
             rows.append({**row, "submitted_in": path.name})
     return {**first, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "cmbench_version": __version__, "merged_from": [str(p) for p, _ in boards], "rows": rows}
+            "cmbench_version": cmbench_version(), "merged_from": [str(p) for p, _ in boards], "rows": rows}
 
 
 def board_tables(board: Mapping[str, Any]) -> dict[str, pd.DataFrame]:

@@ -41,6 +41,7 @@ from cmbench.runs.output_folder import Legacy, claim
 from cmbench.runs.records import RUN_FILE, read_task_records, records_files, records_path
 from cmbench.runs.runner import RunResult, run_tasks, select_tasks
 from cmbench.runs.summary import summarise
+from cmbench.runs.tracking import Tracker, tracker_settings
 from cmbench.spec import RunSpec
 
 RUN_FILES = ("config.yaml", RUN_FILE, "summary.json", "videos", "records*.jsonl")
@@ -126,6 +127,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
     from cmbench.runs.ranks import follow, join, launch_of, leading, pin_device
 
     chosen, outputs, identity = spec.selection, spec.outputs, spec.identity
+    tracking = tracker_settings(outputs.tracker)  # a bad logging key is refused before anything loads
     if outputs.threads:
         torch.set_num_threads(outputs.threads)
     run_dir = outputs.run_dir
@@ -167,18 +169,26 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
         "machine": machine(str(spec.backbone.get("device", "cpu"))),
     }
     writer = group is None or group.rank == 0
+    tracker = None
     if writer:
         hashes = context_hashes(selected)
         if pin is not None:
             check_against_pin(selected, hashes, pin.videos, Path(str(spec.data.root)) / PIN_FILE, pin.commit)
+        if tracking is not None:
+            tracker = Tracker(tracking, label=identity.label, group=identity.setup_hash, config=identity.result_config)
         with leading(evaluator, group) as tasks_evaluator, run_folder(run_dir, chosen.shard):
             atomic.write_text(run_dir / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(identity.result_config)))
             atomic.write_text(run_dir / RUN_FILE, json.dumps(run_file, indent=2, allow_nan=False) + "\n")
-            result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
-                               shard=chosen.shard, show_progress=outputs.progress,
-                               keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
-                               progress_seconds=outputs.progress_seconds, on_lock_wait=on_lock_wait,
-                               context_hashes=hashes)
+            try:
+                result = run_tasks(selected, tasks_evaluator, run_dir, global_seed=chosen.seed, base_record=base,
+                                   shard=chosen.shard, show_progress=outputs.progress,
+                                   keep_other_code=chosen.keep_other_code, progress_every=outputs.progress_every,
+                                   progress_seconds=outputs.progress_seconds, on_lock_wait=on_lock_wait,
+                                   context_hashes=hashes, on_record=tracker.record if tracker else None)
+            except BaseException:
+                if tracker is not None:
+                    tracker.finish(None)  # the W&B run marked failed; the records written stay
+                raise
     else:  # a follower of a split model: the writer's model calls on this rank's heads, nothing written
         assert group is not None
         result = RunResult(run_dir, done=follow(evaluator, selected, group), cached=0, failed=0)
@@ -187,5 +197,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
                    shard={"count": chosen.shard[0], "index": chosen.shard[1]})
     if writer:
         atomic.write_text(run_dir / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    if tracker is not None:
+        tracker.finish(summary)
     return ExperimentResult(run_dir, identity.label, summary, result, tuple(t.task_id for t in selected), code,
                             writer)

@@ -155,6 +155,7 @@ def run_tasks(
     progress_every: int = 10,
     progress_seconds: float = 60.0,
     on_lock_wait: Callable[[str], None] | None = None,
+    on_record: Callable[[TaskRecord], None] | None = None,
     context_hashes: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run the unfinished tasks, context by context, appending one record per task.
@@ -179,6 +180,8 @@ def run_tasks(
     on_lock_wait : callable ``(holder)``, optional
         When another process is writing this shard: called, then its lock is waited for (and the tasks
         it finished are kept); without it the run is refused at once (:class:`cmbench.lock.RunLock`).
+    on_record : callable ``(record)``, optional
+        Called with each record once it is written (an experiment tracker: :mod:`cmbench.runs.tracking`).
     context_hashes : mapping, optional
         ``{context_id: SHA-256}`` of the context videos (:mod:`cmbench.data.video_hashes`): recorded in each
         task's record; a context whose earlier records in ``run_dir`` carry another hash is refused.
@@ -219,6 +222,8 @@ def run_tasks(
                     done += 1
                     failed += record.status != "ok"
                     progress.update(record)
+                    if on_record is not None:
+                        on_record(record)
         except KeyboardInterrupt:  # Ctrl-C: every record written is whole (one write each); the rest reruns
             progress.close()
             raise Interrupted(f"interrupted; {len(kept) + done} records kept; rerun to resume") from None
