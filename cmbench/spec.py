@@ -237,7 +237,6 @@ class Outputs:
     progress_seconds: float
     threads: int | None
     tracker: Any = None
-    tracker: Any = None
 
 
 @dataclass(frozen=True)
