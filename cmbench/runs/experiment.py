@@ -39,7 +39,7 @@ from cmbench.runs import atomic
 from cmbench.identity.code import CodeIdentity
 from cmbench.runs.output_folder import Legacy, claim
 from cmbench.runs.records import RUN_FILE, read_task_records, records_files, records_path
-from cmbench.runs.runner import RunResult, run_tasks, select_tasks
+from cmbench.runs.runner import RunResult, run_tasks, select_tasks, shard_tasks
 from cmbench.runs.summary import summarise
 from cmbench.runs.tracking import Tracker, tracker_settings
 from cmbench.spec import RunSpec
@@ -171,7 +171,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
     writer = group is None or group.rank == 0
     tracker = None
     if writer:
-        hashes = context_hashes(selected)
+        hashes = context_hashes(shard_tasks(selected, *chosen.shard))  # this shard's videos: another hashes its own
         if pin is not None:
             check_against_pin(selected, hashes, pin.videos, Path(str(spec.data.root)) / PIN_FILE, pin.commit)
         if tracking is not None:
