@@ -211,3 +211,30 @@ def test_the_format_check_passes_in_lowrank_with_or_without_a_basis_file():
     for fmt in (lowrank(8, residual=10), StorageFormat("lowrank", rank=4)):
         checks = check_format(fmt)
         assert [c.name for c in checks] == ["round trip", "bytes"] and all(c.passed for c in checks), checks
+
+
+def test_the_basis_reads_each_head_of_the_cache_in_head_order():
+    """Keys gathered from banks regrouped by head (head 1's bank first) come out in head order."""
+    from cmbench.cache.layout import HeadGroup
+    from cmbench.calibration.key_basis import cached_keys
+
+    cache = KVCache(1, H, D, T, RopeSpec.wan(D), compute_attention=False)
+    k = torch.randn(1, L, H, D, generator=torch.Generator().manual_seed(5))
+    cache.begin_chunk(0, 0, 2)
+    cache.attend(0, k, k, k)
+    cache.commit_chunk()
+    cache.regroup(0, [HeadGroup((1,), "b"), HeadGroup((0,), "a")])
+    assert [b.group.heads for b in cache.banks[0]] == [(1,), (0,)]
+    (keys,) = cached_keys(cache)
+    assert torch.equal(keys, k[0])
+
+
+def test_a_basis_is_never_fitted_on_the_test_suite(tmp_path):
+    from cmbench.api import compose_config
+    from cmbench.calibration.key_basis import fit_key_basis
+
+    cfg = compose_config("fullkv", ["data=miniworld"])
+    same = compose_config("fullkv", ["data=miniworld", f"calibration.root={cfg.data.root}"])
+    with pytest.raises(ConfigError, match="is the test suite's folder"):
+        fit_key_basis(same, 2, tmp_path / "basis.safetensors")
+    assert not (tmp_path / "basis.safetensors").exists()
