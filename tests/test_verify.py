@@ -113,6 +113,21 @@ def test_a_forged_ledger_that_hides_its_pr_is_still_a_forged_pr(real_run, tmp_pa
     assert [line.split(":")[1].strip() for line in lines] == ["pr"]
 
 
+@pytest.mark.parametrize("edit, problem", [
+    (lambda rows: rows[0].__setitem__(0, rows[0][1] + 1), "ledger: chunk 0: {} visible tokens, more than FullKV's"),
+    (lambda rows: rows[1].__setitem__(3, rows[1][3] * 2), "ledger: FullKV's bytes per token differ between chunks"),
+    (lambda rows: rows.reverse(), "ledger: FullKV's history shrinks between chunks"),
+])
+def test_a_ledger_no_run_could_write_is_caught(real_run, tmp_path, capsys, edit, problem):
+    def forge(r):
+        edit(r["ledger"])
+
+    run_dir = received(real_run, tmp_path, forge)
+    lines = problem_lines(verify(capsys, run_dir), run_dir)
+    first = json.loads((run_dir / "records.jsonl").read_text().splitlines()[0])["ledger"][0]
+    assert any(problem.format(first[0]) in line for line in lines), lines
+
+
 @pytest.mark.parametrize("part", ["cmbench", "manifest", "scorer"])
 def test_a_forged_code_identity_is_caught(real_run, tmp_path, capsys, part):
     def forge(r):

@@ -66,11 +66,27 @@ def ledger_problems(record: TaskRecord) -> list[Problem]:
         return [Problem(where, "no ledger in its record (written before the field): its PR and bytes cannot be "
                                "recomputed")]
     totals = ledger_totals(record.ledger)
-    problems = []
+    problems = [Problem(where, f"ledger: {what}") for what in ledger_shape_problems(record.ledger)]
     for field, key in LEDGER_FIELDS.items():
         recorded, derived = getattr(record, field), totals[key]
         if not _close(recorded, derived, RELATIVE):
             problems.append(Problem(where, f"{field}: recorded {recorded}, its ledger gives {derived}"))
+    return problems
+
+
+def ledger_shape_problems(rows: list[list[int]]) -> list[str]:
+    """What no ledger of a real run shows: a head seeing more history than FullKV holds, FullKV's history
+    shrinking from one chunk to the next, or FullKV's bytes per token changing (the geometry and the
+    precision fix them)."""
+    problems = []
+    for i, row in enumerate(rows):
+        if row[0] > row[1]:
+            problems.append(f"chunk {i}: {row[0]} visible tokens, more than FullKV's {row[1]}")
+    if any(b[1] < a[1] for a, b in zip(rows, rows[1:])):
+        problems.append("FullKV's history shrinks between chunks")
+    per_token = {row[3] / row[1] for row in rows if row[1]}
+    if len(per_token) > 1:
+        problems.append(f"FullKV's bytes per token differ between chunks ({', '.join(f'{b:g}' for b in sorted(per_token))})")
     return problems
 
 
