@@ -3,6 +3,7 @@ leaderboard with those curves writes, only that column changed, and the folder's
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pandas as pd
@@ -48,7 +49,10 @@ def test_refilling_the_column_writes_the_board_a_full_leaderboard_with_those_cur
 
     written = refresh_matched_column(old)
 
-    assert sorted(written) == ["leaderboard.csv", "leaderboard.md"]
+    assert sorted(written) == ["leaderboard.csv", "leaderboard.json", "leaderboard.md"]
+    rows = {r["method"]: r for r in json.loads((old / "leaderboard.json").read_text())["rows"]}
+    assert rows["b"]["score_at_85pr"] == pytest.approx(0.8 - 0.2 * 0.5) and rows["fullkv"]["score_at_85pr"] is None
+    assert rows == {r["method"]: r for r in json.loads((full / "leaderboard.json").read_text())["rows"]}
     after = pd.read_csv(old / "leaderboard.csv").set_index("method")
     assert after.loc["b", "score_at_85pr"] == pytest.approx(0.8 - 0.2 * 0.5)  # b's curve at 0.85, by hand
     assert after.loc["a", "score_at_85pr"] == pytest.approx(0.5) and pd.isna(after.loc["fullkv", "score_at_85pr"])

@@ -58,7 +58,7 @@ from cmbench.report.comparisons import (
 from cmbench.report.curves import CURVES_FILE, OPERATING_PR, SCORE_MARGIN, read_curves, score_range, scores_at
 from cmbench.report.fidelity import FIDELITY_COLUMNS, fidelity
 from cmbench.report.precision import bytes_axis, frame_precisions
-from cmbench.report.leaderboard_json import FILE as BOARD_JSON, board_json, board_text
+from cmbench.report.leaderboard_json import FILE as BOARD_JSON, board_json, board_text, refilled
 from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
@@ -644,6 +644,10 @@ def refresh_matched_column(out_dir: str | Path, curves: str | Path | None = None
     written = {"leaderboard.csv": atomic.write_with(out / "leaderboard.csv",
                                                     lambda tmp: board.to_csv(tmp, index=False, float_format="%.6g")),
                "leaderboard.md": atomic.write_text(out / "leaderboard.md", markdown_table(board, compared) + gate.markdown(gated))}
+    if (out / BOARD_JSON).is_file():  # a board from before leaderboard.json has none to refill
+        folder.add(BOARD_JSON)
+        written[BOARD_JSON] = atomic.write_text(out / BOARD_JSON, refilled(
+            out / BOARD_JSON, MATCHED_COLUMN, dict(zip(board["method"].astype(str), values))))
     return written
 
 

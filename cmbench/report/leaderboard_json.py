@@ -133,6 +133,16 @@ def board_text(board: Mapping[str, Any]) -> str:
     return json.dumps(board, indent=1, allow_nan=False) + "\n"
 
 
+def refilled(path: str | Path, column: str, values: Mapping[str, float]) -> str:
+    """The text of the board folder's ``leaderboard.json`` (checked as a received one: :func:`read_board`) with
+    ``column`` of each row set from ``values`` (method -> value; NaN as null), the other fields as they were:
+    what ``leaderboard.refresh_curves=true`` writes beside the refilled CSV."""
+    board = read_board(path)
+    for row in board["rows"]:
+        row[column] = _plain(values.get(row["method"], math.nan))
+    return board_text(board)
+
+
 # ------------------------------------------------------------------------------------ received boards
 def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
