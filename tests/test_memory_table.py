@@ -40,7 +40,8 @@ def shown(out: str) -> dict[str, str]:
              "prefilled KV (GiB)": prefilled[1], "task KV (GiB)": task[1], "peak, as configured (GiB)":
              f"{peak[1]} ({peak[0]})"}
     for target in TARGETS:
-        found[target.name] = next(line for line in lines if line.startswith(f"  {target.name}: "))[len(target.name) + 4:]
+        prefix = re.compile(rf"  {re.escape(target.name)}( per rank)?: ")  # a split plan's one-GPU machines: per rank
+        found[target.name] = next(prefix.sub("", line, count=1) for line in lines if prefix.match(line))
     return found
 
 

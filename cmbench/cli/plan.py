@@ -66,10 +66,11 @@ def execute(cfg: DictConfig) -> int:
         print(f"method.target_pr={target_pr:g}: {name}'s caches sized for PR {target_pr:g}, as "
               f"backbone.memory.assume_pr={target_pr:g} sizes them (run calibrates its {knob} to it first)")
     print(plan.describe())
-    print("reference machines:" if plan.shape.sequence == 1 else
-          f"reference machines (one rank of {plan.shape.sequence} per GPU):")
-    for target in TARGETS:
-        print(f"  {target.name}: {cell(fit(plan.shape, target), target)}")
+    split = plan.shape.sequence > 1
+    print(f"reference machines (one rank of {plan.shape.sequence} per GPU):" if split else "reference machines:")
+    for target in TARGETS:  # split, a one-GPU machine holds one rank: the run needs one such GPU per rank
+        name = f"{target.name} per rank" if split and target.processes == 1 else target.name
+        print(f"  {name}: {cell(fit(plan.shape, target), target)}")
     if not plan.fits:
         print(f"cmbench plan: {refusal(plan)}")
         return 1
