@@ -238,3 +238,13 @@ def test_a_basis_is_never_fitted_on_the_test_suite(tmp_path):
     with pytest.raises(ConfigError, match="is the test suite's folder"):
         fit_key_basis(same, 2, tmp_path / "basis.safetensors")
     assert not (tmp_path / "basis.safetensors").exists()
+
+
+def test_check_command_names_the_rank_of_a_lowrank_format(capsys):
+    from cmbench.cli.main import main
+
+    assert main(["check", "method=fullkv", "storage=lowrank", "storage.rank=4", "check.context_chunks=1",
+                 "check.continuation_chunks=1"]) == 0
+    out = capsys.readouterr().out
+    assert "storage lowrank (rank=4, residual=0): format checks on random K/V" in out
+    assert "PASS  round trip" in out and "PASS  bytes" in out

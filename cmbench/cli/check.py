@@ -36,8 +36,9 @@ def execute(cfg: DictConfig) -> int:
     format_failed = []
     if storage.quantized:
         checks = check_format(storage, declared_head_dim(spec.backbone) or 32, seed=sizes["seed"])
-        print(f"storage {storage.name} (bits={storage.bits}, group_size={storage.group_size}, "
-              f"residual={storage.residual}, stages={storage.stages}): format checks on random K/V")
+        knobs = (f"rank={storage.rank}" if storage.name == "lowrank" else
+                 f"bits={storage.bits}, group_size={storage.group_size}, stages={storage.stages}")
+        print(f"storage {storage.name} ({knobs}, residual={storage.residual}): format checks on random K/V")
         for c in checks:
             print(f"  {'PASS' if c.passed else 'FAIL'}  {c.name}: {c.detail}")
         format_failed = [f"storage {c.name}" for c in checks if not c.passed]
