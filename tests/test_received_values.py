@@ -131,3 +131,34 @@ def test_an_impossible_log_with_the_right_key_is_not_reused_and_the_log_is_named
     path.write_text(logged().to_json())
     reused = _cached(path, "k1", KNOB, {})
     assert reused is not None and reused.cached and reused.value == 1.5
+
+
+# ---------------------------------------------------------------- a received record's KV bytes
+
+
+@pytest.mark.parametrize("row, said", [
+    ({"kv_bytes_ratio": 1e308}, "kv_bytes_ratio: is 1e+308, more than the 1.0000 of FullKV's history its pr 0.0000 "
+                                "keeps (+0.05 for per-row metadata)"),
+    ({"kv_bytes_ratio": 50, "pr": 0.0}, "kv_bytes_ratio: is 50, more than the 1.0000 of FullKV's history"),
+    ({"kv_bytes_ratio": 0.5, "pr": 0.8}, "kv_bytes_ratio: is 0.5, more than the 0.2000 of FullKV's history its pr 0.8000"),
+    ({"kv_bytes_ratio": 0.5, "mean_kv_bytes": 100.0, "fullkv_kv_bytes": 400.0},
+     "kv_bytes_ratio: is 0.5, but the record's own mean_kv_bytes / fullkv_kv_bytes is 0.25"),
+])
+def test_a_kv_bytes_ratio_its_own_pr_and_bytes_cannot_give_is_named_by_file_row_and_field(tmp_path, capsys, row, said):
+    folder = folder_with(tmp_path, row=row)
+    with pytest.raises(RecordsError) as err:
+        write_reports([folder], tmp_path / "board")
+    assert str(err.value).startswith(f"{folder / 'records.jsonl'}:1: {said}")
+    assert not (tmp_path / "board").exists() and "inf%" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("row", [
+    {"kv_bytes_ratio": 0.25, "pr": 0.75, "mean_kv_bytes": 100.0, "fullkv_kv_bytes": 400.0},  # eviction in fp
+    {"kv_bytes_ratio": 0.0725, "pr": 0.75},  # a quantized format stores less than its PR keeps
+    {"kv_bytes_ratio": 0.6023, "pr": 0.4},  # a merge's counts: a little more
+    {"kv_bytes_ratio": 1.0, "pr": 0.0, "mean_kv_bytes": 3.0, "fullkv_kv_bytes": 3.0},
+])
+def test_a_kv_bytes_ratio_its_own_pr_and_bytes_give_is_read(tmp_path, row):
+    folder = folder_with(tmp_path, row=row)
+    first = next(r for r in read_task_records(folder) if r.task_id == "a1")
+    assert first.kv_bytes_ratio == row["kv_bytes_ratio"]

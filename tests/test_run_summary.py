@@ -28,7 +28,7 @@ def _records() -> list[TaskRecord]:
                    peak_store_bytes=7, moved_bytes_per_chunk=2.0,
                    quality_absent={"aesthetic_quality": "no package"}),
         TaskRecord("c", "ok", source="synthetic", task_type="revisit", metric="DINO", code_hash=None),
-        TaskRecord("d", "failed", error="boom", source="real", task_type="new", score=0.75, pr=1.0,
+        TaskRecord("d", "failed", error="boom", source="real", task_type="new", score=0.75, pr=0.0,
                    detection_rate=1.0, code_hash="h1", kv_bytes_ratio=1.0, peak_kv_bytes=999),
     ]
 

@@ -468,6 +468,9 @@ def record_problem(record: TaskRecord) -> str | None:
         value = getattr(record, name)
         if value is not None and not (_number(value) and float(value) >= 0.0 and math.isfinite(float(value))):
             return f"{name}: is {value!r}, expected a finite number >= 0"
+    bytes_problem = _kv_bytes_problem(record)
+    if bytes_problem:
+        return bytes_problem
     if record.cache_dtype is not None and record.cache_dtype not in CACHE_DTYPES:
         return f"cache_dtype: is {str(record.cache_dtype)[:40]!r}, expected one of {', '.join(CACHE_DTYPES)}"
     if record.family is not None and record.family not in RECORDED:
@@ -493,6 +496,30 @@ def _ledger_rows(ledger: Any) -> bool:
         isinstance(row, list) and len(row) == 4
         and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in row)
         for row in ledger)
+
+
+KV_BYTES_METADATA = 0.05
+"""How far a record's ``kv_bytes_ratio`` may exceed the share of FullKV's history its PR keeps (``1 - pr``):
+the per-row metadata a method or format adds (TempCache's merge counts: 0.0023 at most in CMBench's own runs)."""
+
+
+def _kv_bytes_problem(record: TaskRecord) -> str | None:
+    """What makes a record's ``kv_bytes_ratio`` disagree with its own bytes and PR, or None: it must be its
+    ``mean_kv_bytes`` over ``fullkv_kv_bytes`` (when both are recorded), and at most the share of history its
+    PR keeps plus :data:`KV_BYTES_METADATA` (a received 1e308, or 50 at PR 0, is refused, not shown as a
+    percentage)."""
+    ratio, mean, full, pr = record.kv_bytes_ratio, record.mean_kv_bytes, record.fullkv_kv_bytes, record.pr
+    if ratio is None:
+        return None
+    if mean is not None and full:
+        own = float(mean) / float(full)
+        if not math.isclose(float(ratio), own, rel_tol=1e-6, abs_tol=1e-12):
+            return (f"kv_bytes_ratio: is {ratio:g}, but the record's own mean_kv_bytes / fullkv_kv_bytes is "
+                    f"{own:.6g}")
+    if pr is not None and float(ratio) > 1.0 - float(pr) + KV_BYTES_METADATA:
+        return (f"kv_bytes_ratio: is {ratio:g}, more than the {1.0 - float(pr):.4f} of FullKV's history its pr "
+                f"{float(pr):.4f} keeps (+{KV_BYTES_METADATA:g} for per-row metadata)")
+    return None
 
 
 def _quality_problem(record: TaskRecord) -> str | None:
