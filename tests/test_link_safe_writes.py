@@ -72,7 +72,7 @@ def test_a_hard_linked_lock_file_is_created_fresh(tmp_path, victim):
     records = tmp_path / "run" / "records.jsonl"
     lock = linked(victim, records.with_name(".records.jsonl.lock"))
     with RunLock(records):
-        assert lock.read_text() == f"{os.getpid()}\n"
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
         assert sole_file(os.stat(lock))
     assert victim.read_bytes() == VICTIM
 
