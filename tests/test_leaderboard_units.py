@@ -691,7 +691,8 @@ def test_refilling_score_at_85_pr_rewrites_only_the_board_and_its_markdown(tmp_p
         lb.refresh_matched_column(out)
     (out / "curves.csv").write_text("method,test_pr,score\nm,0.8,0.6\nm,0.9,0.4\n")
     written = lb.refresh_matched_column(out)
-    assert written == {"leaderboard.csv": out / "leaderboard.csv", "leaderboard.md": out / "leaderboard.md"}
+    assert written == {"leaderboard.csv": out / "leaderboard.csv", "leaderboard.md": out / "leaderboard.md",
+                       "leaderboard.json": out / "leaderboard.json"}  # its Score @ 85% PR refilled as well
     board = pd.read_csv(out / "leaderboard.csv")
     assert board.columns[4] == "score_at_85pr" and board["method"].tolist() == ["m", "fullkv"]
     assert board["score_at_85pr"][0] == pytest.approx(0.5) and math.isnan(board["score_at_85pr"][1])
