@@ -76,6 +76,12 @@ class RunShape:
         Ranks per model (Ulysses sequence parallelism): the KV and the DiT call are one rank's.
     context_source : str
         Where the context length came from (printed on the plan's first line).
+    heads, head_dim : int
+        Attention heads of one rank and their width (for the attention workspace).
+    device : str
+        ``cpu`` or ``cuda``: whose attention kernels the workspace is modelled for.
+    decode_rows : int
+        History rows a quantized bank decodes at a time (0: full precision).
     """
 
     name: str
@@ -104,6 +110,10 @@ class RunShape:
     notes: tuple[str, ...] = ()
     sequence: int = 1
     context_source: str = ""
+    heads: int = 0
+    head_dim: int = 0
+    device: str = "cuda"
+    decode_rows: int = 0
 
 
 @dataclass

@@ -190,6 +190,13 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
     kv = max(timelines, key=lambda t: (max(t.prefill_peak, t.prefilled_stored + t.continuation_peak), t.host_peak))
     per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
+    device = "cpu" if on_cpu else "cuda"
+    decode_rows = DECODE_ROWS if storage.quantized else 0
+    longest = (context_frames + continuation_frames - g.chunk_frames) * g.tokens_per_frame
+    attention = workspace.attention_call(g.tokens_per_chunk, longest, per_rank, g.head_dim, compute_bytes, device,
+                                         decode_rows)
+    notes = (*notes, f"attention workspace per call, modelled for {device} kernels: {attention / 2**20:.1f} MiB at "
+                     f"the longest history (within the DiT call; a fork's join of the rows it shares is in its KV)")
     if storage.quantized:
         fp_bytes = 2 * g.head_dim * compute_bytes
         history = (context_frames + continuation_frames) * g.tokens_per_frame
@@ -201,7 +208,7 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
                          f"{storage.residual}): {token_bytes:.1f} bytes per head-token vs {fp_bytes} in full precision "
                          f"({token_bytes / fp_bytes:.3f}); attention decodes {rows} history tokens at a time: "
                          f"{rows * row_mib:.1f} MiB of workspace and at most {LOGIT_BYTES / 2**20:.0f} MiB of float32 "
-                         f"logits; the re-index at most {span} tokens at a time ({span * row_mib:.1f} MiB); not in the KV peak")
+                         f"logits where no fused kernel takes a block; the re-index at most {span} tokens at a time ({span * row_mib:.1f} MiB); not in the KV peak")
     if sequence > 1:
         notes = (*notes, f"split over {sequence} ranks (parallel.sequence): {per_rank} of {g.num_heads} heads of the "
                          f"KV cache and 1/{sequence} of every frame's tokens per rank; weights, VAE and text "
@@ -216,7 +223,8 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         context_frames=int(context_frames), continuation_frames=int(continuation_frames),
         i2v=int(dit["in_channels"]) > int(dit["out_channels"]), vae_scale=vae_scale, kv=kv,
         kv_exact=ret.exact, camera_values=int(dit.get("camera_dim") or 0) * math.prod(g.patch),
-        text_work=models.text_work, notes=notes, sequence=sequence, context_source=context_source)
+        text_work=models.text_work, notes=notes, sequence=sequence, context_source=context_source,
+        heads=per_rank, head_dim=g.head_dim, device=device, decode_rows=decode_rows)
 
 
 def run_shape(cfg: Any, method: Any, context_frames: int | None = None) -> RunShape:

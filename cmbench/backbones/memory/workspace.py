@@ -21,6 +21,7 @@ CAMERA_EMBED_DIM_COEF = 4.0  # the camera embedding's own stage: its folded inpu
 VAE_ENCODE_PER_PIXEL = 14_300
 VAE_DECODE_PER_PIXEL = 29_200
 VAE_BASE_DIM = 96
+BLOCK_FLOAT_OUTPUTS = 4  # block-wise attention: running output, a block's output, their two rescaled terms
 SCORER_WORKSPACE_BYTES = 2 * 2**30  # detector / segmenter / embedder on a batch of frames (an allowance)
 
 
@@ -39,6 +40,52 @@ def dit_call(tokens: int, dim: int, ffn_dim: int, compute_bytes: int, text_len: 
     block = tokens // sequence * c * (FFN_COEF * ffn_dim + DIM_COEF * dim)
     camera = tokens * c * (camera_values + CAMERA_EMBED_DIM_COEF * dim) if camera_values else 0
     return int(inputs + max(block, camera))
+
+
+def attention_call(queries: int, history: int, heads: int, head_dim: int, compute_bytes: int, device: str,
+                   decode_rows: int = 0, joined: bool = False) -> int:
+    """Bytes one attention call (:meth:`~cmbench.cache.kv_cache.KVCache.attend`) holds for a moment beyond what
+    it is given and what it returns.
+
+    Parameters
+    ----------
+    queries, history : int
+        The chunk's tokens (its queries and its own keys) and the history tokens read before them.
+    heads, head_dim, compute_bytes : int
+    device : {"cpu", "cuda"}
+        Whose kernels: the CPU's fused flash attention keeps a block of logits and accumulators per thread
+        (:func:`cpu_kernel`); CUDA's flash and memory-efficient kernels keep none in the allocator
+        (``scripts/gpu_check.py`` measures it).
+    decode_rows : int
+        0: the history in full precision, attended in one fused call. Otherwise a quantized history decoded
+        ``decode_rows`` rows at a time (:func:`~cmbench.cache.block_attention.attention`): two decoded blocks
+        alive, and the running output, a block's output and their rescaled sums in float32.
+    joined : bool
+        A fork reading the prefilled cache's rows in place: a full-precision history is joined to the chunk's
+        rows (one copy of both, K and V) for the one fused call.
+    """
+    lse = queries * heads * 4
+    row = heads * head_dim * compute_bytes  # one key's K or V
+    if not decode_rows or not history:  # one fused call over the history and the chunk
+        kernel = cpu_kernel(queries, history + queries, head_dim, compute_bytes) if device == "cpu" else 0
+        return lse + kernel + (2 * (history + queries) * row if joined and history else 0)
+    rows = min(decode_rows, history)
+    kernel = cpu_kernel(queries, max(rows, queries), head_dim, compute_bytes) if device == "cpu" else 0
+    return 2 * 2 * rows * row + BLOCK_FLOAT_OUTPUTS * queries * heads * head_dim * 4 + 3 * lse + kernel
+
+
+def cpu_kernel(queries: int, keys: int, head_dim: int, compute_bytes: int, threads: int | None = None) -> int:
+    """The buffer torch's CPU flash attention allocates for one call: per thread, a block of float32 logits
+    (``q`` queries by up to 512 keys; ``q`` 256, 64 or 32 as there are at least 768, 192 or fewer queries), a
+    copy of it in the compute dtype when that is not float32, the block's float32 output and two statistics
+    per query."""
+    import torch
+
+    q = 256 if queries >= 768 else 64 if queries >= 192 else 32
+    kv = min(512, keys)
+    reduced = compute_bytes if compute_bytes != 4 else 0
+    per_thread = q * kv * (4 + reduced) + q * head_dim * 4 + 2 * q * 4
+    return per_thread * (torch.get_num_threads() if threads is None else threads)
 
 
 def vae_scale(dtype_bytes: int, base_dim: int = VAE_BASE_DIM) -> float:
