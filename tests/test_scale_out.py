@@ -152,3 +152,24 @@ def test_a_run_in_a_slurm_array_writes_its_shard_and_names_the_board_command(set
     assert [p.name for p in run.glob("records*.jsonl")] == ["records.shard-1-of-2.jsonl"]
     assert (f"board: once every task of Slurm array 91 has ended: python -m cmbench leaderboard data=miniworld "
             f"out_dir={tmp_path / 'runs'}") in done.stdout
+
+
+def test_a_sweep_gathers_its_own_jobs_and_counts_one_that_left_no_outcome_as_failed(tmp_path, capsys):
+    from cmbench.cli.sweep import JOB_FILE, SweepFolder, gathered_jobs
+
+    (tmp_path / "7").mkdir()  # an earlier sweep's job in a folder the user named twice
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / JOB_FILE).write_text(json.dumps({"job": 0, "code": 3, "config": {"seed": 9}}))  # stale
+    SweepFolder().on_multirun_start(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    (tmp_path / "0" / JOB_FILE).write_text(json.dumps({"job": 0, "code": 0, "config": {"seed": 2}}))
+    (tmp_path / "1").mkdir()  # started, then killed: no outcome
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / JOB_FILE).write_text("{not json")
+    jobs = gathered_jobs()
+    assert [(n, code, None if cfg is None else OmegaConf.to_container(cfg)) for n, code, cfg in jobs] == [
+        (0, 0, {"seed": 2}), (1, 1, None), (2, 1, None)]
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"cmbench: sweep job 1 ({tmp_path / '1'}) failed: it wrote no outcome (killed?)"
+    assert err[1].startswith(f"cmbench: sweep job 2 ({tmp_path / '2'}) failed: its outcome: ")
+    assert err[2].startswith("cmbench: sweep: 2 of 3 job(s) failed: job 1 (exit status 1), 2 (exit status 1);")
+    assert gathered_jobs() == []  # gathered once

@@ -35,7 +35,8 @@ from cmbench.runs import atomic
 JOB_FILE = "cmbench-job.json"
 SWEEP_DIR_KEY = "hydra.sweep.dir"
 OWN_PROCESS_LAUNCHERS = ("submitit",)  # launchers whose jobs each have a process of their own
-_started: list[Path] = []  # the folder of the sweep this process started (SweepFolder), newest last
+# the folder of each sweep this process started (SweepFolder), newest last, with the job folders it already held
+_started: list[tuple[Path, set[str]]] = []
 
 
 def sweep_dir_override(overrides: list[str]) -> list[str]:
@@ -47,14 +48,14 @@ def sweep_dir_override(overrides: list[str]) -> list[str]:
 
 class SweepFolder(Callback):
     """Hydra callback (``hydra.callbacks`` in configs/config.yaml): at the start of a sweep, in the
-    process that launches it, note the sweep's folder and remove the job outcomes an earlier sweep left
-    there (a folder the user named twice), so only this sweep's jobs are gathered."""
+    process that launches it, note the sweep's folder and the job folders an earlier sweep left there (a
+    folder the user named twice), and remove their outcomes, so only this sweep's jobs are gathered."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         folder = Path(str(config.hydra.sweep.dir))
         for old in folder.glob(f"*/{JOB_FILE}"):
             old.unlink(missing_ok=True)
-        _started.append(folder)
+        _started.append((folder, {d.name for d in folder.glob("*") if d.is_dir()}))
 
 
 def record_job(cfg: DictConfig, code: int) -> None:
@@ -86,16 +87,19 @@ def _exit_with(code: int) -> None:
 def gathered_jobs() -> list[tuple[int, int, DictConfig | None]]:
     """``(job number, exit status, config)`` of every job of the sweep this process started, by job
     number: every job folder Hydra made there (a job that started); one without a readable outcome (its
-    process was killed, or could not write) is that job's failure (config None), named on one line."""
+    process was killed, or could not write) is that job's failure (config None), named on one line, unless
+    the folder was there before the sweep (an earlier sweep's job that this one did not have)."""
     if not _started:
         return []
-    folder = _started.pop()
+    folder, earlier = _started.pop()
     jobs = []
-    for job in sorted((d for d in folder.iterdir() if d.name.isdigit() and d.is_dir()), key=lambda d: int(d.name)):
+    for job in sorted((d for d in folder.glob("*") if d.name.isdigit() and d.is_dir()), key=lambda d: int(d.name)):
+        if job.name in earlier and not (job / JOB_FILE).exists():
+            continue
         try:
             outcome = json.loads(bounded_read.read_bytes(job / JOB_FILE, "config"))
             jobs.append((int(outcome["job"]), int(outcome["code"]), OmegaConf.create(outcome["config"])))
-        except (OSError, ValueError, KeyError, TypeError, CMBenchError) as err:
+        except (OSError, ValueError, KeyError, TypeError, CMBenchError, OmegaConfBaseException) as err:
             why = "it wrote no outcome (killed?)" if isinstance(err, FileNotFoundError) else f"its outcome: {err}"
             print(f"cmbench: sweep job {job.name} ({job}) failed: {why}", file=sys.stderr)
             jobs.append((int(job.name), 1, None))
