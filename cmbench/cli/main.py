@@ -51,6 +51,8 @@ for _command in (
                   ("keep_other_code=true", "keep records computed by other code instead of recomputing them"),
                   ("save_videos=false", "save no videos of the continuations"),
                   ("threads=N", "torch CPU threads (default 1)"),
+                  ("logging.wandb=PROJECT", "log each task and the run's summary to Weights & Biases "
+                                            "(cmbench[tracking]; WANDB_MODE=offline keeps it local)"),
                   ("generation.KEY=VALUE", "the AR loop: continuation_frames=16, rope_reindex=true, timesteps, ..."),
                   ("-m", "sweep: one run per combination of comma-separated values"))),
     Command("leaderboard", "leaderboard CSVs, markdown and Pareto plot over runs", "cmbench.cli.leaderboard",
