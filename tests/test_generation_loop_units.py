@@ -291,6 +291,9 @@ def test_a_query_probe_runs_the_first_call_in_a_probe_and_hands_each_layers_mean
     for before in spy.befores:
         assert sorted(before.queries) == [0, 1]
         assert all(q.shape == (1, 2, 12) for q in before.queries.values())
+        assert sorted(before.probe_queries) == [0, 1]
+        assert all(q.dim() == 4 and q.shape[1] > 1 and torch.equal(q.mean(dim=1), before.queries[layer])
+                   for layer, q in before.probe_queries.items())
     # ScriptedBackbone's queries are the chunk's token values tiled: context chunk 0 holds 0 and 1 -> mean 0.5
     assert torch.equal(spy.befores[0].queries[0], torch.full((1, 2, 12), 0.5, dtype=DTYPE))
 

@@ -49,16 +49,17 @@ def presses() -> list[str]:
 def drive(method, chunks: int = 4):
     """Write ``chunks`` chunks of random K/V (and a probe query per chunk) through the adapter.
 
-    Returns the cache, the keys and values written, ``{(chunk, layer): [1, H, L, D]}`` each, the probe
-    queries ``{chunk: {layer: [1, H, D]}}`` and the chunk-1 rows per (layer, head) before its compaction.
+    Returns the cache, the keys and values written, ``{(chunk, layer): [1, H, L, D]}`` each, and every
+    probe query ``{chunk: {layer: [1, L, H, D]}}`` (as the loop's probe records them).
     """
     gen = torch.Generator().manual_seed(0)
     cache = KVCache.from_geometry(G, layout=method.layout(G))
     written, queries = {}, {}
     for c in range(chunks):
         info = cache.begin_chunk(c, 2 * c, 2)
-        queries[c] = {layer: torch.randn(1, G.num_heads, G.head_dim, generator=gen) for layer in range(G.num_layers)}
-        method.before_denoise(cache, BeforeChunk(geometry=G, chunk=info, phase="context", queries=queries[c]))
+        queries[c] = {layer: 2 * torch.randn(1, L, G.num_heads, G.head_dim, generator=gen) for layer in range(G.num_layers)}
+        method.before_denoise(cache, BeforeChunk(geometry=G, chunk=info, phase="context", probe_queries=queries[c],
+                                                 queries={layer: q.mean(dim=1) for layer, q in queries[c].items()}))
         for layer in range(G.num_layers):
             k, v = torch.randn(2, 1, L, G.num_heads, G.head_dim, generator=gen).unbind(0)
             written[c, layer] = (k.transpose(1, 2), v.transpose(1, 2))
@@ -69,16 +70,35 @@ def drive(method, chunks: int = 4):
     return cache, written, queries
 
 
-def expected_keep(press, layer: int, keys, values, query) -> torch.Tensor:
+def shim(layer: int) -> SimpleNamespace:
+    """The attributes of an LLM attention module that presses read, for one DiT layer (kvpress's view)."""
+    return SimpleNamespace(layer_idx=layer, head_dim=G.head_dim, num_key_value_groups=1,
+                           config=SimpleNamespace(num_attention_heads=G.num_heads, num_key_value_heads=G.num_heads,
+                                                  head_dim=G.head_dim, hidden_size=G.num_heads * G.head_dim,
+                                                  num_hidden_layers=G.num_layers, _attn_implementation="eager"))
+
+
+def every_softmax(queries, keys) -> torch.Tensor:
+    """``[1, H, Lq, L]``: each probe query's (``[1, Lq, H, D]``) softmax over the keys ``[1, H, L, D]``, whole."""
+    return (torch.einsum("bqhd,bhnd->bhqn", queries, keys) / math.sqrt(G.head_dim)).softmax(-1)
+
+
+def fed(press, queries, keys) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(hidden_states [1, 1, H * D], attentions [1, H, 1, L])`` as kvpress's ``score`` should see them to give
+    the adapter's scores: the mean over queries of their softmax; for ObservedAttentionPress, whose score
+    divides the attention a key receives by the causal count ``arange(L, 0, -1)`` of queries that see it,
+    that mean times the count (every probe query sees every candidate: the plain mean)."""
+    attentions = every_softmax(queries, keys).mean(dim=2, keepdim=True)
+    if type(press).__name__ == "ObservedAttentionPress":
+        attentions = attentions * torch.arange(L, 0, -1)
+    return queries.mean(dim=1).reshape(1, 1, -1), attentions
+
+
+def expected_keep(press, layer: int, keys, values, queries) -> torch.Tensor:
     """``bool [H, L]``: per head, the ``int(L * (1 - RATIO))`` highest of the press's own scores."""
-    module = SimpleNamespace(layer_idx=layer, head_dim=G.head_dim, num_key_value_groups=1,
-                             config=SimpleNamespace(num_attention_heads=G.num_heads, num_key_value_heads=G.num_heads,
-                                                    head_dim=G.head_dim, hidden_size=G.num_heads * G.head_dim,
-                                                    num_hidden_layers=G.num_layers, _attn_implementation="eager"))
-    hidden = query.reshape(1, 1, -1)
-    attentions = (torch.einsum("bhd,bhnd->bhn", query, keys) / math.sqrt(G.head_dim)).softmax(-1)[:, :, None]
+    hidden, attentions = fed(press, queries, keys)
     torch.manual_seed(derive_seed("kvpress", SEED, 1, layer))
-    scores = press.score(module, hidden, keys, values, attentions, {})[0]  # [H, L]
+    scores = press.score(shim(layer), hidden, keys, values, attentions, {})[0]  # [H, L]
     keep = torch.zeros(G.num_heads, L, dtype=torch.bool)
     for h in range(G.num_heads):
         ranked = sorted(range(L), key=lambda i: (-float(scores[h, i]), i))
@@ -91,7 +111,7 @@ def expected_keep(press, layer: int, keys, values, query) -> torch.Tensor:
 def test_each_listed_press_keeps_exactly_the_tokens_its_own_score_ranks_highest(press):
     """Every press the adapter lists: after chunk 1 leaves the window, each head of each layer holds
     exactly the 8 of its 32 tokens the press's own ``score`` ranks highest on that layer's keys and values
-    (and the newest chunk's probe query), earlier chunks and the window untouched; the global random
+    (and the mean over the newest chunk's probe queries of their softmax), earlier chunks and the window untouched; the global random
     state is as before (a stochastic press cannot move the sampler's noise)."""
     kvpress = import_kvpress()
 
@@ -109,6 +129,45 @@ def test_each_listed_press_keeps_exactly_the_tokens_its_own_score_ranks_highest(
             kept = sorted(int(g) - L for g in gids if L <= g < 2 * L)
             assert kept == keep[head].nonzero().flatten().tolist(), (press, layer, head)
             assert sorted(set(range(4 * L)) - set(gids.tolist())) == sorted(set(range(L, 2 * L)) - {L + i for i in kept})
+
+
+@needs_kvpress
+@pytest.mark.parametrize("press", presses())
+def test_each_press_scores_and_keeps_what_kvpress_compress_keeps_on_the_same_tensors(press):
+    """One layer's 32 candidates and 32 probe queries: the adapter's scores are the press's own ``score``
+    fed every query's softmax (``fed``), and the tokens it keeps per head (``int(32 * 0.25)`` = 8) are
+    those kvpress's own ``compress`` keeps: its gathered keys, found among the candidates."""
+    from cmbench.methods.kvpress_adapter import Probe, PressModule, build_press, kept_count, press_scores, top_tokens
+
+    kvpress = import_kvpress()
+    gen = torch.Generator().manual_seed(1)
+    keys, values = torch.randn(2, 1, G.num_heads, L, G.head_dim, generator=gen).unbind(0)
+    queries = 2 * torch.randn(1, L, G.num_heads, G.head_dim, generator=gen)
+    ours, theirs = build_press(press, RATIO), getattr(kvpress, press)(compression_ratio=RATIO)
+    reads = press in ("ObservedAttentionPress", "TOVAPress")  # the presses that read attention weights
+    hidden, attentions = fed(theirs, queries, keys) if reads else (None, None)
+    scores = press_scores(ours, PressModule.of(0, G.num_layers, G.num_heads, G.head_dim), keys, values,
+                          Probe.of(queries, keys) if reads else None, 5)
+    torch.manual_seed(5)
+    assert torch.allclose(scores, theirs.score(shim(0), hidden, keys, values, attentions, {}), rtol=1e-5, atol=1e-8)
+    torch.manual_seed(5)
+    kept_keys, _ = theirs.compress(shim(0), hidden, keys, values, attentions, {})
+    found = (kept_keys[0, :, :, None] == keys[0, :, None]).all(dim=-1)  # [H, kept, L]
+    assert (found.sum(dim=-1) == 1).all() and kept_keys.shape[2] == kept_count(L, RATIO) == 8
+    assert torch.equal(top_tokens(scores[0], kept_count(L, RATIO)), found.any(dim=1)), press
+
+
+def test_probe_attention_is_the_mean_over_queries_of_their_softmax():
+    """Not the softmax of the mean query: 40 queries of 3 heads over 5 keys, against the whole
+    ``[1, H, 40, 5]`` softmax averaged over queries; each row sums to 1."""
+    from cmbench.methods.kvpress_adapter import probe_attention
+
+    gen = torch.Generator().manual_seed(2)
+    queries, keys = 3 * torch.randn(2, 40, 3, 4, generator=gen), torch.randn(2, 3, 5, 4, generator=gen)
+    got = probe_attention(queries, keys)
+    want = (torch.einsum("bqhd,bhnd->bhqn", queries, keys) / 2).softmax(-1).mean(dim=2, keepdim=True)
+    assert got.shape == (2, 3, 1, 5) and torch.allclose(got, want, atol=1e-6)
+    assert torch.allclose(got.sum(-1), torch.ones(2, 3, 1))
 
 
 @needs_kvpress

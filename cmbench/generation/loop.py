@@ -212,14 +212,16 @@ class _Loop:
         input and noise level, run in a probe when the method wants the chunk's queries), then record
         what the chunk sees in the ledger."""
         info = self.cache.begin_chunk(chunk, frame_start, frames)
-        queries = None
+        queries = every = None
         if self.needs.query_probe:
             with self.cache.probe(), self.cache.record_queries() as recorded:
                 self.denoise(first_call[0], first_call[1], frame_start)
-            queries = dict(recorded)
+            every = dict(recorded)
+            queries = {layer: q.mean(dim=1) for layer, q in every.items()}
         start = time.perf_counter()
         self.method.before_denoise(self.cache, BeforeChunk(geometry=self.geometry, chunk=info, phase=phase,
-                                                           poses=self.poses, queries=queries))
+                                                           poses=self.poses, queries=queries, probe_queries=every))
+        del every  # every query of every layer: let go once the method has read them
         self.decide_seconds += time.perf_counter() - start
         if self.on_before_denoise is not None:
             self.on_before_denoise(self.cache, info)

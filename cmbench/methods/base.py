@@ -64,7 +64,7 @@ class Needs:
         ``ChunkSignals.attention``.
     query_probe : bool
         Before every chunk's first model call, run that call once more in a probe (no trace) and hand
-        each layer's mean query to :meth:`Method.before_denoise` (one extra call per chunk).
+        each layer's mean query, and every query, to :meth:`Method.before_denoise` (one extra call per chunk).
     poses : bool
         The method needs the camera pose of every latent frame (``BeforeChunk.poses``); a run on data
         without poses is refused.
@@ -135,6 +135,9 @@ class BeforeChunk:
     queries : dict of int to Tensor or None
         ``layer -> [B, H, D]``: the chunk's mean rotated query at its first model call, measured in a
         probe (when ``Needs.query_probe``).
+    probe_queries : dict of int to Tensor or None
+        ``layer -> [B, L, H, D]``: every rotated query of that probe (the chunk's ``L`` tokens), for a method
+        that needs more than their mean (a softmax per query); let go after :meth:`Method.before_denoise`.
     """
 
     geometry: Any
@@ -142,6 +145,7 @@ class BeforeChunk:
     phase: str
     poses: torch.Tensor | None = None
     queries: dict[int, torch.Tensor] | None = None
+    probe_queries: dict[int, torch.Tensor] | None = None
 
 
 @dataclass

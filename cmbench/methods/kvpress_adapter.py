@@ -9,10 +9,21 @@ compaction points and keeps the top tokens under CMBench's shared sink, recent w
 - when a chunk leaves the recent window, every layer's keys and values of that chunk (its candidate
   tokens) go to ``score`` in kvpress's layout ``(B, H, L, D)``; each head keeps its ``n_kept`` highest
   scores (ties: the earlier token), in a bank of its own, so heads choose separately;
-- a press that reads the probe (attention weights or hidden states) gets the newest chunk's mean
-  rotated query per layer, measured in a probe before its first denoising call (``Needs.query_probe``):
-  ``hidden_states`` ``(B, 1, H * D)`` is that query, and ``attentions`` ``(B, H, 1, L)`` its softmax
-  attention over the candidates' keys (``1 / sqrt(D)`` scaled);
+- a press that reads the probe (attention weights or hidden states) gets the attention of every query
+  of the newest chunk, measured in a probe before its first denoising call (``Needs.query_probe``):
+  ``attentions`` ``(B, H, 1, L)`` is the mean over those queries of each query's softmax over the
+  candidates' keys (``1 / sqrt(D)`` scaled, renormalised over the candidates: they are what the press
+  ranks), computed a head and a block of queries at a time (:func:`probe_attention`); a probe has
+  thousands of queries at real shapes, so their ``(B, H, Lq, L)`` weights are never held at once.
+  ``hidden_states`` ``(B, 1, H * D)`` is their mean rotated query (no runnable press reads it once
+  attention weights are given);
+- a press's own normalisation applies only where its geometry holds. ObservedAttentionPress divides
+  the summed attention a key receives by ``arange(L, 0, -1)``, the number of queries a causal prefill
+  lets see it; every probe query sees every candidate, so its score here is the plain mean over the
+  queries (:func:`press_scores`). TOVAPress scores ``attentions[..., -1:, :-1]``, the newest token's
+  attention, and pads the last key with the maximum so it is always kept: here the one row is the mean
+  over the newest chunk's queries, and the padded key is the candidate chunk's last token (the bottom
+  right of its last frame), so each head spends one kept slot of every chunk on that position;
 - ``module`` is a :class:`PressModule`: the attributes presses look up on an LLM attention layer
   (``layer_idx``, ``head_dim``, ``config.num_attention_heads`` ...), and nothing else, so a press that
   needs an LLM's projections, rotary module or generation loop fails on it (``ls method`` lists the
@@ -25,8 +36,8 @@ the run seed, chunk and layer: a stochastic press is reproducible and cannot shi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -35,6 +46,7 @@ from typing import Any, ClassVar, Iterator, Mapping
 import torch
 
 from cmbench.cache import Bank, ChunkInfo, HeadGroup, KVCache
+from cmbench.cache.attention_stats import frame_mass
 from cmbench.errors import ConfigError
 from cmbench.hashing import derive_seed
 from cmbench.methods.base import BeforeChunk, ChunkSignals, Needs, ScoredMethod, finite_priority
@@ -139,8 +151,54 @@ def build_press(spec: str | Mapping[str, Any], compression_ratio: float) -> Any:
         raise ConfigError(f"method kvpress: press {target} cannot be built with {options} ({err})") from err
 
 
+@dataclass
+class Probe:
+    """What a press reads of the probe for one layer's candidates.
+
+    Attributes
+    ----------
+    hidden : Tensor, shape ``[B, 1, H * D]``
+        The probe's mean rotated query (``hidden_states``).
+    attentions : Tensor, shape ``[B, H, 1, L]``, float32
+        The mean over the probe's queries of each one's softmax over the ``L`` candidates' keys.
+    """
+
+    hidden: torch.Tensor
+    attentions: torch.Tensor
+
+    @classmethod
+    def of(cls, queries: torch.Tensor, keys: torch.Tensor) -> "Probe":
+        """From every probe query ``[B, Lq, H, D]`` and the candidates' keys ``[B, H, L, D]``."""
+        b, _, h, d = queries.shape
+        return cls(queries.mean(dim=1).reshape(b, 1, h * d), probe_attention(queries, keys))
+
+
+def probe_attention(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of each query's softmax attention over the candidates.
+
+    Computed one batch row, head and block of queries at a time (:func:`~cmbench.cache.attention_stats.frame_mass`
+    with one bin per key): the float32 logits held at once stay under its ``BLOCK_BYTES``.
+
+    Parameters
+    ----------
+    queries : Tensor, shape ``[B, Lq, H, D]``
+        Every rotated query of the probe.
+    keys : Tensor, shape ``[B, H, L, D]``
+        The candidates' keys (moved to the queries' device).
+
+    Returns
+    -------
+    Tensor, shape ``[B, H, 1, L]``, float32 on the CPU: each ``[b, h, 0]`` row sums to 1.
+    """
+    b, h, n, _ = keys.shape
+    per_key = torch.arange(n)
+    k = keys.to(queries.device).transpose(1, 2)  # [B, L, H, D], frame_mass's layout
+    rows = [frame_mass(queries[i : i + 1], k[i : i + 1], per_key, n) for i in range(b)]  # [H, L] each
+    return torch.stack(rows).unsqueeze(2)
+
+
 def press_scores(press: Any, module: PressModule, keys: torch.Tensor, values: torch.Tensor,
-                 query: torch.Tensor | None, seed: int) -> torch.Tensor:
+                 probe: Probe | None, seed: int) -> torch.Tensor:
     """The press's own scores of the candidate tokens.
 
     Parameters
@@ -149,30 +207,49 @@ def press_scores(press: Any, module: PressModule, keys: torch.Tensor, values: to
     module : PressModule
     keys, values : Tensor, shape ``[B, H, L, D]``
         The candidates, in token order.
-    query : Tensor, shape ``[B, H, D]``, or None
-        The probe's mean rotated query; ``None``: ``hidden_states`` and ``attentions`` are ``None``.
+    probe : Probe or None
+        ``hidden_states`` and ``attentions``; ``None``: both are ``None``.
     seed : int
         Seeds the global random state for the call (restored afterwards).
 
     Returns
     -------
-    Tensor, shape ``[B, H, L]``, float32 on the CPU.
+    Tensor, shape ``[B, H, L]``, float32 on the CPU. A press scoring with kvpress's own
+    ObservedAttentionPress ``score`` gets the plain mean over the probe's queries, ``attentions[:, :, 0]``:
+    its causal-prefill normaliser ``arange(L, 0, -1)`` counts the queries that see each key under a causal
+    mask, and every probe query sees every candidate.
     """
     b, h, n, d = keys.shape
     hidden = attentions = None
-    if query is not None:
-        query = query.to(keys.device, keys.dtype)
-        hidden = query.reshape(b, 1, h * d)
-        logits = torch.einsum("bhd,bhnd->bhn", query.float(), keys.float()) / math.sqrt(d)
-        attentions = logits.softmax(dim=-1).unsqueeze(2).to(keys.dtype)  # [B, H, 1, L]
+    if probe is not None:
+        hidden = probe.hidden.to(keys.device, keys.dtype)
+        attentions = probe.attentions.to(keys.device, keys.dtype)
     with torch.random.fork_rng(devices=[keys.device] if keys.device.type == "cuda" else []):
         torch.manual_seed(seed)
         scores = press.score(module, hidden, keys, values, attentions, {})
+        if attentions is not None and scores_with_causal_normaliser(press):
+            scores = attentions.sum(dim=2)  # [B, H, L]: one row, the mean over the probe's queries
     if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (b, h, n):
         shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
         raise ConfigError(f"method kvpress: {type(press).__name__}.score returned {shape}, expected {(b, h, n)} "
                           f"(batch, heads, tokens)")
     return scores.detach().float().cpu()
+
+
+def scores_with_causal_normaliser(press: Any) -> bool:
+    """Whether ``press`` scores with kvpress's own ObservedAttentionPress ``score`` (its class or a subclass
+    that keeps it), which divides by the causal prefill's ``arange(L, 0, -1)``."""
+    observed = observed_attention_score()
+    return observed is not None and getattr(type(press), "score", None) is observed
+
+
+@functools.cache
+def observed_attention_score() -> Any:
+    """kvpress's ObservedAttentionPress ``score`` function (``None`` without kvpress or that press)."""
+    try:
+        return getattr(getattr(import_kvpress(), "ObservedAttentionPress", None), "score", None)
+    except ConfigError:
+        return None
 
 
 def top_tokens(scores: torch.Tensor, n_kept: int) -> torch.Tensor:
@@ -220,20 +297,20 @@ def trial_chunk(heads: int = 8, tokens: int = 64, head_dim: int = 4) -> tuple[to
 
     Returns
     -------
-    (keys, values, query): ``[1, heads, tokens, head_dim]`` twice and ``[1, heads, head_dim]``.
+    (keys, values, queries): ``[1, heads, tokens, head_dim]`` twice and the probe's ``[1, tokens, heads, head_dim]``.
     """
     gen = torch.Generator().manual_seed(0)
     return (torch.randn(1, heads, tokens, head_dim, generator=gen), torch.randn(1, heads, tokens, head_dim, generator=gen),
-            torch.randn(1, heads, head_dim, generator=gen))
+            torch.randn(1, tokens, heads, head_dim, generator=gen))
 
 
 def try_press(press: Any) -> tuple[str | None, bool]:
     """``(why it cannot run or None, whether it reads the probe)`` for ``press`` on :func:`trial_chunk`:
     it runs when its score works with a probe query, and reads the probe when it fails without one."""
-    keys, values, query = trial_chunk()
+    keys, values, queries = trial_chunk()
     module = PressModule.of(0, 1, keys.shape[1], keys.shape[3])
     try:
-        press_scores(press, module, keys, values, query, 0)
+        press_scores(press, module, keys, values, Probe.of(queries, keys), 0)
     except Exception as err:  # noqa: BLE001 - a press that cannot run on a DiT fails in its own way
         return f"{type(err).__name__}: {err}".splitlines()[0], True
     try:
@@ -305,7 +382,7 @@ class KVPress(ScoredMethod):
         if why is not None:
             raise ConfigError(f"method kvpress: method.press: press {type(self._press).__name__} cannot run on a DiT ({why}); "
                               f"`python -m cmbench ls method` lists the presses that do (docs/methods.md: why not)")
-        self._probe: tuple[int, dict[int, torch.Tensor]] | None = None
+        self._probe: tuple[int, dict[int, Probe]] | None = None
 
     def needs(self) -> Needs:
         """The newest chunk's queries, when the press reads the probe."""
@@ -317,10 +394,18 @@ class KVPress(ScoredMethod):
                 for _ in range(geometry.num_layers)]
 
     def before_denoise(self, cache: KVCache, sig: BeforeChunk) -> None:
-        if self._reads_probe:
-            if sig.queries is None:
-                raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
-            self._probe = (sig.chunk.index, sig.queries)
+        """With a press that reads the probe: the attention of every probe query over the chunk that leaves
+        the window at this chunk's commit (already in the window, whole), per layer (:class:`Probe`)."""
+        if not self._reads_probe:
+            return
+        if sig.probe_queries is None:
+            raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
+        leaving = sig.chunk.index - self.window()
+        if leaving < self.sink_chunks:
+            return
+        info = cache.chunk(leaving)
+        self._probe = (sig.chunk.index, {layer: Probe.of(sig.probe_queries[layer], chunk_kv(banks, info, cache.num_heads)[0])
+                                         for layer, banks in enumerate(cache.banks)})
 
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
         """Mark the chunk leaving the window with the press's scores (keep flags and priorities, per head)."""
@@ -328,18 +413,18 @@ class KVPress(ScoredMethod):
         if leaving < self.sink_chunks:
             return
         info = cache.chunk(leaving)
-        queries = None
+        probes = None
         if self._reads_probe:
             if self._probe is None or self._probe[0] != sig.chunk.index:
                 raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
-            queries = self._probe[1]
+            probes = self._probe[1]
         n_kept = kept_count(info.length, self.compression_ratio)
         for layer, banks in enumerate(cache.banks):
             keys, values = chunk_kv(banks, info, cache.num_heads)
             module = PressModule.of(layer, cache.num_layers, cache.num_heads, cache.head_dim)
-            query = None if queries is None else queries[layer]
+            probe = None if probes is None else probes[layer]
             seed = derive_seed("kvpress", sig.seed, info.index, layer)
-            scores = press_scores(self._press, module, keys, values, query, seed).mean(dim=0)  # [H, L]
+            scores = press_scores(self._press, module, keys, values, probe, seed).mean(dim=0)  # [H, L]
             for bank in banks:
                 score = scores[list(bank.group.heads)].mean(dim=0)  # [L]: one decision per bank
                 cache.mark(info.index, keep=top_tokens(score, n_kept), priority=finite_priority(score), banks=[bank])
