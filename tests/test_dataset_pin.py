@@ -126,6 +126,20 @@ def test_a_malformed_pin_is_one_line_naming_its_field(tmp_path, content, field):
     assert PIN_FILE in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_copy_downloaded_by_hf_names_its_commit_without_a_pin(tmp_path):
+    from cmbench.data.official import dataset_commit
+
+    assert dataset_commit(tmp_path) is None
+    noted = tmp_path / ".cache" / "huggingface" / "download" / "metadata.jsonl.metadata"
+    noted.parent.mkdir(parents=True)
+    noted.write_text(f"{COMMIT}\n\"etag\"\n1765000000.0\n")  # what hf download --local-dir leaves
+    assert dataset_commit(tmp_path) == COMMIT
+    noted.write_text("not a commit\n")
+    assert dataset_commit(tmp_path) is None
+    (tmp_path / PIN_FILE).write_text(json.dumps({"repo_id": "a", "revision": "main", "commit": "f" * 40, "videos": {}}))
+    assert dataset_commit(tmp_path) == "f" * 40  # the pin first
+
+
 def tasks_of(root: Path) -> list[Task]:
     return [Task(task_id=f"t{i}", source="synthetic", task_type="reappear", scene="s", video=v, context_clip_prompts=(),
                  continue_prompt="", target_label="x", target_aliases=(), references=(), root=root)

@@ -82,6 +82,28 @@ def read_pin(root: str | Path) -> DatasetPin | None:
     return DatasetPin(value["repo_id"], value["revision"], value["commit"], dict(videos))
 
 
+def dataset_commit(root: str | Path, manifest: str = "metadata.jsonl") -> str | None:
+    """The hub commit a dataset folder holds: its pin's (:func:`read_pin`), else the one ``hf download
+    --local-dir`` noted beside the manifest it downloaded (``.cache/huggingface/download/<manifest>.metadata``,
+    first line; read, never written), else None (a dataset built here, or copied without either).
+
+    Raises
+    ------
+    ConfigError
+        A malformed pin (:func:`read_pin`).
+    """
+    pin = read_pin(root)
+    if pin is not None:
+        return pin.commit
+    noted = Path(root) / ".cache" / "huggingface" / "download" / f"{manifest}.metadata"
+    try:
+        text = bounded_read.read_optional_text(noted, "dataset pin")
+    except (bounded_read.ReadLimitError, OSError, UnicodeDecodeError):
+        return None
+    commit = (text or "").split("\n", 1)[0].strip()
+    return commit if _is_commit(commit) else None
+
+
 def _hub_reachable(endpoint: str, timeout: float = 3.0) -> str | None:
     """None when the hub endpoint accepts a TCP connection, else the reason it does not."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
@@ -137,7 +159,8 @@ def offline_help(repo_id: str, revision: str | None, root: Path, manifest: Path,
     pinned = f" --revision {revision}" if revision else ""
     return (f"On a machine with network access run:\n"
             f"  hf download {repo_id} --repo-type dataset{pinned} --local-dir CMBench\n"
-            f"then copy the folder here so that {manifest} exists (or point data.root at it) and check it with:\n"
+            f"then copy the folder here, its .cache/huggingface/ too (it names the commit each record carries), so\n"
+            f"that {manifest} exists (or point data.root at it) and check it with:\n"
             f"  python -m cmbench validate data={name} data.root={root}")
 
 
@@ -172,7 +195,8 @@ def fetch_official(data: Any) -> Path:
         if pin is not None and revision is not None and _is_commit(revision) and pin.commit != revision:
             raise ConfigError(f"data.revision={revision}: {root / PIN_FILE} pins commit {pin.commit}: point data.root "
                               f"at another folder to download that revision")
-        at = f" (commit {pin.commit})" if pin is not None else " (no pin: not downloaded by prepare)"
+        commit = dataset_commit(root, str(data.manifest))
+        at = f" (commit {commit})" if commit else " (no commit known: downloaded neither by prepare nor by hf download)"
         print(f"{name}: {manifest} already present{at}; not downloading again")
         return root
     why = _hub_reachable(constants.ENDPOINT)

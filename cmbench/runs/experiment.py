@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from cmbench.data import load_manifest
 from cmbench.data.adapter import build_adapter
-from cmbench.data.official import PIN_FILE, read_pin
+from cmbench.data.official import PIN_FILE, dataset_commit, read_pin
 from cmbench.data.video_hashes import check_against_pin, context_hashes
 from cmbench.lock import RunFolderError
 from cmbench.method_family import run_family
@@ -163,7 +163,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
         "scorer_hash": evaluator.scorer_hash,
         "metric": evaluator.metric,
         "data": spec.data.name,
-        "dataset_commit": pin.commit if pin is not None else None,
+        "dataset_commit": dataset_commit(spec.data.root, spec.data.manifest),
         "versions": versions(),
         "git_commit": git_commit(),
         "machine": machine(str(spec.backbone.get("device", "cpu"))),
