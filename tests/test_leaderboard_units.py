@@ -73,7 +73,8 @@ def pair(tmp_path):
 # ------------------------------------------------------------------------------------------ leaderboard()
 COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv", "continuation_fps",
            "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-           "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "psnr_vs_fullkv",
+           "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "task_count", "unshared_tasks",
+           "psnr_vs_fullkv",
            "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv", "frame_count_flags",
            "peak_store_bytes", "moved_bytes_per_chunk", "family"]
 

@@ -705,7 +705,7 @@ def stubbed(monkeypatch):
     the page writer writes ``index.html`` (just :data:`html.GENERATOR`) and two images (5 and 7 bytes), or raises ``stubbed.error``."""
     state = SimpleNamespace(calls={}, error=None)
 
-    def load_runs(run_dirs, allow_mixed):
+    def load_runs(run_dirs, allow_mixed, shared_tasks=False):
         state.calls["load_runs"] = (list(run_dirs), allow_mixed)
         return ["run a", "run b"]
 

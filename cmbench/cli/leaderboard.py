@@ -79,7 +79,8 @@ def _write(cfg: DictConfig, runs: list[Path], out: Path, task_ids: list[str] | N
 
     return write_reports(runs, out, allow_mixed=flag(cfg.leaderboard.allow_mixed, "leaderboard.allow_mixed"), focus=comparison_labels(cfg, "focus"),
                          compare=comparison_labels(cfg, "compare"), curves=curves or cfg.leaderboard.get("curves"),
-                         reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids)
+                         reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids,
+                         shared_tasks=flag(cfg.leaderboard.get("shared_tasks", False), "leaderboard.shared_tasks"))
 
 
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids: list[str] | None = None,

@@ -28,6 +28,7 @@ def execute(cfg: DictConfig) -> int:
     out = Path(str(cfg.report.out or Path(str(cfg.out_dir)) / str(cfg.data.name) / "report"))
     board = Path(str(cfg.leaderboard.out or data_dir(cfg) / "leaderboard"))
     result = build_report(find_run_dirs(cfg), out, allow_mixed=flag(cfg.leaderboard.allow_mixed, "leaderboard.allow_mixed"),
+                          shared_tasks=flag(cfg.leaderboard.get("shared_tasks", False), "leaderboard.shared_tasks"),
                           data_root=cfg.report.data_root, title=str(cfg.report.title),
                           focus=comparison_labels(cfg, "focus"), compare=comparison_labels(cfg, "compare"),
                           curves=find_curves(board, cfg.leaderboard.get("curves")))

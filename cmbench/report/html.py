@@ -462,6 +462,7 @@ def build_report(
     out_dir: str | Path,
     *,
     allow_mixed: bool = False,
+    shared_tasks: bool = False,
     data_root: str | Path | None = None,
     title: str = "CMBench report",
     focus: Sequence[str] | None = None,
@@ -475,6 +476,7 @@ def build_report(
     run_dirs : run directories (``records*.jsonl``, ``config.yaml``, ``videos/``), one method each
     out_dir : the report folder
     allow_mixed : report runs with different task sets, seeds or scorers together
+    shared_tasks : runs that ran different tasks: report the tasks all of them ran
     data_root : where the runs' dataset is now, when it moved since the runs
     title : the page title
     focus, compare : the paired comparisons shown, as for the leaderboard (default: each entry against
@@ -488,7 +490,7 @@ def build_report(
     start = time.perf_counter()
     out = Path(out_dir)
     check_report_folder(out)
-    runs = load_runs(run_dirs, allow_mixed)
+    runs = load_runs(run_dirs, allow_mixed, shared_tasks=shared_tasks)
     tasks = load_tasks(runs, data_root)
     stale = remove_stale_builds(out)
     if stale:

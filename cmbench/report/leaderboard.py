@@ -44,6 +44,7 @@ from cmbench.report.reading import (
     load_runs,
     read_records,
     read_table,
+    task_set_note,
 )
 from cmbench.report import gate
 from cmbench.report.comparisons import (
@@ -228,6 +229,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         row["seeds"] = max(1, len(run.seeds))
         row["score_seed_std"] = seed_spread(ok["score"], ok["run_seed"].fillna(-1)) if len(ok) else math.nan
         row["other_code_tasks"] = len(run.other_code_tasks)
+        row["task_count"], row["unshared_tasks"] = run.frame["task_id"].nunique(), len(run.unshared)
         row[FLAG_COLUMN] = frame_count_flags(run.frame)
         row["family"] = recorded_family(run.frame)
         row["cache_dtype"] = "+".join(frame_precisions(run.frame))
@@ -235,7 +237,8 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
     cols = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "context_pr", "speedup_vs_fullkv",
             "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
-            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS,
+            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "task_count", "unshared_tasks",
+            *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS,
             "family", "cache_dtype"]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
@@ -335,6 +338,17 @@ def board_bytes_axis(board: pd.DataFrame) -> str:
     return bytes_axis(str(named[0]) if len(named) == 1 else "float32")
 
 
+def task_set_markdown(board: pd.DataFrame) -> str | None:
+    """The board's note on its rows' task sets (:func:`cmbench.report.reading.task_set_note`), as markdown; None
+    when every row covers the same tasks or the board predates the ``task_count`` column."""
+    if "task_count" not in board.columns or board["task_count"].isna().any():
+        return None
+    unshared = board["unshared_tasks"] if "unshared_tasks" in board.columns else pd.Series(0, board.index)
+    note = task_set_note([(markdown_text(str(m)), int(t), int(u)) for m, t, u in
+                          zip(board["method"], board["task_count"], unshared.fillna(0))])
+    return f"**Task sets:** {note}." if note else None
+
+
 def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) -> str:
     """The leaderboard as a GitHub markdown table (score with CI, PR, speed-ups, FPS, memory, seeds,
     counts; ``—`` where nothing was measured), notes on what the speed columns are and on records from
@@ -360,6 +374,9 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
             f"{_cell(r.cost_speedup_vs_fullkv, '{:.2f}x')} | {fps_speedup} | {_cell(r.continuation_fps, '{:.1f}')} | "
             f"{_cell(r.peak_kv_bytes / 1e6, '{:.2f}')} | {seeds} | {r.n_tasks} | {r.failures} |"
         )
+    tasks = task_set_markdown(board)
+    if tasks:
+        lines += ["", tasks]
     lines += ["", "Speed-up: FullKV's attention FLOPs over the method's on the tasks both ran (counted at every "
               "model call: deterministic, but attention only, so the whole model gains less); FPS speed-up: "
               "measured continuation FPS over FullKV's" + (" (`*`: not measured together, at other times or on "
@@ -488,7 +505,7 @@ def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.Dat
 def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False,
                   focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None,
                   curves: str | Path | None = None, reference_aggregation: str | None = None,
-                  task_ids: Iterable[str] | None = None) -> dict[str, Path]:
+                  task_ids: Iterable[str] | None = None, shared_tasks: bool = False) -> dict[str, Path]:
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
     All files are written into a sibling folder first (``.<out>.tmp-<pid>``) and moved into ``out_dir``
@@ -513,6 +530,9 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         own score, i.e. its scorer's ``reference_aggregation``).
     task_ids : iterable of str, optional
         Only the records of these tasks (a sweep's board: the tasks the sweep ran).
+    shared_tasks : bool
+        Runs that ran different tasks make a board over the tasks all of them ran (said in a line and
+        in the markdown) instead of being refused.
 
     Returns
     -------
@@ -532,7 +552,8 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
         print(f"leaderboard: removed {len(removed)} folder(s) left by killed leaderboards: "
               f"{', '.join(p.name for p in removed)}", file=sys.stderr)
     try:
-        runs = load_runs(run_dirs, allow_mixed, reference_aggregation=reference_aggregation, task_ids=task_ids)
+        runs = load_runs(run_dirs, allow_mixed, reference_aggregation=reference_aggregation, task_ids=task_ids,
+                         shared_tasks=shared_tasks)
         board = leaderboard(runs, find_curves(out, curves)).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
         compared = comparisons(runs, comparison_pairs(runs, focus, compare))
         tables = {

@@ -46,7 +46,7 @@ BREAKDOWNS = {"by_source": "source", "by_task_type": "task_type"}
 BREAKDOWN_FIELDS = ("score", "score_ci95", "pr", "n_tasks", "failures")
 SIMILARITY = ("score", "score_at_85pr")  # cosine similarities: in [-1, 1]
 FRACTIONS = ("pr", "context_pr")
-COUNTS = ("n_tasks", "failures", "other_code_tasks", "frame_count_flags")
+COUNTS = ("n_tasks", "failures", "other_code_tasks", "frame_count_flags", "task_count", "unshared_tasks")
 
 
 def cmbench_version() -> str:

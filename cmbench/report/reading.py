@@ -117,6 +117,9 @@ class RunRecords:
     code_hash : str or None
         The run's current code identity (``run.json``), else its newest record's; for the seeds of a
         setup, that of the run written last (records of the others' code count as other code).
+    unshared : tuple of str
+        Task ids the entry ran that another entry did not, left out of a board over the shared tasks
+        (``leaderboard.shared_tasks=true``: :func:`on_shared_tasks`).
     """
 
     path: Path
@@ -129,6 +132,7 @@ class RunRecords:
     paths: tuple[Path, ...] = field(default=())
     setup_hash: str | None = None
     code_hash: str | None = None
+    unshared: tuple[str, ...] = field(default=())
 
     @property
     def folders(self) -> tuple[Path, ...]:
@@ -407,6 +411,73 @@ def distinct_labels(runs: list[RunRecords], stream: TextIO | None = None) -> lis
     return out
 
 
+def task_counts(runs: list[RunRecords]) -> str:
+    """Each entry's label and task count, largest first: ``decoprune 116 tasks, fullkv 8 tasks``."""
+    counts = sorted(((run.frame["task_id"].nunique(), run.label) for run in runs), key=lambda c: -c[0])
+    return ", ".join(f"{label} {n} tasks" for n, label in counts)
+
+
+def refuse_other_task_sets(runs: list[RunRecords]) -> None:
+    """Refuse entries that ran different tasks, in one line: each one's count, how many all share, the fixes.
+
+    Raises
+    ------
+    ReportError
+        Entries whose task sets differ.
+    """
+    sets = [frozenset(run.frame["task_id"]) for run in runs]
+    if len(set(sets)) < 2:
+        return
+    shared = frozenset.intersection(*sets)
+    board = (f"board the {len(shared)} tasks all of them ran with leaderboard.shared_tasks=true"
+             if shared else "they share no task")
+    raise ReportError(f"runs differ in task set: {task_counts(runs)} ({len(shared)} tasks shared by all); {board}, "
+                      f"rerun the others on the same tasks (the same limit=, subset= or task_ids=), or pass "
+                      f"leaderboard.allow_mixed=true to report means over different tasks side by side")
+
+
+def on_shared_tasks(runs: list[RunRecords], stream: TextIO | None = None) -> list[RunRecords]:
+    """The entries with only the records of the tasks every entry ran (the tasks each leaves out in its
+    ``unshared``), said in one line on ``stream`` (stderr).
+
+    Raises
+    ------
+    ReportError
+        Entries that share no task.
+    """
+    sets = [frozenset(run.frame["task_id"]) for run in runs]
+    if len(set(sets)) < 2:
+        return runs
+    shared = frozenset.intersection(*sets)
+    if not shared:
+        raise ReportError(f"leaderboard.shared_tasks=true: the runs share no task ({task_counts(runs)})")
+    out = [replace(run, frame=run.frame[run.frame["task_id"].isin(shared)].reset_index(drop=True),
+                   unshared=tuple(sorted(tasks - shared))) for run, tasks in zip(runs, sets)]
+    print(f"leaderboard: {task_set_note(entry_tasks(out))}", file=stream or sys.stderr)
+    return out
+
+
+def task_set_note(rows: list[tuple[str, int, int]]) -> str | None:
+    """The sentence a board owes its reader about its entries' task sets, from ``(label, tasks, unshared)`` per
+    entry (the distinct tasks its means cover, the tasks it ran beyond the board's and left out): over the
+    shared tasks, how many and what each entry ran beyond them; entries over different tasks
+    (``allow_mixed``), each one's count; None when every entry covers the same tasks."""
+    more = [(label, unshared) for label, _, unshared in rows if unshared]
+    if more:
+        return (f"{rows[0][1]} tasks shared by all runs, the board's task set (leaderboard.shared_tasks=true); left out: "
+                + ", ".join(f"{label} has {unshared} more" for label, unshared in more))
+    if len({tasks for _, tasks, _ in rows}) > 1:
+        counts = ", ".join(f"{label} {tasks}" for label, tasks, _ in sorted(rows, key=lambda r: -r[1]))
+        return (f"the runs cover different tasks (leaderboard.allow_mixed=true; tasks: {counts}): their means are over "
+                f"different tasks, so rows are not comparable (paired deltas are over the tasks both ran)")
+    return None
+
+
+def entry_tasks(runs: list[RunRecords]) -> list[tuple[str, int, int]]:
+    """``(label, distinct tasks, unshared tasks)`` of each entry, as :func:`task_set_note` reads them."""
+    return [(run.label, int(run.frame["task_id"].nunique()), len(run.unshared)) for run in runs]
+
+
 def check_comparable(runs: list[RunRecords], allow_mixed: bool = False) -> None:
     """Refuse runs that differ in task set, seeds or scorer config, saying how they differ."""
     if allow_mixed or len(runs) < 2:
@@ -467,13 +538,16 @@ def reaggregate(run: RunRecords, how: str) -> None:
 
 
 def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None,
-              reference_aggregation: str | None = None, task_ids: Iterable[str] | None = None) -> list[RunRecords]:
+              reference_aggregation: str | None = None, task_ids: Iterable[str] | None = None,
+              shared_tasks: bool = False) -> list[RunRecords]:
     """Read folders into leaderboard entries: warn about records left out, merge the seeds of each
     setup (:func:`merge_seeds`), give every entry a distinct label (:func:`distinct_labels`) and check
     they are comparable (:func:`check_comparable`). With ``reference_aggregation`` (``mean`` or
     ``max``) every score is that aggregation of the record's references (:func:`reaggregate`); None
     keeps each record's own score (its scorer's ``reference_aggregation``). With ``task_ids``, only
-    the records of those tasks (a sweep's board covers the tasks the sweep ran).
+    the records of those tasks (a sweep's board covers the tasks the sweep ran). Entries that ran different
+    tasks are refused (:func:`refuse_other_task_sets`), unless ``shared_tasks`` (only the tasks all of them
+    ran: :func:`on_shared_tasks`) or ``allow_mixed``.
 
     Raises
     ------
@@ -505,6 +579,14 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
                   f"{run.manifest}: {', '.join(run.dropped[:10])}{' ...' if len(run.dropped) > 10 else ''}",
                   file=stream)
     entries = distinct_labels(merge_seeds(runs, allow_mixed), stream)
+    if shared_tasks:
+        entries = on_shared_tasks(entries, stream)
+    elif not allow_mixed:
+        refuse_other_task_sets(entries)
+    else:
+        note = task_set_note(entry_tasks(entries))
+        if note:
+            print(f"leaderboard: {note}", file=stream)
     check_comparable(entries, allow_mixed)
     from cmbench.report.precision import board_precision  # it reads this module's entries
 
