@@ -36,7 +36,9 @@ import pandas as pd
 
 from cmbench import bounded_read
 from cmbench.hashing import json_digest
+from cmbench.report.fidelity import FIDELITY_COLUMNS
 from cmbench.report.reading import ReportError, RunRecords
+from cmbench.scoring.quality_names import QUALITY_FIELDS
 
 FILE = "leaderboard.json"
 SCHEMA = "cmbench.leaderboard"
@@ -46,7 +48,13 @@ BREAKDOWNS = {"by_source": "source", "by_task_type": "task_type"}
 BREAKDOWN_FIELDS = ("score", "score_ci95", "pr", "n_tasks", "failures")
 SIMILARITY = ("score", "score_at_85pr")  # cosine similarities: in [-1, 1]
 FRACTIONS = ("pr", "context_pr")
-COUNTS = ("n_tasks", "failures", "other_code_tasks", "frame_count_flags", "task_count", "unshared_tasks")
+COUNTS = ("n_tasks", "failures", "other_code_tasks", "frame_count_flags", "task_count", "unshared_tasks",
+          "quality_undefined")
+NUMBERS = (*SIMILARITY, *FRACTIONS, *COUNTS, "score_ci95", "kv_bytes_ratio", "speedup_vs_fullkv", "continuation_fps",
+           "peak_kv_bytes", "cost_speedup_vs_fullkv", "attention_keys_per_token", "score_seed_std",
+           "peak_store_bytes", "moved_bytes_per_chunk", *FIDELITY_COLUMNS,
+           *(f"{name}{suffix}" for name in QUALITY_FIELDS for suffix in ("", "_ci95")))
+"""The columns of ``leaderboard.csv`` a board shows as numbers: a received row holds a number or null there."""
 
 
 def cmbench_version() -> str:
@@ -170,8 +178,7 @@ def _number_problem(name: str, value: Any) -> str | None:
 def _cell_problem(name: str, value: Any) -> str | None:
     """What is wrong with a row's cell: numbers checked by :func:`_number_problem`, text and flags as they are."""
     if value is None or isinstance(value, (str, bool)):
-        return None if name not in SIMILARITY + FRACTIONS + COUNTS or value is None else \
-            f"is {json.dumps(value)[:40]}, expected a number or null"
+        return None if name not in NUMBERS or value is None else f"is {json.dumps(value)[:40]}, expected a number or null"
     return _number_problem(name, value)
 
 
