@@ -117,6 +117,8 @@ def edited(path: Path, change) -> Path:
     (lambda b: b["rows"][0].update(n_tasks=1.5), "rows[0].n_tasks: is 1.5, expected a whole number >= 0"),
     (lambda b: b["rows"][0].update(score="high"), "rows[0].score: is \"high\", expected a number or null"),
     (lambda b: b["rows"][0].update(seeds=["x"]), "rows[0].seeds: expected a list of whole numbers"),
+    (lambda b: b["rows"][0].update(continuation_fps="fast"), "rows[0].continuation_fps: is \"fast\", expected a number"),
+    (lambda b: b["rows"][0].update(psnr_vs_fullkv=True), "rows[0].psnr_vs_fullkv: is true, expected a number"),
     (lambda b: b["rows"][0]["by_source"]["synthetic"].update(score=-7), "rows[0].by_source.synthetic.score: is -7"),
     (lambda b: b["rows"][0].update(peak_kv_bytes=-1), "rows[0].peak_kv_bytes: is -1, expected a number >= 0"),
 ])
