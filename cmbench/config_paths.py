@@ -26,6 +26,17 @@ SEARCH_PATH_UNSAFE = ",[]{}'\""  # Hydra's override grammar: a search path holdi
 OmegaConf.register_new_resolver("package_root", lambda: str(PACKAGE_ROOT), replace=True)
 
 
+def home_path(path: str) -> str:
+    """``path`` under ``CMBENCH_HOME`` when that is set (``${cmbench_home:runs}`` in a config: the default
+    ``runs/`` and ``data/`` folders in one place, whatever the working directory), else ``path`` as given,
+    relative to the working directory (and a run's config hash as it was)."""
+    home = os.environ.get("CMBENCH_HOME", "").strip()
+    return str(Path(home).expanduser().resolve() / path) if home else path
+
+
+OmegaConf.register_new_resolver("cmbench_home", home_path, replace=True)
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """A resolved config mapping (DictConfig or dict) as a plain ``dict`` (lists and nested mappings too)."""
     plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)

@@ -62,11 +62,16 @@ class MiniWorldAdapter(DatasetAdapter):
     """The MiniWorld suite at ``data.root``, built from the build knobs of ``data``."""
 
     def ensure(self) -> Path:
-        """Build the suite when it is missing or was built with other knobs (printing which)."""
+        """Build the suite when it is missing or was built with other knobs, saying so in one line that
+        names where (a relative ``data.root`` is under the working directory)."""
         changes = build_changes(self.root, SuiteConfig.from_data_config(self.data))
         if changes:
             print(f"{self.name}: rebuilding {self.root} (built with other knobs: {'; '.join(changes)})",
                   file=sys.stderr)
+        elif not (self.root / "build.json").is_file():
+            where = self.root if self.root.is_absolute() else f"{self.root}, under the working directory"
+            print(f"{self.name}: building the suite at {where} (once, under a minute; data.root=DIR, or "
+                  f"CMBENCH_HOME=DIR for data/ and runs/ together, puts it elsewhere)", file=sys.stderr)
         return build_suite(self.data)
 
     def prepare(self) -> Path:
