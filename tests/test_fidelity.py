@@ -98,3 +98,24 @@ def test_a_saved_continuation_over_the_decode_budget_is_refused_naming_it(tmp_pa
         fid._frames(str(tmp_path), "videos/t.mkv")
     monkeypatch.setattr(bounded_read, "DECODE_BUDGET", 4 * frame_bytes)
     assert np.array_equal(fid._frames(str(tmp_path), "videos/t.mkv"), _video(frames=4))
+
+
+def test_ssim_is_scikit_images_with_wangs_window_frame_by_frame():
+    """One SSIM in the package, the library's (the MiniWorld score uses it too): Wang et al.'s Gaussian window
+    (sigma 1.5), population covariances, 8-bit range, per channel, averaged over frames."""
+    from skimage.metrics import structural_similarity
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+    b = np.clip(a.astype(int) + rng.integers(-20, 21, a.shape), 0, 255).astype(np.uint8)
+    frames = [structural_similarity(x, y, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+                                    data_range=255, channel_axis=-1) for x, y in zip(a, b)]
+    assert fid.ssim(a, b) == pytest.approx(float(np.mean(frames)), abs=1e-12)
+    assert fid.ssim(a[1], b[1]) == pytest.approx(frames[1], abs=1e-12)  # one frame [H, W, 3]
+
+
+def test_frames_smaller_than_the_window_have_no_ssim_and_leave_psnr_alone():
+    a = np.zeros((2, 8, 8, 3), dtype=np.uint8)
+    got = fid.video_fidelity(a, a + 1)
+    assert math.isnan(got["ssim_vs_fullkv"]) and math.isnan(got["last_frame_ssim_vs_fullkv"])
+    assert got["psnr_vs_fullkv"] == pytest.approx(10 * math.log10(255 ** 2))

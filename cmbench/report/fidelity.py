@@ -4,8 +4,11 @@ A compressed cache changes what the model attends to, so its continuation drifts
 generates from the same noise. Per task (the pairs both entries finished, by task and seed): PSNR and SSIM
 of the whole continuation against FullKV's, and of its last frame alone (drift, which grows with the
 continuation). PSNR pools the squared error over every pixel and frame (``inf`` when identical); SSIM is
-Wang et al.'s (2004) with an 11-pixel Gaussian window of sigma 1.5 on 8-bit values, per channel, averaged
-over pixels, channels and frames (1.0 when identical). An entry's value is the mean over its pairs.
+scikit-image's ``structural_similarity`` (the library the MiniWorld score's SSIM uses) with Wang et al.'s
+(2004) settings: an 11-pixel Gaussian window of sigma 1.5, population covariances, 8-bit range, per channel,
+averaged over the pixels a whole window covers (5 pixels in from each edge), channels and frames (1.0 when
+identical; NaN for frames under :data:`SSIM_WINDOW` pixels a side, which hold no whole window). An entry's
+value is the mean over its pairs.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.ndimage import gaussian_filter
+from skimage.metrics import structural_similarity
 
 from cmbench import bounded_read
 from cmbench.data.video import VideoError, VideoReader
@@ -25,7 +28,7 @@ from cmbench.report.comparisons import both_finished
 from cmbench.report.reading import RunRecords
 
 FIDELITY_COLUMNS = ("psnr_vs_fullkv", "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv")
-_C1, _C2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+SSIM_WINDOW = 11  # pixels: the Gaussian window of sigma 1.5 truncated at 3.5 sigma, as scikit-image sizes it
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -36,14 +39,11 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 def ssim(a: np.ndarray, b: np.ndarray) -> float:
     """Mean SSIM of ``a`` against ``b``, ``uint8 [F, H, W, 3]`` (or one frame ``[H, W, 3]``) of one shape."""
-    x, y = (np.asarray(v, dtype=np.float64).reshape(-1, *v.shape[-3:]) for v in (a, b))
-    sigma = (0, 1.5, 1.5, 0)  # smooth within a frame and channel only
-    mx, my = gaussian_filter(x, sigma, truncate=3.5), gaussian_filter(y, sigma, truncate=3.5)
-    vx = gaussian_filter(x * x, sigma, truncate=3.5) - mx * mx
-    vy = gaussian_filter(y * y, sigma, truncate=3.5) - my * my
-    cov = gaussian_filter(x * y, sigma, truncate=3.5) - mx * my
-    index = ((2 * mx * my + _C1) * (2 * cov + _C2)) / ((mx * mx + my * my + _C1) * (vx + vy + _C2))
-    return float(index.mean())
+    x, y = (np.asarray(v).reshape(-1, *v.shape[-3:]) for v in (a, b))
+    if min(x.shape[1:3]) < SSIM_WINDOW:
+        return math.nan
+    return float(np.mean([structural_similarity(f, g, gaussian_weights=True, sigma=1.5, use_sample_covariance=False,
+                                                data_range=255, channel_axis=-1) for f, g in zip(x, y)]))
 
 
 def video_fidelity(frames: np.ndarray, reference: np.ndarray) -> dict[str, float]:
