@@ -393,6 +393,26 @@ def test_the_efficient_kernels_padded_log_sum_exp_is_cut_to_the_queries(monkeypa
     torch.testing.assert_close(got, sdpa(q, k, v, bias), atol=1e-5, rtol=1e-5)
 
 
+def test_the_flash_kernels_output_and_log_sum_exp_combine_blocks(monkeypatch):
+    """The host code of CUDA's flash branch, against a stand-in returning what the kernel returns (output and
+    log-sum-exp first, then its bookkeeping): the blocks combine into attention over every key."""
+    calls = []
+
+    def stand_in(qt, kt, vt):
+        calls.append(kt.shape[2])
+        logits = qt @ kt.transpose(-1, -2) / math.sqrt(qt.shape[-1])
+        return logits.softmax(-1) @ vt, torch.logsumexp(logits, -1), None, None, 0, 0, None, None, None
+
+    monkeypatch.setattr(block_attention, "kernel", lambda *args: "flash")
+    monkeypatch.setattr(block_attention, "_FLASH", stand_in)
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 7, 2, 8, generator=g) * 2
+    k, v = torch.randn(1, 30, 2, 8, generator=g) * 2, torch.randn(1, 30, 2, 8, generator=g)
+    got = block_attention.attention(q, [(k[:, :11], v[:, :11]), (k[:, 11:], v[:, 11:])])
+    assert calls == [11, 19]
+    torch.testing.assert_close(got, sdpa(q, k, v), atol=1e-5, rtol=1e-5)
+
+
 @CUDA
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["no bias", "bias"])
