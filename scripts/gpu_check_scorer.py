@@ -33,8 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from cmbench.benchmarks.scorer_check import real_config, run_check  # noqa: E402
-from cmbench.scoring.tiny_models import tiny_deep_scorer_config, tiny_quality_settings  # noqa: E402
+from cmbench.benchmarks.scorer_check import real_config, run_check, tiny_config  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'TINY RANDOM models' if args.tiny else 'real weights'}")
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:
-            cfg = tiny_deep_scorer_config(Path(tmp))
-            cfg["quality_settings"] = tiny_quality_settings(Path(tmp) / "quality")
-            cfg["quality"] = list(cfg["quality_settings"])
+            cfg = tiny_config(Path(tmp))
         else:
             quality = {name: settings for name, settings in (
                 ("subject_consistency", {"model": args.quality_dino}),

@@ -72,5 +72,5 @@ def test_the_wan_path_at_a_small_width_is_what_plan_says(arm):
     for phase in ("prefill", "continuation"):
         for part in ("held", "attention"):
             r = by[phase, part]
-            assert r.within or abs(r.measured - r.planned) <= 64 * 1024, r
+            assert r.close, r
     assert by["continuation", "attention"].measured > by["prefill", "attention"].measured  # the fork's join

@@ -1,6 +1,8 @@
 """The prepared GPU check of the real-backbone path: random weights at LingBot World v2 1.3B's shape, asserting.
 
-``scripts/gpu_check.py`` runs it (one command, a few minutes on one H200, no download):
+``scripts/gpu_check.py`` runs it (one command for a short GPU loan, no download): (a)-(c) below, then (e)-(h)
+of :mod:`cmbench.benchmarks.gpu_loan` (real width against ``plan``, KIVI-4 attention time, the scorer's
+self-check, a MiniWorld run against the committed CPU records); it prints one table of every check.
 
 (a) **plan vs measure**: a one-minute context (random latents) is prefilled and one continuation chunk
     generated with FullKV and with DeCoPrune at 85% PR (quota mode), each with the offloads the memory
@@ -25,6 +27,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,11 +107,27 @@ def shapes() -> dict[str, CheckShape]:
 
 @dataclass
 class Report:
-    """What the check measured; ``failures`` lists every assertion that did not hold."""
+    """What the check measured; ``failures`` lists every assertion that did not hold, ``table`` every check of
+    the parts that report one (part, check, value, bound, result)."""
 
     rows: list[dict] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    table: list[dict] = field(default_factory=list)
+
+    def add(self, part: str, name: str, value: float, bound: str, passed: bool, asserted: bool = True) -> None:
+        """One row of the table; an asserted row that did not pass is a failure."""
+        result = ("ok" if passed else "FAILED") if asserted else f"reported ({'within' if passed else 'off'})"
+        self.table.append({"part": part, "check": name, "value": float(value), "bound": bound, "result": result})
+        if asserted and not passed:
+            self.failures.append(f"({part}) {name}: {value:.4g}, bound {bound}")
+
+    def markdown(self) -> str:
+        """The table as markdown."""
+        lines = ["| part | check | value | bound | result |", "|---|---|---:|---|---|"]
+        lines += [f"| {r['part']} | {r['check']} | {r['value']:.4g} | {r['bound']} | {r['result']} |"
+                  for r in self.table]
+        return "\n".join(lines) + "\n"
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -223,9 +242,8 @@ def run_method(backbone: WanBackbone, shape: CheckShape, method_cfg: dict, laten
            "peak_mib": round(peak.peak / 2**20, 2), "planned_mib": round(predicted / 2**20, 2),
            "ratio": round(peak.peak / predicted, 4)}
     report.say(f"[a] {row}")
-    report.check(abs(peak.peak / predicted - 1.0) <= PLAN_TOLERANCE,
-                 f"{row['method']}: peak {row['peak_mib']} MiB vs plan {row['planned_mib']} MiB "
-                 f"(ratio {row['ratio']}, tolerance {PLAN_TOLERANCE:.0%})")
+    report.add("a", f"{row['method']}: peak {row['peak_mib']} MiB / plan {row['planned_mib']} MiB", peak.peak / predicted,
+               f"1 +- {PLAN_TOLERANCE:g}", abs(peak.peak / predicted - 1.0) <= PLAN_TOLERANCE)
     report.check(bool(torch.isfinite(cont.latents).all()), f"{row['method']}: non-finite continuation")
     del pre
     return row, cont.latents.float().cpu()
@@ -271,7 +289,7 @@ def check_host_memory(backbone: WanBackbone, shape: CheckShape, settings: Genera
              (("parked prefilled cache", parked), ("offload_kv", host))}
     for name, diff in diffs.items():
         report.say(f"[b] {name} vs resident: max abs difference {diff}")
-        report.check(diff == 0.0, f"{name} continuation differs from the resident one (max {diff})")
+        report.add("b", f"{name} continuation vs resident (max abs)", diff, "0", diff == 0.0)
     report.rows.append({"host_memory_max_diff": diffs})
 
 
@@ -290,8 +308,8 @@ def check_precision(shape: CheckShape, report: Report) -> None:
             outs[name] = full.velocity(latents, 0.899, cache, 0, cond).cpu()
     err = {k: float((outs[k] - outs["float32"]).norm() / outs["float32"].norm()) for k in variants if k != "float32"}
     report.say("[c] relative error vs float32: " + ", ".join(f"{k} {v:.2e}" for k, v in err.items()))
-    report.check(err["bf16 + islands"] < PRECISION_TOLERANCE,
-                 f"bf16 with float32 islands is {err['bf16 + islands']:.3f} from float32 (> {PRECISION_TOLERANCE})")
+    report.add("c", "bf16 with float32 islands vs float32 (relative L2)", err["bf16 + islands"],
+               f"< {PRECISION_TOLERANCE:g}", err["bf16 + islands"] < PRECISION_TOLERANCE)
     report.check(err["bf16 + islands"] <= err["bf16 residual"],
                  "the float32 residual stream is not closer to float32 than a bf16 one")
     report.rows.append({"precision_rel_err": err})
@@ -302,8 +320,23 @@ def cast(dit, fp32_residual: bool):
     return cast_for_inference(copy.deepcopy(dit), torch.bfloat16, fp32_residual=fp32_residual)
 
 
-def run_check(name: str = "1.3b") -> Report:
-    """Run (a), (b) and (c) at the named shape; the report lists every failed assertion."""
+PARTS = "abcefgh"
+"""The parts :func:`run_check` runs by default ((d) runs apart, under torchrun)."""
+
+
+def run_check(name: str = "1.3b", parts: str = PARTS, folder: Path | None = None) -> Report:
+    """Run the named parts at the named shape; the report lists every failed assertion.
+
+    Parameters
+    ----------
+    name : {"1.3b", "tiny"}
+    parts : str
+        Letters of the parts: (a)-(c) here, (e)-(h) in :mod:`cmbench.benchmarks.gpu_loan`.
+    folder : Path, optional
+        Where (h) builds its small suite and runs (default: a temporary folder).
+    """
+    from cmbench.benchmarks import gpu_loan
+
     shape = shapes()[name]
     report = Report()
     start = time.perf_counter()
@@ -312,6 +345,37 @@ def run_check(name: str = "1.3b") -> Report:
         torch.backends.cuda.matmul.allow_tf32 = False
         report.say(f"[check] {torch.cuda.get_device_name()} ({torch.cuda.get_device_properties(0).total_memory / GIB:.1f}"
                    f" GiB; the plan assumes {DEFAULT_DEVICE_GIB:g} GiB where no GPU is visible)")
+    tiny = name == "tiny"
+    expected = gpu_loan.load_expected() if set(parts) & set("eh") else {}
+    loan_parts = {"e": lambda: gpu_loan.check_real_width(report, tiny, shape.device, expected),
+                  "f": lambda: gpu_loan.check_quantized_attention(report, tiny, shape.device),
+                  "g": lambda: gpu_loan.check_scorer(report, tiny, shape.device),
+                  "h": lambda: _in_folder(folder, lambda f: gpu_loan.check_miniworld(report, shape.device, f, expected))}
+    if set(parts) & set("abc"):
+        _parts_abc(shape, name, parts, report)
+    for part, run in loan_parts.items():
+        if part in parts:
+            began = time.perf_counter()
+            run()
+            report.say(f"[{part}] done in {time.perf_counter() - began:.0f} s")
+    report.say(f"[check] {'OK' if not report.failures else f'{len(report.failures)} FAILED'} in "
+               f"{time.perf_counter() - start:.0f} s")
+    return report
+
+
+def _in_folder(folder: Path | None, run) -> None:
+    if folder is not None:
+        run(folder)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run(Path(tmp))
+
+
+def _parts_abc(shape: CheckShape, name: str, parts: str, report: Report) -> None:
+    """(a), (b) and (c), those of ``parts``."""
+    began = time.perf_counter()
     backbone = build_backbone(shape)
     params = sum(p.numel() for p in backbone.dit.parameters())
     report.say(f"[check] {name}: DiT {params / 1e9:.2f} B parameters, {backbone.geometry.num_layers} layers x "
@@ -321,15 +385,16 @@ def run_check(name: str = "1.3b") -> Report:
     continue_task(backbone, prefill(backbone, build_method({"name": "fullkv"}), warm,
                                     condition(backbone, warm.shape[2]), 0, settings), condition(backbone, warm.shape[2]),
                   4, 0)
-    check_plan(backbone, shape, settings, report)
-    check_host_memory(backbone, shape, settings, report)
+    if "a" in parts:
+        check_plan(backbone, shape, settings, report)
+    if "b" in parts:
+        check_host_memory(backbone, shape, settings, report)
     del backbone
     if torch.device(shape.device).type == "cuda":
         torch.cuda.empty_cache()
-    check_precision(shape, report)
-    report.say(f"[check] {'OK' if not report.failures else f'{len(report.failures)} FAILED'} in "
-               f"{time.perf_counter() - start:.0f} s")
-    return report
+    if "c" in parts:
+        check_precision(shape, report)
+    report.say(f"[a-c] done in {time.perf_counter() - began:.0f} s")
 
 
 def run_split_check(name: str = "1.3b", seconds: float | None = None) -> Report:

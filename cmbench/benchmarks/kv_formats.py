@@ -156,23 +156,29 @@ def _outputs(cache: KVCache, calls: dict[int, tuple[torch.Tensor, torch.Tensor, 
     return [cache.attend(layer, *calls[layer]) for layer in range(cache.num_layers)]
 
 
-def filled(fmt: StorageFormat, frames: int, seed: int = 0) -> tuple[KVCache, tuple[torch.Tensor, ...]]:
-    """A one-layer cache in ``fmt`` of the tiny model's geometry holding ``frames`` latent frames of random
-    K/V, with the next chunk open; and that chunk's ``(q, k, v)``, each ``[1, 256, 4, 32]``."""
-    g = TinyWorldModel.from_pretrained().geometry
+def filled(fmt: StorageFormat, frames: int, seed: int = 0, geometry=None, device: str = "cpu",
+           dtype: torch.dtype = torch.float32) -> tuple[KVCache, tuple[torch.Tensor, ...]]:
+    """A one-layer cache in ``fmt`` of ``geometry`` (default the tiny model's) holding ``frames`` latent frames of
+    random K/V on ``device``, with the next chunk open; and that chunk's ``(q, k, v)``, each
+    ``[1, tokens_per_chunk, heads, head_dim]`` (the tiny model's: ``[1, 256, 4, 32]``) in ``dtype``."""
+    g = geometry or TinyWorldModel.from_pretrained().geometry
     cache = KVCache(1, g.num_heads, g.head_dim, g.tokens_per_frame, g.rope, compute_attention=False)
     if fmt.quantized:
         cache.use_storage(fmt)
     gen = torch.Generator().manual_seed(seed)
     shape = (1, g.tokens_per_chunk, g.num_heads, g.head_dim)
+
+    def randn() -> torch.Tensor:
+        return torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+
     for chunk in range(frames // g.chunk_frames):
-        k, v = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+        k, v = randn(), randn()
         cache.begin_chunk(chunk, chunk * g.chunk_frames, g.chunk_frames)
         cache.attend(0, k, k, v)
         cache.commit_chunk()
     cache.compute_attention = True
     cache.begin_chunk(frames // g.chunk_frames, frames, g.chunk_frames)
-    q, k, v = (torch.randn(shape, generator=gen) for _ in range(3))
+    q, k, v = (randn() for _ in range(3))
     return cache, (q, k, v)
 
 

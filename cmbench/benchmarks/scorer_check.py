@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cv2
@@ -324,4 +325,15 @@ def real_config(owl: str, sam: str, dino: str, batch_size: int = 8,
     cfg["batch_size"] = batch_size
     cfg["quality"] = list(quality or {})
     cfg["quality_settings"] = dict(quality or {})
+    return cfg
+
+
+def tiny_config(folder: Path) -> dict:
+    """The deep scorer's config with tiny random models saved under ``folder`` (the quality metrics' too): the
+    check's CI form, and the scorer part of ``scripts/gpu_check.py`` where no weights were given."""
+    from cmbench.scoring.tiny_models import tiny_deep_scorer_config, tiny_quality_settings
+
+    cfg = tiny_deep_scorer_config(folder)
+    cfg["quality_settings"] = tiny_quality_settings(folder / "quality")
+    cfg["quality"] = list(cfg["quality_settings"])
     return cfg
