@@ -76,7 +76,7 @@ COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "c
            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "task_count", "unshared_tasks",
            "psnr_vs_fullkv",
            "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv", "frame_count_flags",
-           "peak_store_bytes", "moved_bytes_per_chunk", "family"]
+           "peak_store_bytes", "moved_bytes_per_chunk", "family", "cache_dtype"]
 
 
 def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
@@ -100,6 +100,7 @@ def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
     assert row["fps_measured_together"] is False  # the records do not say where they ran
     assert math.isnan(row["score_seed_std"]) and row["metric"] == "Score"
     assert row["family"] is None  # records written without the family (tests/test_method_family.py: with it)
+    assert row["cache_dtype"] == "float32"  # records written without the cache precision: float32
     ref = board.iloc[1].to_dict()
     assert ref["score"] == pytest.approx(0.65) and ref["score_ci95"] == pytest.approx(T975_DF1 * 0.05)
     assert ref["continuation_fps"] == pytest.approx(6.4)  # 64 frames / 10 s
@@ -412,7 +413,8 @@ def test_the_markdown_table_cell_by_cell():
     assert lines[6].startswith("Speed-up: FullKV's attention FLOPs over the method's")
     assert lines[6].endswith("the CI is over all (task, seed) pairs, clustered by context. KV bytes: the device bytes "
                              "of the KV cache over FullKV's on the same tasks (summed over the continuation's chunks, "
-                             "scales and metadata included; FullKV's computed from the geometry).")
+                             "scales and metadata included; FullKV's computed from the geometry): bytes relative to "
+                             "FullKV in float32.")
     assert lines[-1] == ("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                          "`other_code_tasks` in leaderboard.csv.")
     for absent in ("Host store", "Quality", "Fidelity", "Paired comparisons", lb.MATCHED_NOTE):
