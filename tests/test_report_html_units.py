@@ -737,7 +737,7 @@ def test_build_report_builds_beside_the_folder_and_swaps_it_in(tmp_path, stubbed
     runs, tasks, build, kwargs = stubbed.calls["write_page"]
     assert runs == ["run a", "run b"] and list(tasks) == ["t1", "t2", "t3"]
     assert build == tmp_path / f".report.report-{os.getpid()}"
-    assert kwargs == {"title": "CMBench report", "focus": None, "compare": None, "curves": None}
+    assert kwargs == {"title": "CMBench report", "focus": None, "compare": None, "curves": None, "allow_suspect": False}
     assert (result.index, result.files, result.bytes, result.methods, result.tasks) == (
         out / "index.html", 3, len(html.GENERATOR) + 5 + 7, ["b", "a"], 3)
     assert 0 <= result.seconds < 60
@@ -749,7 +749,8 @@ def test_build_report_builds_beside_the_folder_and_swaps_it_in(tmp_path, stubbed
     html.build_report(["x"], out, allow_mixed=True, data_root="/d", title="T", focus=["f"], compare=[["a", "b"]],
                       curves=curves)
     assert stubbed.calls["load_runs"] == (["x"], True) and stubbed.calls["load_tasks"][1] == "/d"
-    assert stubbed.calls["write_page"][3] == {"title": "T", "focus": ["f"], "compare": [["a", "b"]], "curves": curves}
+    assert stubbed.calls["write_page"][3] == {"title": "T", "focus": ["f"], "compare": [["a", "b"]], "curves": curves,
+                                              "allow_suspect": False}
 
 
 def test_build_report_refuses_a_folder_of_yours_before_reading_anything(tmp_path, stubbed):

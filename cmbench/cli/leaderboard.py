@@ -79,6 +79,7 @@ def _write(cfg: DictConfig, runs: list[Path], out: Path, task_ids: list[str] | N
 
     return write_reports(runs, out, allow_mixed=flag(cfg.leaderboard.allow_mixed, "leaderboard.allow_mixed"), focus=comparison_labels(cfg, "focus"),
                          compare=comparison_labels(cfg, "compare"), curves=curves or cfg.leaderboard.get("curves"),
+                         allow_suspect=flag(cfg.leaderboard.get("allow_suspect", False), "leaderboard.allow_suspect"),
                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids,
                          shared_tasks=flag(cfg.leaderboard.get("shared_tasks", False), "leaderboard.shared_tasks"))
 

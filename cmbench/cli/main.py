@@ -23,6 +23,7 @@ RUNS = (("runs=[DIR,...]", "run directories and score output folders (default: e
         ("leaderboard.focus=[LABEL,...]", "methods compared with every other on the board (default: each entry against FullKV)"),
         ("leaderboard.compare=[A,B]", "pairs compared as well ([[a,b],[c,d]] for several)"),
         ("leaderboard.allow_mixed=true", "report runs with different task sets, seeds or scorers together"),
+        ("leaderboard.allow_suspect=true", "rank entries with suspect continuations (docs/scoring.md#continuity) too"),
         ("leaderboard.shared_tasks=true", "runs that ran different tasks: a board over the tasks all of them ran"),
         ("leaderboard.curves=PATH", "a curves.csv for the \"Score @ 85% PR\" column (default: one in the board's folder)"))
 CALIBRATION = (("calibration.root=DIR", "calibration contexts, never the test suite (MiniWorld: a world of its own)"),

@@ -30,6 +30,7 @@ def execute(cfg: DictConfig) -> int:
     result = build_report(find_run_dirs(cfg), out, allow_mixed=flag(cfg.leaderboard.allow_mixed, "leaderboard.allow_mixed"),
                           shared_tasks=flag(cfg.leaderboard.get("shared_tasks", False), "leaderboard.shared_tasks"),
                           data_root=cfg.report.data_root, title=str(cfg.report.title),
+                          allow_suspect=flag(cfg.leaderboard.get("allow_suspect", False), "leaderboard.allow_suspect"),
                           focus=comparison_labels(cfg, "focus"), compare=comparison_labels(cfg, "compare"),
                           curves=find_curves(board, cfg.leaderboard.get("curves")))
     methods = f"{len(result.methods)} method{'s' if len(result.methods) != 1 else ''}"

@@ -51,6 +51,7 @@ from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.runs.atomic import dead_builds
 from cmbench.runs.output_folder import Legacy, OutputFolder, claim
 from cmbench.report.reading import folder_config
+from cmbench.report.suspect import SUSPECT_COLUMN, SUSPECT_MARK, ranked, suspect_note
 from cmbench.report.leaderboard import (
     FIDELITY_LABELS,
     FLAG_COLUMN,
@@ -90,7 +91,8 @@ LABELS = {
     "n_tasks": "Tasks", "failures": "Failed", "source": "Source", "task_type": "Task type",
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "p_adjusted": "Adjusted p", "verdict": "Verdict", "contexts": "Contexts", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
-    "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV", "quality_undefined": "Still tasks (quality undefined)",
+    "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV", SUSPECT_COLUMN: f"Suspect continuations {SUSPECT_MARK}",
+    "ranked": "Ranked", "quality_undefined": "Still tasks (quality undefined)",
     **QUALITY_LABELS, **FIDELITY_LABELS,
 }
 
@@ -468,6 +470,7 @@ def build_report(
     focus: Sequence[str] | None = None,
     compare: Sequence[Any] | None = None,
     curves: pd.DataFrame | None = None,
+    allow_suspect: bool = False,
 ) -> ReportOutput:
     """Write the report of ``run_dirs`` into ``out_dir`` (its ``index.html`` and ``img/`` are replaced).
 
@@ -482,6 +485,8 @@ def build_report(
     focus, compare : the paired comparisons shown, as for the leaderboard (default: each entry against
         FullKV; :func:`cmbench.report.comparisons.comparison_pairs`)
     curves : a ``curves.csv`` table: the leaderboard gains "Score @ 85% PR" (its note says where it comes from)
+    allow_suspect : rank entries with a suspect continuation by score too (default: after the others,
+        :mod:`cmbench.report.suspect`)
 
     Returns
     -------
@@ -501,7 +506,8 @@ def build_report(
         shutil.rmtree(build, ignore_errors=True)
         OutputFolder(build, "report", "report.out").add(INDEX, IMAGES)  # the marker of the folder that replaces out
         (build / IMAGES).mkdir(parents=True)
-        page, methods = _write_page(runs, tasks, build, title=title, focus=focus, compare=compare, curves=curves)
+        page, methods = _write_page(runs, tasks, build, title=title, focus=focus, compare=compare, curves=curves,
+                                    allow_suspect=allow_suspect)
         files = [page, *(p for p in (build / IMAGES).rglob("*") if p.is_file())]
         size = sum(p.stat().st_size for p in files)
         swap_in(build, out)
@@ -515,12 +521,12 @@ def build_report(
 
 
 def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdapter]], out: Path, *, title: str,
-                focus: Sequence[str] | None, compare: Sequence[Any] | None, curves: pd.DataFrame | None
-                ) -> tuple[Path, list[str]]:
+                focus: Sequence[str] | None, compare: Sequence[Any] | None, curves: pd.DataFrame | None,
+                allow_suspect: bool = False) -> tuple[Path, list[str]]:
     """Write ``index.html`` and its images into ``out`` (an empty folder with ``img/``); the page's path
     and the methods in the order shown."""
 
-    board = leaderboard(runs, curves).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+    board = ranked(leaderboard(runs, curves), allow_suspect)
     order = {label: i for i, label in enumerate(board["method"])}
     runs = sorted(runs, key=lambda r: (r.label != REFERENCE_METHOD, order.get(r.label, len(order))))
     shown = board.drop(columns=[c for c in FIDELITY_LABELS if c in board.columns and c not in shown_fidelity(board)])
@@ -528,7 +534,8 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
         table("leaderboard", "Leaderboard", shown,
               "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
               + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])
-              + (f" {frame_count_note(board)}" if frame_count_note(board) else "")),
+              + (f" {frame_count_note(board)}" if frame_count_note(board) else "")
+              + (f" {suspect_note(board)}" if suspect_note(board) else "")),
         table("by-source", "Per source", breakdown(runs, "source")),
         table("by-type", "Per task type", breakdown(runs, "task_type")),
         table("paired", "Paired deltas against FullKV", paired_deltas(runs),

@@ -63,6 +63,7 @@ from cmbench.report.leaderboard_json import FILE as BOARD_JSON, board_json, boar
 from cmbench.report.statistics import clustered_mean_ci, seed_spread
 from cmbench.report.board_folder import REPORT_FILES, board_folder
 from cmbench.runs.atomic import dead_builds
+from cmbench.report.suspect import SUSPECT_COLUMN, SUSPECT_MARK, ranked, suspect_count, suspect_note
 from cmbench.report.text import markdown_text
 from cmbench.scoring.frame_count import flagged
 from cmbench.scoring.quality_names import QUALITY_FIELDS, QUALITY_LABELS, TEMPORAL_QUALITY, is_undefined
@@ -231,6 +232,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
         row["other_code_tasks"] = len(run.other_code_tasks)
         row["task_count"], row["unshared_tasks"] = run.frame["task_id"].nunique(), len(run.unshared)
         row[FLAG_COLUMN] = frame_count_flags(run.frame)
+        row[SUSPECT_COLUMN] = suspect_count(run.frame)
         row["family"] = recorded_family(run.frame)
         row["cache_dtype"] = "+".join(frame_precisions(run.frame))
         rows.append(row)
@@ -238,7 +240,7 @@ def leaderboard(runs: list[RunRecords], curves: pd.DataFrame | None = None) -> p
             "continuation_fps",
             "peak_kv_bytes", "n_tasks", "failures", "cost_speedup_vs_fullkv", "attention_keys_per_token",
             "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "task_count", "unshared_tasks",
-            *FIDELITY_COLUMNS, FLAG_COLUMN, *STORE_COLUMNS,
+            *FIDELITY_COLUMNS, FLAG_COLUMN, SUSPECT_COLUMN, *STORE_COLUMNS,
             "family", "cache_dtype"]
     board = pd.DataFrame(rows, columns=cols)
     quality = quality_metrics(runs)
@@ -366,6 +368,7 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         name = markdown_text(r.method) + (" †" if r.other_code_tasks else "")
         other = other or bool(r.other_code_tasks)
         name += f" {FLAG_MARK}" if getattr(r, FLAG_COLUMN, 0) else ""  # no column: a board written before it
+        name += f" {SUSPECT_MARK}" if (getattr(r, SUSPECT_COLUMN, 0) or 0) > 0 else ""
         seeds = f"{r.seeds}" + ("" if math.isnan(r.score_seed_std) else f" (sd {r.score_seed_std:.4f})")
         at = f"{_cell(getattr(r, MATCHED_COLUMN), '{:.4f}')} | " if matched else ""
         lines.append(
@@ -412,6 +415,8 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
         lines += ["", MATCHED_NOTE]
     if frame_count_note(board):
         lines.append(frame_count_note(board))
+    if suspect_note(board):
+        lines.append(suspect_note(board))
     if other:
         lines.append("† some task records were computed by other code (kept with `keep_other_code=true`): see "
                      "`other_code_tasks` in leaderboard.csv.")
@@ -505,6 +510,7 @@ def find_curves(out_dir: str | Path, curves: str | Path | None = None) -> pd.Dat
 def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mixed: bool = False,
                   focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None,
                   curves: str | Path | None = None, reference_aggregation: str | None = None,
+                  allow_suspect: bool = False,
                   task_ids: Iterable[str] | None = None, shared_tasks: bool = False) -> dict[str, Path]:
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
@@ -528,6 +534,9 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     reference_aggregation : {"mean", "max"}, optional
         Show every score as this aggregation of its references' best scores (default: each record's
         own score, i.e. its scorer's ``reference_aggregation``).
+    allow_suspect : bool
+        Rank entries with a suspect continuation by score too (default: listed after the others, not ranked:
+        :mod:`cmbench.report.suspect`).
     task_ids : iterable of str, optional
         Only the records of these tasks (a sweep's board: the tasks the sweep ran).
     shared_tasks : bool
@@ -554,7 +563,7 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     try:
         runs = load_runs(run_dirs, allow_mixed, reference_aggregation=reference_aggregation, task_ids=task_ids,
                          shared_tasks=shared_tasks)
-        board = leaderboard(runs, find_curves(out, curves)).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
+        board = ranked(leaderboard(runs, find_curves(out, curves)), allow_suspect)
         compared = comparisons(runs, comparison_pairs(runs, focus, compare))
         tables = {
             "leaderboard.csv": board,

@@ -141,6 +141,13 @@ class TaskRecord:
     frames_received : int or None
         Frames the continuation had (None in records written before the frame-count rule); a record
         whose ``frames_received`` differs from ``n_frames`` is flagged on the leaderboard.
+    continuity : float or None
+        The continuation's continuity error (:mod:`cmbench.scoring.continuity`): how far its frames are from
+        continuing the context's last frame as the task's camera moves, in [0, 1]; None when the task has no
+        camera plan (not checked).
+    suspect : str or None
+        Why the continuation is suspect (its continuity error over the threshold), else None: boards flag it
+        and leave its entry out of the ranking unless asked (``leaderboard.allow_suspect=true``).
     subject_consistency, background_consistency, temporal_flickering, motion_smoothness : float or None
         VBench's quality metrics of the scored video (docs/scoring.md, "Quality metrics"), in [0, 1];
         None when not selected or absent (``quality_absent`` says why).
@@ -258,6 +265,8 @@ class TaskRecord:
     best_box: list[float] | None = None
     n_frames: int | None = None
     frames_received: int | None = None
+    continuity: float | None = None
+    suspect: str | None = None
     video: str | None = None
     # quality (VBench's names)
     subject_consistency: float | None = None
@@ -359,7 +368,10 @@ class TaskRecord:
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TaskRecord))
 _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(TaskRecord)}
 REQUIRED = ("task_id", "status")
-_FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr")
+_FRACTIONS = ("detection_rate", "pr", "target_pr", "calibration_pr", "context_pr", "continuity")
+SIMILARITY_TOLERANCE = 1e-6
+"""How far past [-1, 1] a recorded similarity may lie: a cosine of unit vectors computed in floating point
+(1 + 5e-9 for a frame identical to its reference) is a similarity of 1, not an impossible record."""
 _NON_NEGATIVE = ("kept_tokens", "kept_context_tokens", "peak_kv_bytes", "peak_store_bytes", "moved_bytes_per_chunk",
                  "mean_kv_bytes", "fullkv_kv_bytes", "fullkv_peak_kv_bytes", "kv_bytes_ratio", "target_bytes",
                  "calibration_bytes",
@@ -458,7 +470,7 @@ def record_problem(record: TaskRecord) -> str | None:
         return f"status: is {record.status!r}, expected one of {', '.join(STATUSES)}"
     if record.kind not in KINDS:
         return f"kind: is {record.kind!r}, expected one of {', '.join(KINDS)}"
-    if record.score is not None and not (_number(record.score) and -1.0 <= float(record.score) <= 1.0):
+    if record.score is not None and not (_number(record.score) and _similarity(float(record.score))):
         return f"score: is {record.score!r}, expected a similarity in [-1, 1]"
     for name in _FRACTIONS:
         value = getattr(record, name)
@@ -522,6 +534,11 @@ def _kv_bytes_problem(record: TaskRecord) -> str | None:
     return None
 
 
+def _similarity(value: float) -> bool:
+    """``value`` is a cosine: in [-1, 1] up to :data:`SIMILARITY_TOLERANCE`."""
+    return -1.0 - SIMILARITY_TOLERANCE <= value <= 1.0 + SIMILARITY_TOLERANCE
+
+
 def _quality_problem(record: TaskRecord) -> str | None:
     """What is impossible about a record's quality fields, or None."""
     for name in QUALITY_FIELDS:
@@ -565,7 +582,7 @@ def _reference_problem(record: TaskRecord) -> str | None:
         if not isinstance(aggregates, dict) or set(aggregates) != set(REFERENCE_AGGREGATIONS):
             return f"reference_aggregates: is {aggregates!r}, expected {{'mean': ..., 'max': ...}}"
         for how, value in aggregates.items():
-            if not (_number(value) and -1.0 <= float(value) <= 1.0):
+            if not (_number(value) and _similarity(float(value))):
                 return f"reference_aggregates.{how}: is {value!r}, expected a similarity in [-1, 1]"
     frames = record.reference_best_frames
     if frames is None:

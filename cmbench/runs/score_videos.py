@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from functools import partial
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 
+import numpy as np
 from omegaconf import OmegaConf
 
 from cmbench import bounded_read
@@ -50,6 +52,7 @@ from cmbench.runs.records import (
     scored_fields,
 )
 from cmbench.runs.summary import summarise
+from cmbench.scoring.continuity import continuity_fields
 from cmbench.scoring.frame_count import TooFewFrames
 from cmbench.scoring.pipeline import Scorer
 
@@ -271,7 +274,10 @@ def _score_into(writer: RecordWriter, scorer: Scorer, tasks: list[Task], adapter
             if warning:
                 warnings.append(warning)
                 print(f"score: warning: {warning}", file=sys.stderr)
-            record = TaskRecord(**{**fields, **scored_fields(scored), "video": str(video), "status": "ok"})
+            continuity = continuity_fields(task, partial(context_frames, adapter, task), VideoReader(video))
+            if continuity["suspect"]:
+                print(f"score: {task.task_id}: suspect: {continuity['suspect']}", file=sys.stderr)
+            record = TaskRecord(**{**fields, **scored_fields(scored), **continuity, "video": str(video), "status": "ok"})
         except TooFewFrames as err:  # scored as missing: nothing of it is scored
             record = TaskRecord(**fields, video=str(video), status="failed", error=f"{type(err).__name__}: {err}",
                                 frames_received=err.received, n_frames=0)
@@ -281,6 +287,11 @@ def _score_into(writer: RecordWriter, scorer: Scorer, tasks: list[Task], adapter
                                 error=f"{type(err).__name__}: {err}")
             print(f"score: {task.task_id}: failed: {err}", file=sys.stderr)
         writer.write(record)
+
+
+def context_frames(adapter: DatasetAdapter, task: Task) -> np.ndarray:
+    """The context frames of ``task`` as its dataset gives them (``uint8 [F, H, W, 3]``)."""
+    return adapter.reference_source(task)[0]
 
 
 def _in_order(tasks: list[Task], match: VideoMatch) -> list[tuple[Task, Path | None]]:

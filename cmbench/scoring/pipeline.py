@@ -122,11 +122,12 @@ def _optional(value: float) -> float | None:
 
 def reference_similarities(features: FrameFeatures) -> np.ndarray:
     """Cosine of each detected frame's embedding to each reference, ``float64 [F, R]`` (NaN rows
-    where not detected)."""
+    where not detected), clamped to [-1, 1] (unit vectors' dot products round past it: 1 + 5e-9 for a frame
+    identical to its reference)."""
     sims = np.full((len(features.detected), len(features.reference_embeddings)), np.nan)
     if features.detected.any():
         frames = features.embeddings[features.detected].astype(np.float64)  # [F_detected, D]
-        sims[features.detected] = frames @ features.reference_embeddings.astype(np.float64).T
+        sims[features.detected] = np.clip(frames @ features.reference_embeddings.astype(np.float64).T, -1.0, 1.0)
     return sims
 
 
