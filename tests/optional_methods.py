@@ -11,7 +11,7 @@ import pytest
 
 from cmbench.methods.registry import method_names
 
-NEEDS = {"kvpress": "kvpress"}
+NEEDS = {"kvpress": "kvpress", "kvpress_decoding": "kvpress"}
 """Method name -> the package it imports when built."""
 
 

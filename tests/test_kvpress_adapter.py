@@ -90,7 +90,7 @@ def fed(press, queries, keys) -> tuple[torch.Tensor, torch.Tensor]:
     that mean times the count (every probe query sees every candidate: the plain mean)."""
     attentions = every_softmax(queries, keys).mean(dim=2, keepdim=True)
     if type(press).__name__ == "ObservedAttentionPress":
-        attentions = attentions * torch.arange(L, 0, -1)
+        attentions = attentions * torch.arange(keys.shape[2], 0, -1)
     return queries.mean(dim=1).reshape(1, 1, -1), attentions
 
 

@@ -13,6 +13,7 @@ from cmbench.methods import (  # noqa: F401  (importing registers each method)
     fullkv,
     key_retrieval,
     kvpress_adapter,
+    kvpress_decoding,
     random_tokens,
     streaming,
     tempcache,

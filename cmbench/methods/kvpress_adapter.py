@@ -266,30 +266,49 @@ def kept_count(tokens: int, compression_ratio: float) -> int:
     return tokens if compression_ratio <= 0 else max(1, int(tokens * (1 - compression_ratio)))
 
 
-def chunk_kv(banks: list[Bank], info: ChunkInfo, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values of every token of a stored chunk in one layer, in kvpress's layout.
+def held_kv(banks: list[Bank], first: ChunkInfo, last: ChunkInfo,
+            num_heads: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """Keys and values of the tokens of chunks ``first`` to ``last`` each bank of one layer still holds,
+    in kvpress's layout.
 
     Returns
     -------
-    (keys, values), each ``[B, H, L, D]`` in head order and token order.
+    (keys, values, gids): keys and values ``[B, H, n, D]`` in head order and token order, and each bank's
+    token ids ``long [n]`` (increasing).
 
     Raises
     ------
     RuntimeError
-        A bank does not hold the whole chunk (it was compacted before it left the window).
+        The banks hold different numbers of those tokens (kvpress scores one length for every head).
     """
-    gids = torch.arange(info.gid_start, info.gid_start + info.length)
     keys: list[torch.Tensor | None] = [None] * num_heads
     values: list[torch.Tensor | None] = [None] * num_heads
+    held = []
     for bank in banks:
-        rows, _ = bank.rows_of_gids(gids)
-        if len(rows) != info.length:
-            raise RuntimeError(f"kvpress: layer {bank.layer} heads {bank.group.heads} hold {len(rows)} of chunk "
-                               f"{info.index}'s {info.length} tokens when it leaves the window")
-        k, v = bank.gather(rows)  # [B, L, Hg, D]
+        gid = bank.field("gid")
+        rows = ((gid >= first.gid_start) & (gid < last.gid_start + last.length)).nonzero().flatten()
+        held.append(gid[rows])
+        k, v = bank.gather(rows)  # [B, n, Hg, D]
         for i, head in enumerate(bank.group.heads):
             keys[head], values[head] = k[:, :, i], v[:, :, i]
-    return torch.stack(keys, dim=1), torch.stack(values, dim=1)  # type: ignore[arg-type]
+    if len({len(g) for g in held}) > 1:
+        raise RuntimeError(f"kvpress: layer {banks[0].layer}'s heads hold {sorted({len(g) for g in held})} tokens of "
+                           f"chunks {first.index}-{last.index}: a press scores one length for every head")
+    return torch.stack(keys, dim=1), torch.stack(values, dim=1), held  # type: ignore[arg-type]
+
+
+@contextmanager
+def ratio_set(press: Any, ratio: float) -> Iterator[None]:
+    """The press's ``compression_ratio`` (when it has one) set to ``ratio`` inside, put back on leaving."""
+    if not hasattr(press, "compression_ratio"):
+        yield
+        return
+    before = press.compression_ratio
+    press.compression_ratio = ratio
+    try:
+        yield
+    finally:
+        press.compression_ratio = before
 
 
 def trial_chunk(heads: int = 8, tokens: int = 64, head_dim: int = 4) -> tuple[torch.Tensor, ...]:
@@ -376,11 +395,11 @@ class KVPress(ScoredMethod):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.compression_ratio < 1:
-            raise ConfigError(f"method kvpress: compression_ratio must be below 1, got {self.compression_ratio}")
+            raise ConfigError(f"method {self.name}: compression_ratio must be below 1, got {self.compression_ratio}")
         self._press = build_press(self.press, self.compression_ratio)
         why, self._reads_probe = try_press(self._press)
         if why is not None:
-            raise ConfigError(f"method kvpress: method.press: press {type(self._press).__name__} cannot run on a DiT ({why}); "
+            raise ConfigError(f"method {self.name}: method.press: press {type(self._press).__name__} cannot run on a DiT ({why}); "
                               f"`python -m cmbench ls method` lists the presses that do (docs/methods.md: why not)")
         self._probe: tuple[int, dict[int, Probe]] | None = None
 
@@ -403,28 +422,53 @@ class KVPress(ScoredMethod):
         leaving = sig.chunk.index - self.window()
         if leaving < self.sink_chunks:
             return
-        info = cache.chunk(leaving)
-        self._probe = (sig.chunk.index, {layer: Probe.of(sig.probe_queries[layer], chunk_kv(banks, info, cache.num_heads)[0])
+        span = self.scored_chunks(cache, sig.chunk.index)
+        if span is None:
+            return
+        self._probe = (sig.chunk.index, {layer: Probe.of(sig.probe_queries[layer], held_kv(banks, *span, cache.num_heads)[0])
                                          for layer, banks in enumerate(cache.banks)})
 
+    def scored_chunks(self, cache: KVCache, index: int) -> tuple[ChunkInfo, ChunkInfo] | None:
+        """``(first, last)``: the chunks whose held tokens the press scores at the commit of chunk ``index``
+        (the one leaving the window; ``None``: none, a sink chunk or before the window fills)."""
+        leaving = index - self.window()
+        return None if leaving < self.sink_chunks else (cache.chunk(leaving), cache.chunk(leaving))
+
+    def kept(self, cache: KVCache, bank: Bank, first: ChunkInfo, last: ChunkInfo, held: int) -> tuple[int, float]:
+        """``(tokens kept per head, the press's compression_ratio while it scores)`` of the ``held`` candidates
+        in ``bank``: ``int(held * (1 - compression_ratio))``, at least one.
+
+        Raises
+        ------
+        RuntimeError
+            The bank does not hold the whole chunk (it was compacted before it left the window).
+        """
+        if held != last.length:
+            raise RuntimeError(f"kvpress: layer {bank.layer} heads {bank.group.heads} hold {held} of chunk "
+                               f"{last.index}'s {last.length} tokens when it leaves the window")
+        return kept_count(held, self.compression_ratio), self.compression_ratio
+
     def decide(self, cache: KVCache, sig: ChunkSignals) -> None:
-        """Mark the chunk leaving the window with the press's scores (keep flags and priorities, per head)."""
-        leaving = sig.chunk.index - self.window()
-        if leaving < self.sink_chunks:
+        """Mark the tokens of :meth:`scored_chunks` with the press's scores (keep flags and priorities, per head)."""
+        span = self.scored_chunks(cache, sig.chunk.index)
+        if span is None:
             return
-        info = cache.chunk(leaving)
         probes = None
         if self._reads_probe:
             if self._probe is None or self._probe[0] != sig.chunk.index:
                 raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
             probes = self._probe[1]
-        n_kept = kept_count(info.length, self.compression_ratio)
         for layer, banks in enumerate(cache.banks):
-            keys, values = chunk_kv(banks, info, cache.num_heads)
+            keys, values, held = held_kv(banks, *span, cache.num_heads)
+            n_kept, ratio = self.kept(cache, banks[0], *span, len(held[0]))
             module = PressModule.of(layer, cache.num_layers, cache.num_heads, cache.head_dim)
             probe = None if probes is None else probes[layer]
-            seed = derive_seed("kvpress", sig.seed, info.index, layer)
-            scores = press_scores(self._press, module, keys, values, probe, seed).mean(dim=0)  # [H, L]
-            for bank in banks:
-                score = scores[list(bank.group.heads)].mean(dim=0)  # [L]: one decision per bank
-                cache.mark(info.index, keep=top_tokens(score, n_kept), priority=finite_priority(score), banks=[bank])
+            if probe is not None and probe.attentions.shape[-1] != keys.shape[2]:
+                raise RuntimeError(f"kvpress: layer {layer} holds {keys.shape[2]} candidates at chunk {sig.chunk.index}'s "
+                                   f"commit, its probe scored {probe.attentions.shape[-1]}")
+            seed = derive_seed("kvpress", sig.seed, span[1].index, layer)
+            with ratio_set(self._press, ratio):
+                scores = press_scores(self._press, module, keys, values, probe, seed).mean(dim=0)  # [H, n]
+            for bank, gids in zip(banks, held):
+                score = scores[list(bank.group.heads)].mean(dim=0)  # [n]: one decision per bank
+                cache.mark_tokens(gids, keep=top_tokens(score, n_kept), priority=finite_priority(score), banks=[bank])
