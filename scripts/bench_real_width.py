@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
             real_width.refuse_if_too_big(plan)
         extrapolated = {arm: real_width.plan_of(replace(next(c for c in cases if c.arm == arm),
                                                         layers=real_width.EXTRAPOLATE_LAYERS)) for arm in args.arms}
+        lingbot = real_width.Case(40, args.arms[0], context_frames=4, dtype=args.dtype, device="cuda", seconds=0.75,
+                                  backbone="lingbot_world_v2_14b")  # planned for its GPU, not built
+        lingbot_plan = (lingbot, real_width.plan_of(lingbot))
     except ConfigError as err:
         print(f"bench_real_width: {err}", file=sys.stderr)
         return 2
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             measured.append(m)
             rows += real_width.compare(m, plans[case])
             print(f"{case.layers} layers, {case.arm}: {m.seconds:.0f} s, PR {m.pr:.3f}", flush=True)
-            args.out.write_text(real_width.report(rows, measured, args.threads, extrapolated))
+            args.out.write_text(real_width.report(rows, measured, args.threads, extrapolated, lingbot_plan))
         del backbone
     print(args.out.read_text())
     return 0
