@@ -81,7 +81,8 @@ def _write(cfg: DictConfig, runs: list[Path], out: Path, task_ids: list[str] | N
                          compare=comparison_labels(cfg, "compare"), curves=curves or cfg.leaderboard.get("curves"),
                          allow_suspect=flag(cfg.leaderboard.get("allow_suspect", False), "leaderboard.allow_suspect"),
                          reference_aggregation=cfg.leaderboard.get("reference_aggregation"), task_ids=task_ids,
-                         shared_tasks=flag(cfg.leaderboard.get("shared_tasks", False), "leaderboard.shared_tasks"))
+                         shared_tasks=flag(cfg.leaderboard.get("shared_tasks", False), "leaderboard.shared_tasks"),
+                         families=flag(cfg.leaderboard.get("families", False), "leaderboard.families"))
 
 
 def write_leaderboard(cfg: DictConfig, runs: list[Path] | None = None, task_ids: list[str] | None = None,

@@ -62,6 +62,7 @@ for _command in (
                         "and a Pareto plot over run directories and score outputs, written whole or not at all. "
                         "Runs that differ only in seed are one row (docs/runs.md).",
             keys=(*RUNS, ("leaderboard.out=DIR", "where the reports go (default <out_dir>/<data>/leaderboard)"),
+                  ("leaderboard.families=true", "also families.csv and .png: score vs device KV bytes by family, from the runs"),
                   ("leaderboard.refresh_curves=true", "refill only the \"Score @ 85% PR\" column of the board there"),
                   ("leaderboard.reference_aggregation=mean|max", "every score as that aggregation of its "
                                                                  "references' best scores"),

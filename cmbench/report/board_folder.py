@@ -12,7 +12,7 @@ from cmbench.runs.output_folder import Legacy, OutputFolder, claim
 
 REPORT_FILES = ("leaderboard.csv", "leaderboard_by_source.csv", "leaderboard_by_type.csv", "leaderboard_by_seed.csv",
                 "paired_deltas.csv", "comparisons.csv", "backbone_gate.csv", "leaderboard.md", "pareto.png",
-                "leaderboard.json")
+                "leaderboard.json", "families.csv", "families.png")
 """Every file a leaderboard writes (an earlier board's files this one does not write are removed)."""
 CURVE_FILES = (CURVES_FILE, AREA_FILE, PLOT_FILE, REFERENCE_FILE, QUALITY_PLOT_FILE, QUALITY_TABLE_FILE)
 """Every file ``curves`` writes beside the board."""

@@ -436,6 +436,27 @@ def markdown_table(board: pd.DataFrame, compared: pd.DataFrame | None = None) ->
     return "\n".join(lines) + "\n"
 
 
+def separate_labels(fig: Any, labels: list[Any], gap: float = 2.0) -> None:
+    """Move point labels (``ax.annotate`` in offset points) apart so that no two overlap: highest point first,
+    each label keeps its place beside its point unless it would cover a label already placed, then goes
+    below it (a thin line ties it to its point). Greedy, deterministic; ``gap`` points between labels."""
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    scale = fig.dpi / 72  # display pixels per point
+    placed: list[Any] = []
+    for label in sorted(labels, key=lambda a: (-a.xy[1], a.xy[0])):
+        for _ in range(len(labels) + 1):
+            box = Text.get_window_extent(label, renderer)  # the text alone, not the line to its point
+            hit = [p for p in placed if box.x0 < p.x1 and p.x0 < box.x1 and box.y0 < p.y1 + gap * scale
+                   and p.y0 < box.y1 + gap * scale]
+            if not hit:
+                break
+            x, y = label.xyann  # move its bottom just under the lowest label it covers
+            label.xyann = (x, y - (box.y1 - min(p.y0 for p in hit)) / scale - gap)
+        placed.append(Text.get_window_extent(label, renderer))
+
+
 def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Path:
     """Scatter of PR (x) against score (y), one labelled point per method, CI as error bars (clipped to
     the score range, :func:`cmbench.report.curves.score_range`, which the y-axis shows); the title says so (``CMBench: light score vs pruning ratio``) unless given."""
@@ -446,19 +467,22 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Pa
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     lo, hi = score_range(board["score"])
+    labels = []
     for r in board.itertuples():
         if math.isnan(r.pr) or math.isnan(r.score):
             continue  # nothing to place (no PR: scored videos of another generator; no score: all failed)
         ci = 0.0 if math.isnan(r.score_ci95) else r.score_ci95
         yerr = [[r.score - max(lo, r.score - ci)], [min(hi, r.score + ci) - r.score]]  # clipped to the range
         ax.errorbar(100 * r.pr, r.score, yerr=yerr, fmt="o", capsize=3)
-        ax.annotate(r.method, (100 * r.pr, r.score), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        labels.append(ax.annotate(r.method, (100 * r.pr, r.score), textcoords="offset points", xytext=(5, 4),
+                                  fontsize=8, arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6}))
     ax.set_ylim(lo - SCORE_MARGIN, hi + SCORE_MARGIN)
     ax.set_xlabel("pruning ratio PR (%)")
     ax.set_ylabel(f"{board_metric(board)} (mean max-similarity)")
     ax.set_title(title or f"CMBench: {board_metric(board)} score vs pruning ratio")
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    separate_labels(fig, labels)
     fig.savefig(path)
     plt.close(fig)
     return path
@@ -511,7 +535,8 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
                   focus: Sequence[str] | None = None, compare: Sequence[Any] | None = None,
                   curves: str | Path | None = None, reference_aggregation: str | None = None,
                   allow_suspect: bool = False,
-                  task_ids: Iterable[str] | None = None, shared_tasks: bool = False) -> dict[str, Path]:
+                  task_ids: Iterable[str] | None = None, shared_tasks: bool = False,
+                  families: bool = False) -> dict[str, Path]:
     """Read runs into entries (:func:`load_runs`), and write every report into ``out_dir``.
 
     All files are written into a sibling folder first (``.<out>.tmp-<pid>``) and moved into ``out_dir``
@@ -542,6 +567,8 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
     shared_tasks : bool
         Runs that ran different tasks make a board over the tasks all of them ran (said in a line and
         in the markdown) instead of being refused.
+    families : bool
+        Also the families board: ``families.csv`` and ``families.png`` (:mod:`cmbench.report.families_board`).
 
     Returns
     -------
@@ -586,6 +613,10 @@ def write_reports(run_dirs: Iterable[str | Path], out_dir: str | Path, allow_mix
             frame.to_csv(tmp / name, index=False, float_format="%.6g")
         (tmp / "leaderboard.md").write_text(markdown_table(board, compared) + gate.markdown(gated))
         (tmp / BOARD_JSON).write_text(board_text(board_json(runs, board, tables)))
+        if families:
+            from cmbench.report.families_board import write_families
+
+            write_families(tmp)
         pareto_plot(board, tmp / "pareto.png")
         folder.add(*(p.name for p in tmp.iterdir()))
         written = _swap_files(tmp, out, folder.files)
