@@ -226,9 +226,10 @@ def press_scores(press: Any, module: PressModule, keys: torch.Tensor, values: to
         attentions = probe.attentions.to(keys.device, keys.dtype)
     with torch.random.fork_rng(devices=[keys.device] if keys.device.type == "cuda" else []):
         torch.manual_seed(seed)
-        scores = press.score(module, hidden, keys, values, attentions, {})
         if attentions is not None and scores_with_causal_normaliser(press):
             scores = attentions.sum(dim=2)  # [B, H, L]: one row, the mean over the probe's queries
+        else:
+            scores = press.score(module, hidden, keys, values, attentions, {})
     if not isinstance(scores, torch.Tensor) or tuple(scores.shape) != (b, h, n):
         shape = tuple(scores.shape) if isinstance(scores, torch.Tensor) else type(scores).__name__
         raise ConfigError(f"method kvpress: {type(press).__name__}.score returned {shape}, expected {(b, h, n)} "
@@ -413,15 +414,13 @@ class KVPress(ScoredMethod):
                 for _ in range(geometry.num_layers)]
 
     def before_denoise(self, cache: KVCache, sig: BeforeChunk) -> None:
-        """With a press that reads the probe: the attention of every probe query over the chunk that leaves
-        the window at this chunk's commit (already in the window, whole), per layer (:class:`Probe`)."""
+        """With a press that reads the probe: the attention of every probe query over the tokens the press
+        scores at this chunk's commit (:meth:`scored_chunks`, already held as they will be), per layer
+        (:class:`Probe`)."""
         if not self._reads_probe:
             return
         if sig.probe_queries is None:
             raise RuntimeError(f"kvpress: no probe queries for chunk {sig.chunk.index}")
-        leaving = sig.chunk.index - self.window()
-        if leaving < self.sink_chunks:
-            return
         span = self.scored_chunks(cache, sig.chunk.index)
         if span is None:
             return
