@@ -110,11 +110,10 @@ def lingbot_history(tiny: bool):
     from cmbench.backbones.memory.run_plan import geometry_of
     from cmbench.backbones.tiny import TinyWorldModel
     from cmbench.backbones.wan.timeline import prepared_length
-    from cmbench.benchmarks.gpu_check import lingbot_config
 
     if tiny:
         return TinyWorldModel.from_pretrained().geometry, 48
-    g = geometry_of(lingbot_config())
+    g = geometry_of(real_width.backbone_config("lingbot_world_v2_1_3b"))
     return g, prepared_length(16 * 60, 16.0, 16.0, g.chunk_frames, 4)[1] // g.chunk_frames * g.chunk_frames
 
 

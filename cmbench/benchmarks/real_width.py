@@ -130,10 +130,14 @@ def chunk_frames(name: str = BACKBONE) -> int:
 
 def plan_of(case: Case) -> MemoryPlan:
     """``plan``'s plan for the case, made as the command line makes it (no offloads on the CPU)."""
-    from cmbench.api import compose_config
+    from hydra import compose, initialize_config_dir
+
+    from cmbench.config_paths import knob_overrides
     from cmbench.spec import resolve_run
 
-    spec = resolve_run(compose_config(ARMS[case.arm][0]["name"], case.overrides()))
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=knob_overrides(case.overrides()))
+    spec = resolve_run(cfg)
     plan = plan_for(spec.plan_inputs(), spec.method)
     if plan.shape.context_frames != case.context_frames:
         raise ConfigError(f"plan took {plan.shape.context_frames} context latent frames for "
