@@ -92,7 +92,8 @@ LABELS = {
     "delta_vs_fullkv": "Δ score vs FullKV", "delta_ci95": "± 95% CI", "wins": "Wins", "ties": "Ties",
     "losses": "Losses", "n_pairs": "Pairs", "p_adjusted": "Adjusted p", "verdict": "Verdict", "contexts": "Contexts", "versus": "Versus", "versus_pr": "Versus PR", "delta": "Δ score",
     "test": "Test", "kv_bytes_ratio": "KV bytes / FullKV", SUSPECT_COLUMN: f"Suspect continuations {SUSPECT_MARK}",
-    "ranked": "Ranked", "quality_undefined": "Still tasks (quality undefined)",
+    "ranked": "Ranked", "quality_undefined": "Still tasks (quality undefined)", "task_count": "Distinct tasks",
+    "unshared_tasks": "Tasks left out (not run by all)",
     **QUALITY_LABELS, **FIDELITY_LABELS,
 }
 
@@ -162,6 +163,20 @@ def format_value(column: str, value: Any) -> Cell:
     else:
         text = f"{v:.4f}"
     return Cell(text, repr(v) if math.isfinite(v) else ("Infinity" if v > 0 else "-Infinity"), True)  # JS's names
+
+
+HEADLINE = ("method", "metric", "score", "score_ci95", "score_at_85pr", "pr", "kv_bytes_ratio", "cost_speedup_vs_fullkv",
+            "speedup_vs_fullkv", "continuation_fps", "peak_kv_bytes", "seeds", "n_tasks", "failures", FLAG_COLUMN,
+            SUSPECT_COLUMN, "ranked")
+"""The leaderboard's columns in the page's first table (the markdown board's); the rest follow in a second
+table, so the first fits a 1400-pixel window."""
+
+
+def split_board(board: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``board`` as the page's two leaderboard tables: the :data:`HEADLINE` columns it has, and ``method`` with
+    every other column (quality, fidelity, host store, context PR, ...; a column added to the board shows there)."""
+    first = [c for c in board.columns if c in HEADLINE]
+    return board[first], board[["method", *[c for c in board.columns if c not in first]]]
 
 
 def table(id_: str, title: str, frame: pd.DataFrame, note: str = "") -> Table:
@@ -530,12 +545,16 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
     order = {label: i for i, label in enumerate(board["method"])}
     runs = sorted(runs, key=lambda r: (r.label != REFERENCE_METHOD, order.get(r.label, len(order))))
     shown = board.drop(columns=[c for c in FIDELITY_LABELS if c in board.columns and c not in shown_fidelity(board)])
+    headline, rest = split_board(shown)
     tables = [
-        table("leaderboard", "Leaderboard", shown,
+        table("leaderboard", "Leaderboard", headline,
               "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
               + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])
               + (f" {frame_count_note(board)}" if frame_count_note(board) else "")
               + (f" {suspect_note(board)}" if suspect_note(board) else "")),
+        table("leaderboard-more", "Leaderboard: the other columns", rest,
+              "Each entry's other measures (quality, fidelity to FullKV, host store, context PR, FLOPs, tasks ...), "
+              "in the leaderboard's row order."),
         table("by-source", "Per source", breakdown(runs, "source")),
         table("by-type", "Per task type", breakdown(runs, "task_type")),
         table("paired", "Paired deltas against FullKV", paired_deltas(runs),
