@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders with their saved videos")
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here too")
+    parser.add_argument("--how", default="", help="how the runs were made (a line of the page)")
     args = parser.parse_args(argv)
     start = time.monotonic()
     own = dict(run_errors(run) for run in args.runs)
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
              *(row(f"attack: {name}", values) for name, values in copies.items())]
     text = (f"# Continuity: CMBench's own continuations against copies of the context\n\n```\n"
             f"python scripts/continuity_margin.py {' '.join(str(r) for r in args.runs)}\n```\n\n"
+            + (f"{args.how}\n\n" if args.how else "") +
             f"Continuity error (docs/scoring.md#continuity) of every saved continuation of the runs above, then of "
             f"five attacks built from the context of each task of `{manifest}`. Threshold: "
             f"**{CONTINUITY_THRESHOLD}**. CMBench's own runs reach at most {highest:.4f} (margin "
