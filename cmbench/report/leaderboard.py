@@ -481,6 +481,11 @@ def pareto_plot(board: pd.DataFrame, path: Path, title: str | None = None) -> Pa
     ax.set_ylabel(f"{board_metric(board)} (mean max-similarity)")
     ax.set_title(title or f"CMBench: {board_metric(board)} score vs pruning ratio")
     ax.grid(alpha=0.3)
+    left, right = ax.get_xlim()
+    for label in labels:  # a point in the right part of the plot has its label on its left, inside the figure
+        if label.xy[0] > left + 0.6 * (right - left):
+            label.set_horizontalalignment("right")
+            label.xyann = (-5, 4)
     fig.tight_layout()
     separate_labels(fig, labels)
     fig.savefig(path)
