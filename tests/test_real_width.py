@@ -74,3 +74,18 @@ def test_the_wan_path_at_a_small_width_is_what_plan_says(arm):
             r = by[phase, part]
             assert r.close, r
     assert by["continuation", "attention"].measured > by["prefill", "attention"].measured  # the fork's join
+
+
+@pytest.mark.slow
+def test_the_script_refuses_a_case_the_machine_cannot_hold_before_building_anything():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "scripts/bench_real_width.py", "--layers", "2000", "--arms", "FullKV",
+                           "--out", "/nonexistent/real_width.md"], cwd=repo, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("bench_real_width: self_forcing + fullkv: the DiT needs ") and "available" in line
