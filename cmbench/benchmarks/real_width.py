@@ -326,8 +326,8 @@ def measure(case: Case, backbone) -> Measured:
     backbone.text.encode("a room")  # the prompt's states cached before anything is measured
     cuda = backbone.device.type == "cuda"
     start = time.perf_counter()
-    # the allocators report to the profiler from the host, CUDA's too: no kernel tracing (CUPTI) is needed
-    with metered(backbone.dit), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])  # as torch's memory timeline
+    with metered(backbone.dit), profile(activities=activities, profile_memory=True) as prof:
         with torch.profiler.record_function(WINDOW + "prefill"):
             pre = prefill(backbone, method, latents, cond, seed=2, settings=settings)
             pre.cache.trim()  # as run settles a prefilled cache it keeps on the device
