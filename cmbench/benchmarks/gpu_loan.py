@@ -176,12 +176,22 @@ def check_scorer(report, tiny: bool, device: str) -> None:
 def miniworld_records(device: str, folder: Path) -> list[dict[str, Any]]:
     """(h)'s run: DeCoPrune on the small suite's first tasks with the tiny model on ``device`` (the suite built
     under ``folder``), each task's id, score and PR."""
-    import cmbench
+    from hydra import compose, initialize_config_dir
 
-    result = cmbench.evaluate(method="decoprune", limit=MINIWORLD_TASKS, out_dir=folder / "runs",
-                              overrides=[f"data.root={folder / 'suite'}", *MINIWORLD, f"backbone.device={device}",
-                                         "progress=false"])
-    return [{"task_id": r.task_id, "score": float(r.score), "pr": float(r.pr)} for r in result.records.itertuples()]
+    from cmbench.config_paths import CONFIG_DIR, knob_overrides
+    from cmbench.runs.experiment import run_experiment
+    from cmbench.runs.records import RECORDS, read_records_file
+    from cmbench.spec import resolve_run
+
+    overrides = ["method=decoprune", f"limit={MINIWORLD_TASKS}", f"out_dir={folder / 'runs'}", "progress=false",
+                 f"data.root={folder / 'suite'}", *MINIWORLD, f"backbone.device={device}"]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        cfg = compose(config_name="config", overrides=knob_overrides(overrides))
+    done = run_experiment(resolve_run(cfg))
+    records = [r for r, _ in read_records_file(done.run_dir / RECORDS)]
+    nan = float("nan")  # a failed task has no score: its difference fails the check
+    return [{"task_id": r.task_id, "score": nan if r.score is None else float(r.score),
+             "pr": nan if r.pr is None else float(r.pr)} for r in records]
 
 
 def check_miniworld(report, device: str, folder: Path, expected: dict[str, Any]) -> None:
