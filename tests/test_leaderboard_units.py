@@ -524,7 +524,8 @@ def test_the_pareto_plot_places_each_measured_entry_with_clipped_error_bars(tmp_
     for text in ax.texts:  # each name beside its point (an offset of a few points, not a place in data space)
         x, y = ax.transData.transform(text.xy)
         box = text.get_window_extent(renderer)
-        assert abs(box.x0 - x) < 20 and abs(box.y0 - y) < 20, text.get_text()
+        edge = box.x1 if text.get_horizontalalignment() == "right" else box.x0  # right of the plot: label on its left
+        assert abs(edge - x) < 20 and abs(box.y0 - y) < 20, text.get_text()
     assert ax.get_xlabel() == "pruning ratio PR (%)" and ax.get_ylabel() == "DINO (mean max-similarity)"
     assert ax.get_title() == "CMBench: DINO score vs pruning ratio"
     lb.pareto_plot(board, tmp_path / "q.png", title="mine")
@@ -547,7 +548,8 @@ def test_a_board_is_written_best_first_in_six_digit_csvs_with_every_file(tmp_pat
             write_run(tmp_path / "low", [{**r, "label": "low", "score": r["score"] - 0.5} for r in full_rows()])]
     out = tmp_path / "board"
     paths = lb.write_reports(runs, out)
-    assert sorted(paths) == sorted(set(lb.REPORT_FILES) - {"backbone_gate.csv"})  # comparisons: each vs FullKV
+    # comparisons: each vs FullKV; the families board only with families=True
+    assert sorted(paths) == sorted(set(lb.REPORT_FILES) - {"backbone_gate.csv", "families.csv", "families.png"})
     assert all(p == out / name and p.is_file() for name, p in paths.items())
     board = pd.read_csv(paths["leaderboard.csv"])
     assert board["method"].tolist() == ["m", "tie", "fullkv", "low"]  # 0.667, then 0.65 twice in the given order
