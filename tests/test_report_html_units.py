@@ -855,12 +855,16 @@ def test_the_page_shows_its_tables_with_their_titles_and_notes_gate_first(page):
     notes = {t: (re.search(r'<p class="note">(.*?)</p>', section(page.text, t), re.S) or [None, None])[1]
              for t in page_tables(page.text)}
     board_note = "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
+    # allow_mixed, deco without b1: its mean is over other tasks than the others', and the note says so
+    mixed = (" Task sets: the runs cover different tasks (leaderboard.allow_mixed=true; tasks: {}): "
+             "their means are over different tasks, so rows are not comparable (paired deltas are over the tasks "
+             "both ran).")
     assert notes == {
         "gate": f"FullKV minus Streaming with recent_chunks=0 (the sink only), paired by task and seed, 95% CI "
                 f"clustered by context; a backbone passes when the CI's lower end is >= {MARGIN}. A backbone that "
                 "fails does not use its context: comparing compression methods on it says nothing about memory "
                 "(the paper's reason for choosing LingBot World v2).",
-        "leaderboard": board_note + " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1],
+        "leaderboard": board_note + " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1] + mixed.format("fullkv 3, sink 3, deco 2"),
         "leaderboard-more": "Each entry's other measures (quality, fidelity to FullKV, host store, context PR, FLOPs, "
                             "tasks ...), in the leaderboard's row order.",
         "by-source": None, "by-type": None,
@@ -872,7 +876,8 @@ def test_the_page_shows_its_tables_with_their_titles_and_notes_gate_first(page):
                        "(docs/verdicts.md). Pairs: each entry against FullKV, or leaderboard.focus against every "
                        "other, plus leaderboard.compare.",
     }
-    assert re.search(r'<p class="note">(.*?)</p>', section(page.plain_text, "leaderboard")).group(1) == board_note
+    assert re.search(r'<p class="note">(.*?)</p>', section(page.plain_text, "leaderboard")).group(1) == (
+        board_note + mixed.format("fullkv 3, deco 2"))
     by_source = re.findall(r'data-key="(\w+)"', section(page.text, "by-source"))
     by_type = re.findall(r'data-key="(\w+)"', section(page.text, "by-type"))
     assert "source" in by_source and "task_type" not in by_source

@@ -50,7 +50,7 @@ from cmbench.report.gate import MARGIN, backbone_gate
 from cmbench.report.frame_curves import frame_curves, frame_curves_plot
 from cmbench.runs.atomic import dead_builds
 from cmbench.runs.output_folder import Legacy, OutputFolder, claim
-from cmbench.report.reading import folder_config
+from cmbench.report.reading import entry_tasks, folder_config, task_set_note
 from cmbench.report.suspect import SUSPECT_COLUMN, SUSPECT_MARK, ranked, suspect_note
 from cmbench.report.leaderboard import (
     FIDELITY_LABELS,
@@ -546,12 +546,14 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
     runs = sorted(runs, key=lambda r: (r.label != REFERENCE_METHOD, order.get(r.label, len(order))))
     shown = board.drop(columns=[c for c in FIDELITY_LABELS if c in board.columns and c not in shown_fidelity(board)])
     headline, rest = split_board(shown)
+    tasks_note = task_set_note(entry_tasks(runs))  # entries over different tasks: said above their means
     tables = [
         table("leaderboard", "Leaderboard", headline,
               "Score: mean over finished tasks, 95% CI clustered by context. Click a header to sort."
               + ("" if curves is None else " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1])
               + (f" {frame_count_note(board)}" if frame_count_note(board) else "")
-              + (f" {suspect_note(board)}" if suspect_note(board) else "")),
+              + (f" {suspect_note(board)}" if suspect_note(board) else "")
+              + (f" Task sets: {tasks_note}." if tasks_note else "")),
         table("leaderboard-more", "Leaderboard: the other columns", rest,
               "Each entry's other measures (quality, fidelity to FullKV, host store, context PR, FLOPs, tasks ...), "
               "in the leaderboard's row order."),
