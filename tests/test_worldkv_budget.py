@@ -158,19 +158,17 @@ def _memory(method: WorldKV):
     return pre, continue_task(backbone, pre, "plan", 3 * F, seed=1)
 
 
-def test_the_bank_on_the_device_is_the_same_run_its_bytes_device_bytes_and_nothing_moves():
+def test_the_bank_on_the_device_is_the_same_run_holding_the_same_store_and_nothing_moves():
     """WorldKV's own script keeps its bank on the GPU (``--kv_bank_on_gpu``): the same rows attend, so the same
-    latents; the store's bytes join the device bytes of every chunk; no byte crosses the host link."""
+    latents and the same bytes in the banks; the store holds what it held in host memory (its bytes are then device
+    memory beside the banks': the board's total memory); no byte crosses the host link."""
     pre, host = _memory(WorldKV(retrieval_frames=4))
     _, device = _memory(WorldKV(retrieval_frames=4, bank_on_device=True))
     torch.testing.assert_close(device.latents, host.latents, rtol=0, atol=0)
-    assert host.ledger.peak_store_bytes > 0 and host.ledger.moved_bytes > 0
-    assert device.ledger.peak_store_bytes == 0 and device.ledger.moved_bytes == 0
+    assert host.ledger.moved_bytes > 0 and device.ledger.moved_bytes == 0
     assert device.cache.store.bytes_in == device.cache.store.bytes_out == 0
-    # the first generated chunk is denoised beside what the prefill left in the store: compressed chunks of
-    # STORED tokens in every layer-head, float32 K and V; on the device they are device bytes
+    assert device.ledger.peak_store_bytes == host.ledger.peak_store_bytes > 0
+    assert [e.stored_bytes for e in device.ledger.entries] == [e.stored_bytes for e in host.ledger.entries]
+    # what the prefill left in the store: compressed chunks of STORED tokens in every layer-head, float32 K and V
     held = pre.cache.store.stored_bytes
-    chunk_bytes = STORED * G.num_layers * G.num_heads * 2 * G.head_dim * 4
-    assert held > 0 and held % chunk_bytes == 0
-    assert device.ledger.entries[0].stored_bytes - host.ledger.entries[0].stored_bytes == held
-    assert device.ledger.kv_bytes_ratio() > host.ledger.kv_bytes_ratio()
+    assert held > 0 and held % (STORED * G.num_layers * G.num_heads * 2 * G.head_dim * 4) == 0

@@ -696,10 +696,9 @@ class KVCache:
         return {info.index: int(counts[info.index]) for info in self.chunks}
 
     def stored_bytes(self) -> int:
-        """Bytes of stored history K and V on the device: across banks, and a store kept on the device
-        (:attr:`HostStore.on_device`) beside them."""
-        on_device = 0 if self.store is None or not self.store.on_device else self.store.stored_bytes
-        return sum(b.stored_bytes() for b in self.all_banks()) + on_device
+        """Bytes of stored history K and V across banks (a store's are apart, :meth:`store_bytes`, wherever it
+        is kept)."""
+        return sum(b.stored_bytes() for b in self.all_banks())
 
     def store_shares(self) -> int:
         """Equal parts the model's history is split into, this cache holding one (1: every head here)."""
@@ -708,9 +707,9 @@ class KVCache:
     def store_bytes(self) -> tuple[int, int]:
         """The model's host store's peak bytes of K and V and the bytes it moved host <-> device (both
         ways) so far: this cache's store's, times :meth:`store_shares` (every share holds and moves the
-        same tokens of as many heads); ``(0, 0)`` without a store or with one kept on the device (its bytes
-        are device bytes: :meth:`stored_bytes`)."""
-        if self.store is None or self.store.on_device:
+        same tokens of as many heads); ``(0, 0)`` without a store. A store kept on the device
+        (:attr:`HostStore.on_device`) moves nothing: its peak is then device memory beside the banks'."""
+        if self.store is None:
             return 0, 0
         shares = self.store_shares()
         return self.store.peak_bytes * shares, (self.store.bytes_in + self.store.bytes_out) * shares

@@ -16,8 +16,8 @@ changed by a task.
 Accounting: ``stored_bytes`` (K and V in the store now), ``peak_bytes``, and the bytes moved each way
 (``bytes_out``: device -> host, ``bytes_in``: host -> device). A store kept on the device with the banks
 (``on_device``, as WorldKV's own script runs its bank: ``--kv_bank_on_gpu``) moves nothing between host and
-device: its rows stay where the banks are, its bytes are device bytes (:meth:`KVCache.stored_bytes` counts
-them) and ``bytes_out`` and ``bytes_in`` stay 0. A store bounded by ``max_bytes`` drops its
+device: its rows stay where the banks are, its bytes are device memory beside the banks' (the families
+board's total memory) and ``bytes_out`` and ``bytes_in`` stay 0. A store bounded by ``max_bytes`` drops its
 oldest chunks (every bank's segment of the lowest chunk index) when a move would exceed it; the dropped
 tokens are gone (``dropped_tokens`` counts them, per head). Under a split (:mod:`cmbench.parallel`) a
 rank's store is one of ``shares`` equal parts of the model's (the same tokens, of its heads), and the
@@ -100,7 +100,8 @@ class HostStore:
         Most bytes of stored K and V of the model; ``None`` for unbounded.
     on_device : bool
         Keep the stored rows on the device the banks are on (``device`` unused): nothing crosses the host
-        link, and the store's bytes are device bytes.
+        link, and the store's bytes are device memory beside the banks' (the device ledger counts the banks; a
+        board adds the store: its total memory column).
 
     Attributes
     ----------

@@ -139,9 +139,10 @@ class StoreRetrieval(Method):
         Bound of the host store (oldest chunks dropped first); ``None``: unbounded, as WorldKV's bank.
     bank_on_device : bool
         Keep the store on the device, as WorldKV's own script runs (``run_retrieval_compress.sh``:
-        ``--kv_bank_on_gpu``): the same rows attend, its bytes count as device bytes and nothing moves over
-        the host link (:attr:`HostStore.on_device`); ``False``: in host memory, the store's bytes and the
-        bytes moved per chunk beside the device bytes.
+        ``--kv_bank_on_gpu``): the same rows attend and nothing moves over the host link
+        (:attr:`HostStore.on_device`); its bytes are then device memory beside the banks' (the board's total
+        memory column); ``False``: in host memory, the store's bytes and the bytes moved per chunk beside the
+        device bytes.
     """
 
     family = "retrieval"
