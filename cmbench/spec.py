@@ -47,7 +47,7 @@ from cmbench.generation.sampler import FlowMatchSampler
 from cmbench.hashing import config_hash
 from cmbench.methods.base import Method
 from cmbench.methods.registry import build_method, canonical_method_config, full_method_config
-from cmbench.identity.code import CodeIdentity, code_identity, portable
+from cmbench.identity.code import CodeIdentity, code_identity, file_fingerprint, portable
 from cmbench.identity.labels import check_label, run_label
 from cmbench.identity.paths import path_component
 
@@ -742,7 +742,7 @@ def result_config(plain: Mapping[str, Any], method: Method | None = None) -> dic
     if storage.name == "lowrank":  # its basis hashes by content
         storage = lowrank_basis(storage, out.get("backbone") or {})
     if storage.quantized:  # full precision hashes as before storage formats existed
-        out["storage"] = storage.knobs()
+        out["storage"] = storage.knobs(file_fingerprint)
     dtype = cache_dtype_spec(out.pop("cache", None))
     if dtype is not None:  # the model's own precision hashes as before cache.dtype existed
         out["cache"] = {"dtype": dtype}

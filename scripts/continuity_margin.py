@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cmbench.data import load_manifest  # noqa: E402
 from cmbench.data.video import VideoReader  # noqa: E402
-from cmbench.miniworld.readers import extension, load_context  # noqa: E402
+from cmbench.miniworld.readers import camera_plan, extension, load_context  # noqa: E402
 from cmbench.report.reading import folder_manifest, read_records  # noqa: E402
 from cmbench.scoring.continuity import CONTINUITY_THRESHOLD, continuity_fields  # noqa: E402
 
@@ -55,7 +55,7 @@ def run_errors(run: Path) -> tuple[str, list[float]]:
         if row.status != "ok" or not isinstance(row.video, str):
             continue
         task = tasks[row.task_id]
-        got = continuity_fields(task, lambda task=task: load_context(task)[0], VideoReader(run / row.video))
+        got = continuity_fields(camera_plan(task), lambda task=task: load_context(task)[0], VideoReader(run / row.video))
         if got["continuity"] is not None:
             errors.append(got["continuity"])
     return records.label, errors
@@ -69,7 +69,7 @@ def attack_errors(manifest: Path) -> dict[str, list[float]]:
         context, _ = load_context(task)
         reference = context[task.references[0].frame_at(float(extension(task).get("fps", 16)), native=True)]
         for name, make in made.items():
-            got = continuity_fields(task, lambda context=context: context, make(context, reference))
+            got = continuity_fields(camera_plan(task), lambda context=context: context, make(context, reference))
             if got["continuity"] is not None:
                 out[name].append(got["continuity"])
     return out

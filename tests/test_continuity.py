@@ -20,8 +20,9 @@ from cmbench.miniworld import render_video, scene_from_seed
 from cmbench.report import write_reports
 from cmbench.report.suspect import SUSPECT_COLUMN, ranked
 from cmbench.runs.records import TaskRecord
-from cmbench.scoring.continuity import (CONTINUITY_THRESHOLD, CameraPlan, camera_plan, continuity_error,
-                                        continuity_fields, shifted_difference)
+from cmbench.miniworld.readers import camera_plan
+from cmbench.scoring.continuity import (CONTINUITY_THRESHOLD, CameraPlan, continuity_error, continuity_fields,
+                                        shifted_difference)
 from test_report import record, write_run
 
 SCENE = scene_from_seed(11, "synthetic")
@@ -40,7 +41,7 @@ TRUE = render_video(SCENE, PLAN_X, first_frame=len(CONTEXT_X))  # what a perfect
 
 
 def fields(frames, t=None):
-    return continuity_fields(t or task(), lambda: CONTEXT, frames)
+    return continuity_fields(camera_plan(t or task()), lambda: CONTEXT, frames)
 
 
 def test_a_true_continuation_continues_and_the_camera_step_has_its_sign():
@@ -90,7 +91,8 @@ def test_only_the_planned_frames_are_read_and_a_task_without_a_plan_is_not_check
     assert fields(stream())["suspect"] is None and len(read) == len(PLAN_X)
     called = []
     no_plan = SimpleNamespace(task_id="t", extra={})
-    assert continuity_fields(no_plan, lambda: called.append(1), TRUE) == {"continuity": None, "suspect": None}
+    assert camera_plan(no_plan) is None
+    assert continuity_fields(None, lambda: called.append(1), TRUE) == {"continuity": None, "suspect": None}
     assert called == []  # the context is not even read
     assert camera_plan(task(width=True)) is None and camera_plan(task(continuation_x=[])) is None
 

@@ -32,7 +32,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from cmbench.cache.quantized import PARAM, Codec, _as_bytes, _from_bytes
+from cmbench.cache.codec import PARAM, Codec, as_bytes, from_bytes
 
 BASIS_SUFFIX = "_key_basis.safetensors"
 """A backbone's key basis lives beside its weights: ``<weights stem>_key_basis.safetensors``."""
@@ -100,11 +100,11 @@ class LowRankKeys(Codec):
     def encode(self, x: torch.Tensor, params: Any) -> torch.Tensor:
         """``x [B, m, Hg, D]`` -> its coefficients ``x @ P`` as bytes, ``uint8 [B, m, Hg, 2 rank]``."""
         coeff = torch.einsum("bmhd,hdr->bmhr", x.float(), self.basis.to(x.device, torch.float32))
-        return _as_bytes(coeff.to(PARAM))
+        return as_bytes(coeff.to(PARAM))
 
     def decode(self, raw: torch.Tensor, params: Any, dtype: torch.dtype) -> torch.Tensor:
         """Coefficient bytes ``[B, m, Hg, 2 rank]`` -> keys ``c @ P.T`` ``[B, m, Hg, D]`` in ``dtype``."""
-        coeff = _from_bytes(raw).float()
+        coeff = from_bytes(raw).float()
         return torch.einsum("bmhr,hdr->bmhd", coeff, self.basis.to(raw.device, torch.float32)).to(dtype)
 
 
@@ -119,10 +119,10 @@ class Float16Rows(Codec):
         return head_dim * PARAM.itemsize
 
     def encode(self, x: torch.Tensor, params: Any) -> torch.Tensor:
-        return _as_bytes(x.to(PARAM))
+        return as_bytes(x.to(PARAM))
 
     def decode(self, raw: torch.Tensor, params: Any, dtype: torch.dtype) -> torch.Tensor:
-        return _from_bytes(raw).to(dtype)
+        return from_bytes(raw).to(dtype)
 
 
 def lowrank_codecs(basis_file: str | Path, rank: int, layer: int, heads: tuple[int, ...]) -> tuple[Codec, Codec]:

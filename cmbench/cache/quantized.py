@@ -48,11 +48,12 @@ from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 
+from cmbench.cache.codec import PARAM, Codec, Table, as_bytes, from_bytes
+from cmbench.cache.lowrank import Float16Rows, LowRankKeys, lowrank_codecs
 from cmbench.errors import ConfigError
 
 FORMATS = ("fp", "kivi", "qvg", "chunkmean", "lowrank")
 BITS = (2, 4, 8)
-PARAM = torch.float16  # zero points, scales, means, centroids
 MAX_CLUSTERS = 256  # a cluster id is one uint8
 
 
@@ -110,14 +111,21 @@ class StorageFormat:
         stages = f"x{self.stages}" if self.name == "chunkmean" else ""
         return f"{self.name}{self.bits}{stages}"
 
-    def knobs(self) -> dict[str, object]:
+    def knobs(self, fingerprint: Callable[[str], str] | None = None) -> dict[str, object]:
         """The knobs that define the format (those a format does not use, ``None``, left out): what a run's
-        identity hashes, so that a kivi run hashes as it did before qvg's knobs existed; lowrank's basis by
-        its content's fingerprint, not where it is)."""
-        if self.name == "lowrank":
-            from cmbench.identity.code import file_fingerprint
+        identity hashes, so that a kivi run hashes as it did before qvg's knobs existed.
 
-            basis = file_fingerprint(self.basis) if self.basis and Path(self.basis).is_file() else self.basis
+        Parameters
+        ----------
+        fingerprint : callable ``path -> str``, optional
+            What names lowrank's basis file by its content, not where it is (a run's identity passes
+            :func:`cmbench.identity.code.file_fingerprint`); without it, or for a basis that is not a file,
+            the basis is named by its path.
+        """
+        if self.name == "lowrank":
+            basis = self.basis
+            if fingerprint is not None and basis and Path(basis).is_file():
+                basis = fingerprint(basis)
             return {"name": self.name, "rank": self.rank, "residual": self.residual, "basis": basis}
         return {k: v for k, v in asdict(self).items() if v is not None}
 
@@ -173,8 +181,6 @@ class StorageFormat:
         """The key and value codecs of a quantized format (lowrank: of layer ``layer``'s bank of ``heads``,
         on their bases; without them, codecs that only say their widths)."""
         if self.name == "lowrank":
-            from cmbench.cache.lowrank import Float16Rows, LowRankKeys, lowrank_codecs
-
             assert self.rank is not None
             if layer is None or heads is None or self.basis is None:
                 return LowRankKeys(self.rank, torch.zeros(0)), Float16Rows()
@@ -314,114 +320,7 @@ def quantize(x: torch.Tensor, zero: torch.Tensor, scale: torch.Tensor, bits: int
     return torch.round((x - zero.float()) / safe).clamp_(0, 2**bits - 1).to(torch.uint8)
 
 
-def _as_bytes(x: torch.Tensor) -> torch.Tensor:
-    """``float16 [..., P]`` -> ``uint8 [..., 2 P]``."""
-    return x.contiguous().view(torch.uint8)
-
-
-def _from_bytes(raw: torch.Tensor) -> torch.Tensor:
-    """``uint8 [..., 2 P]`` -> ``float16 [..., P]``."""
-    return raw.contiguous().view(PARAM)
-
-
 # ---------------------------------------------------------------------------------------------- codecs
-@dataclass(frozen=True)
-class Table:
-    """Parameters shared by rows: ``keys long [g]`` (sorted, CPU) and ``data float16 [B, g, Hg, P, D]``."""
-
-    keys: torch.Tensor
-    data: torch.Tensor | None
-
-    @staticmethod
-    def empty() -> "Table":
-        return Table(torch.zeros(0, dtype=torch.long), None)
-
-    def nbytes(self) -> int:
-        return 0 if self.data is None else self.data.numel() * self.data.element_size()
-
-    def rows(self, keys: torch.Tensor) -> torch.Tensor:
-        """Entries of these keys (``long [m]``, each present) in ``float32``: ``[B, m, Hg, P, D]`` (converted
-        before they are repeated per row)."""
-        assert self.data is not None
-        return self.data.index_select(1, torch.searchsorted(self.keys, keys).to(self.data.device)).float()
-
-    def lookup(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The distinct entries of these keys (``long [m]``, each present) in ``float32``,
-        ``[B, u, Hg, P, D]``, and each key's entry among them ``long [m]`` (entries not repeated per row)."""
-        assert self.data is not None
-        unique, inverse = keys.unique(return_inverse=True)
-        return self.data.index_select(1, torch.searchsorted(self.keys, unique).to(self.data.device)).float(), inverse
-
-    def only(self, keys: torch.Tensor) -> "Table":
-        """The entries of these keys (the others dropped)."""
-        if self.data is None:
-            return self
-        kept = torch.isin(self.keys, keys)
-        if bool(kept.all()):
-            return self
-        idx = kept.nonzero().squeeze(1)
-        return Table(self.keys[idx], self.data.index_select(1, idx.to(self.data.device)))
-
-    def merged(self, keys: torch.Tensor, data: torch.Tensor) -> "Table":
-        """This table with new entries (``keys [g']`` not present, ``data [B, g', Hg, P, D]``)."""
-        if self.data is None:
-            order = keys.argsort()
-            return Table(keys[order], data.index_select(1, order.to(data.device)))
-        all_keys = torch.cat([self.keys, keys])
-        order = all_keys.argsort()
-        both = torch.cat([self.data, data.to(self.data.device)], dim=1)
-        return Table(all_keys[order], both.index_select(1, order.to(both.device)))
-
-    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Table":
-        return self if self.data is None else Table(self.keys, fn(self.data))
-
-
-class Codec:
-    """How one side (keys or values) of a row is encoded; rows of one table key share its entry."""
-
-    bits: int
-    key_kind: ClassVar[str | None] = None
-    """What a table entry is shared by: ``"key group"`` (kivi's keys), ``"chunk"``, or ``None`` (no table)."""
-
-    def key(self, prov: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
-        """Table key of each row ``long [m]`` from its provenance, or ``None`` (no table)."""
-        return None
-
-    def entry_bytes(self, head_dim: int) -> int:
-        """Bytes of one table entry of one head (0: no table)."""
-        return 0
-
-    def held(self) -> list[torch.Tensor]:
-        """Tensors the codec itself holds for its bank (counted in the bank's bytes)."""
-        return []
-
-    def params(self, table: Table, keys: torch.Tensor) -> object:
-        """What :meth:`encode` and :meth:`decode` read of ``table`` for rows of these keys (``long [m]``):
-        here each row's entry, ``float32 [B, m, Hg, P, D]``."""
-        return table.rows(keys)
-
-    def entry_rows(self, tokens_per_frame: int, tokens_per_chunk: int) -> int:
-        """Most rows of one bank that share one table entry (1: no table)."""
-        return 1
-
-    def fit(self, x: torch.Tensor, index: torch.Tensor, groups: int) -> torch.Tensor:
-        """Table entries ``float16 [B, groups, Hg, P, D]`` from rows ``x [B, m, Hg, D]`` of ``index [m]``."""
-        raise NotImplementedError
-
-    def width(self, head_dim: int) -> int:
-        """Bytes of one row of one head."""
-        raise NotImplementedError
-
-    def encode(self, x: torch.Tensor, params: Any) -> torch.Tensor:
-        """``x [B, m, Hg, D]`` with what :meth:`params` read for its rows (``None``: no table) ->
-        ``uint8 [B, m, Hg, W]``."""
-        raise NotImplementedError
-
-    def decode(self, raw: torch.Tensor, params: Any, dtype: torch.dtype) -> torch.Tensor:
-        """Inverse of :meth:`encode`: ``uint8 [B, m, Hg, W]`` -> ``[B, m, Hg, D]`` in ``dtype``."""
-        raise NotImplementedError
-
-
 @dataclass(frozen=True)
 class ChannelGroups(Codec):
     """KIVI's keys: per channel over a key group of ``group`` positions of one frame (table: zero, scale)."""
@@ -502,7 +401,7 @@ class TokenGroups(Codec):
             zero, scale = affine(grouped.amin(-1), grouped.amax(-1), self.bits)
             codes = quantize(grouped, zero[..., None], scale[..., None], self.bits)
             rest = rest - torch.addcmul(zero[..., None].float(), codes.float(), scale[..., None].float()).reshape(rest.shape)
-            parts += [pack(codes.reshape(B, m, Hg, D), self.bits), _as_bytes(torch.cat([zero, scale], dim=-1))]
+            parts += [pack(codes.reshape(B, m, Hg, D), self.bits), as_bytes(torch.cat([zero, scale], dim=-1))]
         return torch.cat(parts, dim=-1)
 
     def decode(self, raw: torch.Tensor, params: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
@@ -514,7 +413,7 @@ class TokenGroups(Codec):
         for stage in range(self.stages):
             part = raw[..., stage * step : (stage + 1) * step]
             codes = unpack_float(part[..., :code_bytes], self.bits).reshape(B, m, Hg, G, self.group)
-            zs = _from_bytes(part[..., code_bytes:]).float()  # [B, m, Hg, 2 G]: zero points, then scales
+            zs = from_bytes(part[..., code_bytes:]).float()  # [B, m, Hg, 2 G]: zero points, then scales
             out = out + torch.addcmul(zs[..., :G, None], codes, zs[..., G:, None]).reshape(B, m, Hg, D)
         return out.to(dtype)
 
@@ -629,7 +528,7 @@ class ClusteredResidual(Codec):
         scale = symmetric_scale(grouped.abs().amax(-1), self.bits)
         s = scale.float()[..., None]
         codes = torch.round(grouped / torch.where(s > 0, s, torch.ones_like(s))).clamp_(-q, q).add_(q).to(torch.uint8)
-        return torch.cat([ids, pack(codes.reshape(B, m, Hg, D), self.bits), _as_bytes(scale)], dim=-1)
+        return torch.cat([ids, pack(codes.reshape(B, m, Hg, D), self.bits), as_bytes(scale)], dim=-1)
 
     def decode(self, raw: torch.Tensor, params: Any, dtype: torch.dtype) -> torch.Tensor:
         entries, inverse = params
@@ -638,7 +537,7 @@ class ClusteredResidual(Codec):
         D = 8 * self.group * (width - S) // (self.group * self.bits + 8 * PARAM.itemsize)
         code_bytes, q = D * self.bits // 8, 2 ** (self.bits - 1) - 1
         codes = unpack_float(raw[..., S : S + code_bytes], self.bits).reshape(B, m, Hg, D // self.group, self.group)
-        scale = _from_bytes(raw[..., S + code_bytes :]).float()[..., None]
+        scale = from_bytes(raw[..., S + code_bytes :]).float()[..., None]
         out = ((codes - q) * scale).reshape(B, m, Hg, D)
         flat = entries.permute(0, 2, 1, 3, 4).reshape(-1, D)  # [B * Hg * u * P, D]
         u = entries.shape[1]

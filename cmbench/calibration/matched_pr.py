@@ -48,7 +48,7 @@ from cmbench.methods.knobs import Knob
 from cmbench.runs import atomic
 from cmbench.runs.output_folder import Legacy, OutputFolder, OutputFolderError, claim
 from cmbench.methods.registry import build_method, canonical_method_config, config_class, method_names
-from cmbench.identity.code import code_identity, portable
+from cmbench.identity.code import code_identity, file_fingerprint, portable
 from cmbench.identity.labels import resolve_method_class, storage_suffix
 from cmbench.identity.paths import path_component
 from cmbench.spec import check_format_for_method
@@ -442,7 +442,7 @@ def stored_format(cfg: DictConfig) -> dict[str, Any]:
     the model's own, as in a run's hash, so that such calibrations keep their keys."""
     storage = calibration_storage(cfg)
     dtype = calibration_cache_dtype(cfg)
-    return {**({"storage": storage.knobs()} if storage.quantized else {}),
+    return {**({"storage": storage.knobs(file_fingerprint)} if storage.quantized else {}),
             **({"cache": {"dtype": dtype}} if dtype is not None else {})}
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from cmbench import bounded_read
 from cmbench.errors import CMBenchError
+from cmbench.scoring.continuity import CameraPlan
 
 EXTENSION = "miniworld"  # name of the extension field of every MiniWorld row
 
@@ -29,6 +30,26 @@ def extension(task: Any) -> dict[str, Any]:
     if not isinstance(ext, dict):
         raise MiniWorldDataError(f"task {getattr(task, 'task_id', '?')} has no '{EXTENSION}' extension (not a MiniWorld row)")
     return ext
+
+
+def camera_plan(task: Any) -> CameraPlan | None:
+    """The task's camera plan from its row (MiniWorld's ``context_camera_x``, ``continuation_camera_x`` and
+    ``panorama_width``), or None when the row has none or a malformed one (the task is then not checked)."""
+    try:
+        ext = extension(task)
+    except MiniWorldDataError:
+        return None
+    context, continuation, width = (ext.get(k) for k in ("context_camera_x", "continuation_camera_x",
+                                                          "panorama_width"))
+    if not (isinstance(context, list) and context and isinstance(continuation, list) and continuation
+            and isinstance(width, int) and _whole(width) and width > 0
+            and all(_whole(x) for x in [*context, *continuation])):
+        return None
+    return CameraPlan(int(context[-1]), np.asarray(continuation, dtype=np.int64), width)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def data_file(task: Any, key: str) -> Path:

@@ -33,6 +33,7 @@ from cmbench.identity.labels import knob_text, safe_label
 from cmbench.lock import active_writer
 from cmbench.identity.paths import videos_label
 from cmbench.config_schema import REFERENCE_AGGREGATIONS
+from cmbench.report.precision import frame_precisions
 from cmbench.runs.records import FIELD_NAMES, QUALITY_FIELDS, RUN_FILE, read_task_records
 from cmbench.scoring.aggregation import aggregate_references
 
@@ -537,6 +538,26 @@ def reaggregate(run: RunRecords, how: str) -> None:
         frame["score"] = pd.to_numeric(frame.apply(score, axis=1), errors="coerce")
 
 
+def board_precision(entries: Iterable[RunRecords]) -> str:
+    """The one cache precision of a board's entries (``float32`` for a board of none).
+
+    Raises
+    ------
+    ReportError
+        Entries (or one entry's records) in more than one precision: one line naming the entries of each.
+    """
+    by_precision: dict[str, list[str]] = {}
+    for entry in entries:
+        for precision in frame_precisions(entry.frame):
+            by_precision.setdefault(precision, []).append(entry.label)
+    if len(by_precision) > 1:
+        named = "; ".join(f"{p}: {', '.join(labels)}" for p, labels in sorted(by_precision.items()))
+        raise ReportError(f"the entries' KV caches hold different precisions ({named}): their bytes count against "
+                          f"FullKV in different precisions, so one board cannot compare them; run them with one "
+                          f"cache.dtype")
+    return next(iter(by_precision), "float32")
+
+
 def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream: TextIO | None = None,
               reference_aggregation: str | None = None, task_ids: Iterable[str] | None = None,
               shared_tasks: bool = False) -> list[RunRecords]:
@@ -554,7 +575,7 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
     ReportError
         No folders, a folder a run is still writing, a setup's seeds that do not fit together, runs
         that are not comparable, or entries whose caches held different precisions
-        (:func:`cmbench.report.precision.board_precision`).
+        (:func:`board_precision`).
     """
     stream = stream or sys.stderr
     run_dirs = list(run_dirs)
@@ -588,7 +609,5 @@ def load_runs(run_dirs: Iterable[str | Path], allow_mixed: bool = False, stream:
         if note:
             print(f"leaderboard: {note}", file=stream)
     check_comparable(entries, allow_mixed)
-    from cmbench.report.precision import board_precision  # it reads this module's entries
-
     board_precision(entries)  # never two cache precisions on one bytes axis, even with allow_mixed
     return entries

@@ -40,6 +40,7 @@ from cmbench.identity.paths import inside
 from cmbench.runs import atomic
 from cmbench.runs.records import metric_name, scored_fields
 from cmbench.data.references import reference_frames
+from cmbench.miniworld.readers import camera_plan
 from cmbench.scoring.continuity import continuity_fields
 from cmbench.scoring.registry import build_scorer
 from cmbench.spec import DataSpec, GenerationSpec, RunSpec, plan_inputs
@@ -285,7 +286,7 @@ class ModelEvaluator:
         context_chunks = prefilled.next_chunk
         return {
             **scored_fields(scored),
-            **continuity_fields(task, lambda: context.reference_source, frames),
+            **continuity_fields(camera_plan(task), lambda: context.reference_source, frames),
             "metric": self.metric,
             "video": video,
             "pr": ledger["pruning_ratio"],

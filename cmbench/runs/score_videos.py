@@ -52,6 +52,7 @@ from cmbench.runs.records import (
     scored_fields,
 )
 from cmbench.runs.summary import summarise
+from cmbench.miniworld.readers import camera_plan
 from cmbench.scoring.continuity import continuity_fields
 from cmbench.scoring.frame_count import TooFewFrames
 from cmbench.scoring.pipeline import Scorer
@@ -274,7 +275,7 @@ def _score_into(writer: RecordWriter, scorer: Scorer, tasks: list[Task], adapter
             if warning:
                 warnings.append(warning)
                 print(f"score: warning: {warning}", file=sys.stderr)
-            continuity = continuity_fields(task, partial(context_frames, adapter, task), VideoReader(video))
+            continuity = continuity_fields(camera_plan(task), partial(context_frames, adapter, task), VideoReader(video))
             if continuity["suspect"]:
                 print(f"score: {task.task_id}: suspect: {continuity['suspect']}", file=sys.stderr)
             record = TaskRecord(**{**fields, **scored_fields(scored), **continuity, "video": str(video), "status": "ok"})

@@ -25,8 +25,6 @@ from typing import Any
 import cv2
 import numpy as np
 
-from cmbench.miniworld.readers import MiniWorldDataError, extension
-
 CONTINUITY_THRESHOLD = 0.07
 """The largest continuity error a continuation may have: over CMBench's own runs of every built-in method on
 MiniWorld and under copies of the context (results/continuity_margin.md, ``scripts/continuity_margin.py``)."""
@@ -56,26 +54,6 @@ class CameraPlan:
         offsets = [self.last_context_x, *(int(x) for x in self.continuation_x)]
         half = self.width // 2
         return [(b - a + half) % self.width - half for a, b in zip(offsets, offsets[1:])]
-
-
-def camera_plan(task: Any) -> CameraPlan | None:
-    """The task's camera plan from its row (MiniWorld's ``context_camera_x``, ``continuation_camera_x`` and
-    ``panorama_width``), or None when the row has none or a malformed one (the task is then not checked)."""
-    try:
-        ext = extension(task)
-    except MiniWorldDataError:
-        return None
-    context, continuation, width = (ext.get(k) for k in ("context_camera_x", "continuation_camera_x",
-                                                          "panorama_width"))
-    if not (isinstance(context, list) and context and isinstance(continuation, list) and continuation
-            and isinstance(width, int) and _whole(width) and width > 0
-            and all(_whole(x) for x in [*context, *continuation])):
-        return None
-    return CameraPlan(int(context[-1]), np.asarray(continuation, dtype=np.int64), width)
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def shifted_difference(before: np.ndarray, after: np.ndarray, step: int) -> float | None:
@@ -122,19 +100,21 @@ def continuity_error(last_context: np.ndarray, frames: np.ndarray, plan: CameraP
     return max(known) if known else None
 
 
-def continuity_fields(task: Any, context: Callable[[], np.ndarray], frames: Iterable[np.ndarray]) -> dict[str, Any]:
+def continuity_fields(plan: CameraPlan | None, context: Callable[[], np.ndarray],
+                      frames: Iterable[np.ndarray]) -> dict[str, Any]:
     """The record fields of a continuation's continuity: ``continuity`` (its error, None when the task has no
     camera plan) and ``suspect`` (why it is suspect, else None).
 
     Parameters
     ----------
-    task : Task
+    plan : CameraPlan or None
+        The task's camera plan (a MiniWorld row's: :func:`cmbench.miniworld.readers.camera_plan`); None: the
+        task has none and is not checked.
     context : callable ``() -> ndarray uint8 [F_c, H, W, 3]``
         The context frames (only the last is read; called only for a task with a camera plan).
     frames : iterable of ndarray, ``uint8 [H', W', 3]``
         The continuation's frames (read as far as the plan goes, so a streamed video is cut there).
     """
-    plan = camera_plan(task)
     if plan is None:
         return {"continuity": None, "suspect": None}
     held = context()
