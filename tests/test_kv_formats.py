@@ -108,13 +108,28 @@ def test_a_bank_shared_with_a_fork_encodes_its_window_first():
 def test_kivi_allocated_bytes_by_hand():
     """What a KIVI bank allocates, once trimmed to its 32 rows: the slots of its 32 rows (2560; the 8 of the
     recent window hold zeros), key table 512, recent window 4096, as counted above, and the 45 bytes of
-    provenance a row carries (frame, chunk, pos, gid, tpos: 8 each; keep: 1; priority: 4), and the open
-    chunk's full-precision slot (K and V, 32 tokens x 2 heads x 32 channels float32)."""
+    provenance a row carries (frame, chunk, pos, gid, tpos: 8 each; keep: 1; priority: 4). The open chunk's
+    full-precision slot (K and V, 32 tokens x 2 heads x 32 channels float32) is held only while the chunk is
+    open: the commit releases it, and a fork holds none."""
     cache = new_cache(KIVI)
     write(cache, [0])
     cache.trim()
+    held = 2560 + 512 + 4096 + 32 * 45
+    assert cache.allocated_bytes() == held == 8608
+    fork = cache.fork(headroom=L, share=False)
+    fork.trim()
+    assert fork.allocated_bytes() == held
+    fork.begin_chunk(1, 2, 2)
+    k, v = chunk_kv(1)
+    fork.attend(0, k.flip(1), k, v)
     slot = 2 * 32 * 2 * 32 * 4
-    assert cache.allocated_bytes() == 2560 + 512 + 4096 + 32 * 45 + slot == 24992
+    assert fork.allocated_bytes() == held + slot
+    fork.commit_chunk()  # 64 rows (80 bytes each), 4 key groups, the window, provenance; the slot released
+    assert fork.allocated_bytes() == 64 * 80 + 2 * 512 + 4096 + 64 * 45 == 13120
+    write(fork, [2])  # the next chunk allocates it again
+    want = new_cache(KIVI)
+    write(want, range(3))
+    assert torch.equal(fork.banks[0][0].history()[0], want.banks[0][0].history()[0])
 
 
 def test_chunkmean_bytes_by_hand():

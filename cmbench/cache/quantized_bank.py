@@ -6,7 +6,8 @@ insertion, copy on write, sharing with a fork, head selection, moves) works on t
 them the bank keeps:
 
 - the open chunk's slot in full precision, ``[B, L, Hg, D]`` (every denoising call overwrites it; it is
-  encoded once, by :meth:`commit`);
+  encoded once, by :meth:`commit`, which releases it: nothing reads it between a commit and the next chunk's
+  first write, which allocates it again, so a committed or forked cache holds no full-precision chunk);
 - one :class:`~cmbench.cache.quantized.Table` per side (KIVI's key zero points and scales, qvg's centroids,
   chunkmean's chunk means): immutable tensors, replaced rather than written, so a fork reads its parent's
   tables in place; an entry no history row uses any more is dropped at the next compaction;
@@ -35,7 +36,8 @@ import torch
 
 from cmbench.cache.bank import Bank
 from cmbench.cache.layout import HeadGroup
-from cmbench.cache.quantized import StorageFormat, Table
+from cmbench.cache.codec import Table
+from cmbench.cache.quantized import StorageFormat
 
 DECODE_ROWS = 1024
 """History rows an attention call decodes at once (:meth:`QuantizedBank.blocks`): the workspace of a call is one
@@ -133,6 +135,7 @@ class QuantizedBank(Bank):
         self.pending = torch.cat([self.pending[torch.isin(self.pending, window)], gid[held]])
         if r:
             self._push_tail(gid, k, v)
+        self._slot = None  # encoded (the window's rows copied): the next chunk's first write allocates it again
 
     def _push_tail(self, gid: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Keep the last ``residual`` committed tokens in full precision (these newest ones last)."""
@@ -368,7 +371,8 @@ class QuantizedBank(Bank):
         return 0 if self.shared is None else sum(t.numel() * t.element_size() for t in self.shared)
 
     def allocated_bytes(self) -> int:
-        """Bytes this bank allocated: encoded rows (capacity), provenance, tables, recent window, slot."""
+        """Bytes this bank allocated: encoded rows (capacity), provenance, tables, recent window and, while a
+        chunk is open, its full-precision slot."""
         if self.k is None or self.v is None:
             return 0
         own = (self.k.numel() + self.v.numel()) * self.k.element_size()
