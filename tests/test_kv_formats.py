@@ -486,5 +486,10 @@ def test_plan_sizes_the_cache_in_its_storage_format(capsys):
     assert "the re-index at most 1055 tokens at a time (20.6 MiB); not in the KV peak" in kivi2
     qvg = plan_lines(capsys, "storage=qvg")
     assert "the re-index at most 7263 tokens at a time (141.9 MiB); not in the KV peak" in qvg
+    basis = "cmbench/backbones/weights/tiny_miniworld_dynamic_key_basis.safetensors"
+    lowrank = plan_lines(capsys, "storage=lowrank", "storage.rank=4", f"storage.basis={basis}")
+    # its knobs, not kivi's bits and group it does not use: 4 float16 coefficients + 128 float16 values
+    assert "storage lowrank rank 4 (keys on the calibrated basis, values float16, recent window 0): 264.0 bytes " \
+           "per head-token vs 512" in lowrank and "-bit" not in lowrank
     assert bytes_per_token(StorageFormat("kivi", bits=4, group_size=32), 128, 2, 1560, 4680) == pytest.approx(
         64 + 64 + 16 + 2 * 128 * 2 * 49 * 3 / 4680)  # codes, value zero/scale, key table (49 groups a frame)

@@ -204,7 +204,9 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         entry = storage.codecs()[0].entry_rows(g.tokens_per_frame, g.tokens_per_chunk)
         span = min(DECODE_ROWS + entry - 1, history)  # a re-index span ends at the first entry boundary past a block
         row_mib = 2 * per_rank * g.head_dim * compute_bytes / 2**20  # decoded K and V of one token of one bank
-        notes = (*notes, f"storage {storage.name} {storage.bits}-bit (group {storage.group_size}, recent window "
+        knobs = (f"rank {storage.rank} (keys on the calibrated basis, values float16" if storage.name == "lowrank"
+                 else f"{storage.bits}-bit (group {storage.group_size}")
+        notes = (*notes, f"storage {storage.name} {knobs}, recent window "
                          f"{storage.residual}): {token_bytes:.1f} bytes per head-token vs {fp_bytes} in full precision "
                          f"({token_bytes / fp_bytes:.3f}); attention decodes {rows} history tokens at a time: "
                          f"{rows * row_mib:.1f} MiB of workspace and at most {LOGIT_BYTES / 2**20:.0f} MiB of float32 "
