@@ -493,3 +493,28 @@ def test_plan_sizes_the_cache_in_its_storage_format(capsys):
            "per head-token vs 512" in lowrank and "-bit" not in lowrank
     assert bytes_per_token(StorageFormat("kivi", bits=4, group_size=32), 128, 2, 1560, 4680) == pytest.approx(
         64 + 64 + 16 + 2 * 128 * 2 * 49 * 3 / 4680)  # codes, value zero/scale, key table (49 groups a frame)
+
+
+def test_the_plan_counts_the_open_chunks_full_precision_slot():
+    """A call ends with its chunk open: a quantized cache holds every layer's full-precision slot then, beside the
+    codes of the chunks before (what the replay calls ``open_slot``), and releases it at the commit; the replay's
+    peak counts it, full precision's (written into the rows) does not."""
+    from cmbench.backbones.memory.kv import Retention, simulate_kv
+
+    cache = new_cache(KIVI, layers=2)
+    write(cache, [0])
+    before = cache.allocated_bytes()
+    cache.begin_chunk(1, 2, 2)
+    for layer in range(2):
+        k, v = chunk_kv(1, layer)
+        cache.attend(layer, k, k, v)
+    slot = 2 * 2 * L * H * D * 4  # 2 layers x (K and V) x one chunk's rows in float32
+    assert cache.allocated_bytes() - before == slot
+    token = bytes_per_token(KIVI, D, 4, T, L)
+    ret = Retention()  # FullKV
+    plain, held = (simulate_kv(2, [[(H, None)]] * 2, D, 4, L, 3, 2, ret, token_bytes=token, slot_bytes=s)
+                   for s in (0, 2 * D * 4))
+    assert (plain.open_slot, held.open_slot) == (0, slot)
+    assert held.continuation_peak == plain.continuation_peak + slot  # the prefill's peak here: the re-index, slots gone
+    assert held.parked_continuation_peak == plain.parked_continuation_peak + slot
+    assert held.after_chunk == plain.after_chunk  # after a commit the slot is gone

@@ -149,7 +149,8 @@ def dit_parts(plan: MemoryPlan) -> dict[str, dict[str, int]]:
     """The plan's DiT parts per phase, as :class:`Measured` cuts them.
 
     ``weights``: the DiT; ``held``: the KV replay's allocation after its chunks (prefill: after the last one;
-    continuation: the trimmed prefilled cache and the fork after its chunk) and the inputs; ``activations``:
+    continuation: the trimmed prefilled cache and the fork after its chunk), or before a chunk's commit with a
+    quantized format's open slots (:attr:`~cmbench.backbones.memory.kv.KVTimeline.open_slot`), and the inputs; ``activations``:
     the DiT call; ``attention``: :func:`~cmbench.backbones.memory.workspace.attention_call` for the plan's
     device (inside the activations; the fork's join of shared rows is also in the replay's KV peak);
     ``peak``: the phase's DiT parts summed (the KV peak, its transients included, plus a call's peak).
@@ -158,8 +159,12 @@ def dit_parts(plan: MemoryPlan) -> dict[str, dict[str, int]]:
     out = {}
     for phase in ("prefill", "continuation"):
         parts = plan.phases[phase]
-        held = (max(kv.after_chunk) if phase == "prefill" else
-                kv.prefilled_stored + max(kv.fork, *kv.continuation_after_chunk)) + parts["inputs"]
+        if phase == "prefill":  # a call ends with its chunk open: the last commit's rows and the open slots
+            held = max(*kv.after_chunk, *(rows + kv.open_slot for rows in [0, *kv.after_chunk[:-1]]))
+        else:
+            after = [kv.fork, *kv.continuation_after_chunk]
+            held = kv.prefilled_stored + max(*after, *(rows + kv.open_slot for rows in after[:-1]))
+        held += parts["inputs"]
         frames = s.context_frames - (s.chunk_frames if phase == "prefill" else 0)
         attention = workspace.attention_call(s.tokens_per_chunk, frames * s.tokens_per_chunk // s.chunk_frames,
                                              s.heads, s.head_dim, s.compute_bytes, s.device, s.decode_rows,
@@ -358,11 +363,10 @@ DIFFERENCES = (
     "meta device with the loader's casts: equal.",
     "- **held** (full precision): the KV replay's allocation after each chunk (the bank's geometric growth, the "
     "trimmed prefilled cache, a fork's room for the continuation) plus the inputs.",
-    "- **held** (KIVI-4): a quantized bank keeps its full-precision chunk slot (one chunk's K and V per layer) after "
-    "the chunk is committed and after the prefilled cache is trimmed (`QuantizedBank._slot`); the replay counts "
-    "the stored codes only, so what calls hold is under-predicted by about one full-precision chunk per layer for "
-    "the prefilled cache, and one more for the task's fork. Not fixed here: it is the quantized bank's "
-    "allocation (the planner should count it, or the bank release it).",
+    "- **held** (KIVI-4): a quantized bank holds its full-precision chunk slot (one chunk's K and V per layer) "
+    "from a layer's first call of a chunk until the chunk is committed, and releases it then; a call ends with "
+    "its chunk open, so what it holds is the codes of the chunks before and every layer's slot, as the replay "
+    "counts them (`KVTimeline.open_slot`).",
     "- **activations**: `plan`'s DiT call is `L x c x (1.4 f + 12.5 d)` per call (coefficients fitted with the "
     "tensor tracker at small token grids, LingBot's float32 residual stream included); at this width in bfloat16 "
     "with a bfloat16 residual stream a call measures about `L x c x (2 f + 4 d)` (the FFN's two `f`-wide tensors "

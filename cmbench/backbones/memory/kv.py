@@ -161,6 +161,10 @@ class KVTimeline:
         cache plus one fork).
     store_peak : int
         Retrieval methods: the most K/V bytes in the host store (the prefilled store plus one task's).
+    open_slot : int
+        A quantized format's full-precision chunk slot, every bank's (``QuantizedBank.write_slot``): held from a
+        layer's first call of a chunk until the chunk is committed, beside the allocations above, which are
+        counted after commits (0 in full precision: the chunk is written into the bank's own rows).
     """
 
     after_chunk: list[int] = field(default_factory=list)
@@ -175,6 +179,7 @@ class KVTimeline:
     staging_peak: int = 0
     host_peak: int = 0
     store_peak: int = 0
+    open_slot: int = 0
 
 
 @dataclass
@@ -229,16 +234,17 @@ class _Cache:
     def note(self, extra: int = 0) -> None:
         self.peak = max(self.peak, self.allocated() + extra)
 
-    def write_slot(self, rows: int, extra: dict[int, int] | None = None) -> None:
+    def write_slot(self, rows: int, extra: dict[int, int] | None = None, held: int = 0) -> None:
         """Every layer's ``attend``: a bank grows (old and new both alive while copying); ``extra``:
-        rows per bank besides ``rows`` (a restore's)."""
+        rows per bank besides ``rows`` (a restore's); ``held``: bytes alive meanwhile outside the banks'
+        rows (a quantized format's open slots)."""
         for bank in self.banks:
             need = bank.n + rows + (0 if extra is None else extra.get(id(bank), 0))
             if bank.cap and need <= bank.cap:
                 continue
             old = bank.bytes()
             bank.cap = grown_capacity(bank.cap, need, self.capacity_limit)
-            self.note(extra=old)
+            self.note(extra=old + held)
 
     def compact(self, keep: dict[int, int]) -> None:
         """Banks drop to ``keep[id]`` rows: a gather of the kept rows after the first dropped, then a
@@ -285,7 +291,8 @@ def _bank_rows_after(bank: _Bank, ret: Retention, committed: int, newest: int, c
 
 def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], head_dim: int, dtype_bytes: int,
                 tokens_per_chunk: int, context_chunks: int, continuation_chunks: int, ret: Retention,
-                batch: int = 1, provenance: bool = False, token_bytes: float | None = None) -> KVTimeline:
+                batch: int = 1, provenance: bool = False, token_bytes: float | None = None,
+                slot_bytes: int = 0) -> KVTimeline:
     """Replay the KV cache of one context (prefill) and one task (fork + continuation).
 
     Parameters
@@ -306,6 +313,10 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
     token_bytes : float, optional
         Bytes one token of one head costs in the banks' storage format
         (:func:`cmbench.cache.quantized.bytes_per_token`; default full precision, ``2 * head_dim * dtype_bytes``).
+    slot_bytes : int
+        Bytes one token of one head costs in a bank's full-precision chunk slot held apart from its rows
+        while the chunk is open (a quantized format: ``2 * head_dim * dtype_bytes``, released at the commit;
+        default 0: full precision writes the chunk into the rows counted by ``token_bytes``).
 
     Returns
     -------
@@ -321,7 +332,7 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
     L = tokens_per_chunk
     cap_limit = None if ret.max_history_tokens is None else ret.max_history_tokens + L
     cache = _Cache(banks, cap_limit)
-    out = KVTimeline()
+    out = KVTimeline(open_slot=sum(batch * b.heads * L * slot_bytes for b in banks))
     rows: dict[int, dict[int, int]] = {id(b): {} for b in banks}  # bank -> chunk -> rows still stored
     stored: dict[int, int] = {id(b): 0 for b in banks}  # bank -> rows in the host store (retrieval)
 
@@ -335,8 +346,8 @@ def simulate_kv(num_layers: int, groups: list[list[tuple[int, int | None]]], hea
                 bank.n += restored[id(bank)]
         out.staging_peak = max(out.staging_peak, max(
             sum((b.n + L) * b.row for b in target.banks if b.layer == layer) for layer in range(num_layers)))
-        target.write_slot(L)
-        target.note(extra=target.gather(L))
+        target.write_slot(L, held=out.open_slot)  # a quantized bank grows at its commit, every slot written
+        target.note(extra=target.gather(L) + out.open_slot)
         for bank in target.banks:
             bank.n += L
             rows[id(bank)][chunk] = L

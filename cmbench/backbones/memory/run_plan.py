@@ -186,7 +186,8 @@ def shape_of(name: str, geometry: Geometry, dit: Any, models: ModelBytes, method
         timelines.append(simulate_kv(g.num_layers, groups, g.head_dim, compute_bytes, g.tokens_per_chunk,
                                      math.ceil(context_frames / g.chunk_frames),
                                      math.ceil(continuation_frames / g.chunk_frames), ret, provenance=on_cpu,
-                                     token_bytes=token_bytes))
+                                     token_bytes=token_bytes,
+                                     slot_bytes=2 * g.head_dim * compute_bytes if storage.quantized else 0))
     kv = max(timelines, key=lambda t: (max(t.prefill_peak, t.prefilled_stored + t.continuation_peak), t.host_peak))
     per_frame = g.tokens_per_frame * g.num_layers * g.num_heads * g.head_dim * 2 * compute_bytes
     notes = (*notes, f"method {method.name}: {ret.note}; KV per latent frame {per_frame / GIB:.3f} GiB")
