@@ -30,8 +30,8 @@ NAMES = {"light": "memory (light)", "temporal_flickering": "temporal flickering 
 FAMILIES_BOARD = Path("results/miniworld/families_bytes.csv")
 FAMILIES_PAIRS = Path("results/miniworld/families_bytes_comparisons.csv")
 FAMILIES_VERDICTS = Path("results/miniworld/families_bytes_verdicts.csv")
-FAMILIES_SUBSET = "miniworld_contexts32"
-"""The task subset the committed families comparison ran (scripts/families_bytes.sh)."""
+FAMILIES_SUBSET = "shard 0 of 4 of `miniworld_contexts32` (one task per context)"
+"""The tasks the committed families comparison ran (scripts/families_bytes.sh, results/miniworld/families_bytes.md)."""
 RETRIEVAL = (Path("results/miniworld/retrieval_comparison.csv"),
              Path("results/miniworld/retrieval_comparison_worldkv_rules.csv"))
 """The committed retrieval comparison: the fixed-window reading and the eviction methods, then WorldKV's own rule."""
@@ -102,7 +102,7 @@ def families_block(root: Path) -> str:
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
     seeds = int(full["seeds"])
     lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
-             f"`{FAMILIES_SUBSET}` x {seeds} seed{'s' if seeds > 1 else ''} (`{FAMILIES_BOARD}`, paired deltas "
+             f"{FAMILIES_SUBSET} x {seeds} seed{'s' if seeds > 1 else ''} (`{FAMILIES_BOARD}`, paired deltas "
              f"`{FAMILIES_PAIRS}`, commands `scripts/families_bytes.sh`). Each knob is calibrated to its bytes target "
              f"on 2 calibration tasks; *device bytes* is what the entry stored on the test tasks, {board_axis(board)}; "
              f"an entry whose device bytes miss its target by more than {100 * LANDING_TOLERANCE:g}% of it is shown off "

@@ -209,7 +209,7 @@ def draw(board: pd.DataFrame, out: Path, title: str | None = None) -> Path:
     axis = board_axis(board)
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 6), sharey=True)
     pts = points(board)
-    colours = plt.get_cmap("tab10")
+    colours = plt.get_cmap("tab20")
     markers = "osD^vP*Xhp"
     for ax, x, what in ((left, "x", "device KV bytes"), (right, "total", "device + host-store KV bytes (peaks)")):
         for row in board[board["family"] == "reference"].itertuples():
@@ -218,7 +218,7 @@ def draw(board: pd.DataFrame, out: Path, title: str | None = None) -> Path:
                 ax.axhspan(row.score - row.score_ci95, row.score + row.score_ci95, color="black", alpha=0.08)
         for i, (name, group) in enumerate(pts.dropna(subset=[x]).groupby("series", sort=True)):
             group = group.sort_values(x)
-            colour = colours(i % 10)
+            colour = colours(i % 20)
             marker = markers[i % len(markers)]
             ax.plot(group[x], group["y"], color=colour, lw=1, alpha=0.7)
             for landed, part in group.groupby("on_target"):
