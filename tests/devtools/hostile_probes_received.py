@@ -42,7 +42,7 @@ def shared_calibration(ws: Workspace) -> Path:
             raise ProbeFailed(f"the shared calibration failed: {done.stderr.strip().splitlines()[-1:]}")
         return out
 
-    return ws.shared("calibration", build)  # type: ignore[return-value]
+    return ws.shared("streaming calibration to PR 0.5", build)  # type: ignore[return-value]
 
 
 def _own_calibration(ws: Workspace, folder: Path) -> Path:
