@@ -136,7 +136,7 @@ def test_the_families_block_states_the_verdict_rule_not_absence_of_evidence(tmp_
     verdicts.write(decided, tmp_path / FAMILIES_VERDICTS)
     assert {d.family_size for d in decided} == {6}  # 5 entries against FullKV and one lead; untested pairs not counted
     text = families_block(tmp_path)
-    assert f"24 (task, seed) pairs: the 8 tasks of `{FAMILIES_SUBSET}` x 3 seeds" in text
+    assert f"24 (task, seed) pairs: the 8 tasks of {FAMILIES_SUBSET} x 3 seeds" in text
     assert "FullKV scores 0.950 ± 0.050" in text and "one family of the 6 tested claims" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [line.split(" | ")[1] for line in table] == [
