@@ -103,8 +103,8 @@ def _continuation(store=None, seconds: float = 2.0) -> SimpleNamespace:
     ledger = {"pruning_ratio": 0.4, "peak_stored_bytes": 1024.0, "peak_store_bytes": 2048.0,
               "moved_bytes_per_chunk": 64.0, "mean_stored_bytes": 768.0, "mean_full_bytes": 1280.0,
               "peak_full_bytes": 2560.0, "kv_bytes_ratio": 0.6}
-    return SimpleNamespace(latents=torch.zeros(2, 3, 4, 1, 1), cache=SimpleNamespace(store=store),
-                           ledger=SimpleNamespace(summary=lambda: ledger), kept_tokens={0: 3, 1: 4, 2: 5, 3: 6},
+    return SimpleNamespace(latents=torch.zeros(2, 3, 4, 1, 1), cache=SimpleNamespace(store=store, row_dtype=torch.bfloat16),
+                           ledger=SimpleNamespace(summary=lambda: ledger, rows=lambda: [[3, 4], [5, 6]]), kept_tokens={0: 3, 1: 4, 2: 5, 3: 6},
                            seconds=seconds)
 
 
@@ -393,7 +393,8 @@ def _expected(video=None, **over) -> dict:
             "kept_tokens": 18, "kept_context_tokens": 7, "peak_kv_bytes": 1024, "prefill_seconds": 1.5,
             "mean_kv_bytes": 768.0, "fullkv_kv_bytes": 1280.0, "fullkv_peak_kv_bytes": 2560, "kv_bytes_ratio": 0.6,
             "continuation_seconds": 2.0, "continuation_frames": 6, "continuation_fps": 3.0,
-            "attention_flops": 224.0, "attention_keys_per_token": 0.7, **over}
+            "attention_flops": 224.0, "attention_keys_per_token": 0.7, "cache_dtype": "bfloat16", "ledger": [[3, 4], [5, 6]],
+            "continuity": None, "suspect": None, **over}  # a task without a camera plan: no continuity check
 
 
 def test_a_task_result_holds_its_score_cost_and_timings(fakes):
