@@ -123,9 +123,10 @@ def task(task_id: str, context_id: str) -> SimpleNamespace:
 @dataclass(frozen=True)
 class SettingsOf:
     """What the spied meter's ``generation_settings`` returns: the block it read, and the storage format the
-    meter sets on it."""
+    meter sets on it, with the cache's row precision."""
     generation: Any
     storage: StorageFormat = StorageFormat()
+    cache_dtype: Any = None
 
 
 @pytest.fixture

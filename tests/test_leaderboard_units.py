@@ -76,7 +76,7 @@ COLUMNS = ["method", "metric", "score", "score_ci95", "pr", "kv_bytes_ratio", "c
            "fps_measured_together", "seeds", "score_seed_std", "other_code_tasks", "task_count", "unshared_tasks",
            "psnr_vs_fullkv",
            "ssim_vs_fullkv", "last_frame_psnr_vs_fullkv", "last_frame_ssim_vs_fullkv", "frame_count_flags",
-           "peak_store_bytes", "moved_bytes_per_chunk", "family", "cache_dtype"]
+           "suspect_tasks", "peak_store_bytes", "moved_bytes_per_chunk", "family", "cache_dtype"]
 
 
 def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
@@ -101,6 +101,7 @@ def test_every_column_of_a_method_and_of_fullkv_by_hand(pair):
     assert math.isnan(row["score_seed_std"]) and row["metric"] == "Score"
     assert row["family"] is None  # records written without the family (tests/test_method_family.py: with it)
     assert row["cache_dtype"] == "float32"  # records written without the cache precision: float32
+    assert row["suspect_tasks"] == 0  # no task of m broke continuity
     ref = board.iloc[1].to_dict()
     assert ref["score"] == pytest.approx(0.65) and ref["score_ci95"] == pytest.approx(T975_DF1 * 0.05)
     assert ref["continuation_fps"] == pytest.approx(6.4)  # 64 frames / 10 s

@@ -80,7 +80,7 @@ def test_every_shipped_config_key_is_declared():
 
 def test_key_lists_are_derived_from_the_schema():
     assert SELECTION_KEYS == ("label", "limit", "sample_seed", "task_ids", "subset", "shard", "progress", "progress_every", "progress_seconds",
-                              "keep_other_code", "out_dir", "leaderboard", "report", "runs", "save_videos",
+                              "logging", "keep_other_code", "out_dir", "leaderboard", "report", "runs", "save_videos",
                               "lossless_max_pixels", "videos", "out", "experiment", "threads", "parallel", "check", "target_pr",
                               "target_bytes", "methods", "target_prs", "calibration")
     assert "seed" not in SELECTION_KEYS and "generation" not in SELECTION_KEYS

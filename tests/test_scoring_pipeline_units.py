@@ -176,17 +176,19 @@ def test_frames_of_gives_a_view_for_a_run_and_a_list_otherwise():
 
 def test_similarities_by_hand_in_float64():
     """References (1, 0) and (0.6, 0.8); frames (0.6, 0.8), undetected, (0, 1): cosines [0.6, 0.6^2 + 0.8^2],
-    NaN, [0, 0.8], taken in float64 from the float32 embeddings; per frame the closest reference."""
+    NaN, [0, 0.8], taken in float64 from the float32 embeddings and clamped to [-1, 1] (0.6^2 + 0.8^2 of the float32
+    values is 1 + 4.8e-8); per frame the closest reference."""
     f32 = np.float32
     features = FrameFeatures(
         reference_embeddings=np.array([[1, 0], [0.6, 0.8]], f32), reference_mask_fallback=np.zeros(2, bool),
         boxes=np.zeros((3, 4)), scores=np.zeros(3), detected=np.array([True, False, True]),
         embeddings=np.array([[0.6, 0.8], [0.3, 0.3], [0, 1]], f32), frame_size=np.array([20, 40]))
     six, eight = float(f32(0.6)), float(f32(0.8))
+    assert six * six + eight * eight > 1  # what the clamp is for
     sims = reference_similarities(features)
     assert sims.dtype == np.float64
-    np.testing.assert_array_equal(sims, [[six, six * six + eight * eight], [np.nan, np.nan], [0.0, eight]])
-    np.testing.assert_array_equal(frame_similarities(features), [six * six + eight * eight, np.nan, eight])
+    np.testing.assert_array_equal(sims, [[six, 1.0], [np.nan, np.nan], [0.0, eight]])
+    np.testing.assert_array_equal(frame_similarities(features), [1.0, np.nan, eight])
     none = FrameFeatures(**{**features.__dict__, "detected": np.zeros(3, bool)})
     assert np.isnan(reference_similarities(none)).all() and np.isnan(frame_similarities(none)).all()
 

@@ -264,7 +264,7 @@ def test_records_carry_quality_and_older_records_upgrade():
     again = TaskRecord.from_json(record.to_json())
     assert again.temporal_flickering == 0.97 and again.quality_absent == {"imaging_quality": "no pyiqa"}
     old = TaskRecord.from_json({"task_id": "t", "status": "ok", "schema_version": 3, "score": 0.5})
-    assert old.schema_version == SCHEMA_VERSION == 5
+    assert old.schema_version == SCHEMA_VERSION == 6
     assert all(getattr(old, name) is None for name in QUALITY_FIELDS) and old.quality_absent is None
     with pytest.raises(ValueError, match=r"temporal_flickering: is 1.5, expected a value in \[0, 1\]"):
         TaskRecord(task_id="t", status="ok", temporal_flickering=1.5)

@@ -63,12 +63,12 @@ RESULT_CODE = ("backbones", "cache", "data", "generation", "methods", "miniworld
 """Package folders and modules whose code decides a record's numbers (paths relative to the package)."""
 
 HARNESS_CODE = ("__init__.py", "__main__.py", "api.py", "benchmarks", "bounded_read.py", "calibration", "cli", "config_paths.py",
-                "config_schema.py", "doc_examples.py", "errors.py", "identity", "lock.py", "method_check.py",
+                "config_schema.py", "doc_examples.py", "errors.py", "identity", "lock.py", "method_check.py", "method_family.py",
                 "paper", "provenance.py", "registry.py", "shipped.py",
                 "report",
                 "runs/__init__.py", "runs/atomic.py", "runs/experiment.py", "runs/output_folder.py", "runs/progress.py",
                 "runs/ranks.py",
-                "runs/records.py", "runs/runner.py", "runs/score_videos.py", "runs/summary.py")
+                "runs/records.py", "runs/runner.py", "runs/score_videos.py", "runs/summary.py", "runs/tracking.py")
 """The rest of the package: it selects, runs, stores and reports, and never changes a number.
 (``calibration`` writes method configs and head maps; those are hashed as config and backbone files.)"""
 
