@@ -31,6 +31,7 @@ from cmbench.report.verdicts import (
     LEAD,
     MARGINS,
     NONINFERIOR,
+    declared_margin,
     rule_text,
 )
 
@@ -110,7 +111,7 @@ class Criterion:
     @property
     def the_margin(self) -> float:
         """The margin its claims declare: its own, else its kind's."""
-        return self.margin if self.margin is not None else MARGINS[self.rule].value
+        return declared_margin(self.rule, self.margin)
 
     def statement(self) -> str:
         """The criterion in one paragraph: the text of docs/findings.md and of the table's "Why" cell."""

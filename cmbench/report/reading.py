@@ -418,6 +418,12 @@ def task_counts(runs: list[RunRecords]) -> str:
     return ", ".join(f"{label} {n} tasks" for n, label in counts)
 
 
+def shared_tasks(runs: list[RunRecords]) -> frozenset[str] | None:
+    """The task ids every entry ran, or None where all entries ran the same tasks."""
+    sets = [frozenset(run.frame["task_id"]) for run in runs]
+    return frozenset.intersection(*sets) if len(set(sets)) > 1 else None
+
+
 def refuse_other_task_sets(runs: list[RunRecords]) -> None:
     """Refuse entries that ran different tasks, in one line: each one's count, how many all share, the fixes.
 
@@ -426,10 +432,9 @@ def refuse_other_task_sets(runs: list[RunRecords]) -> None:
     ReportError
         Entries whose task sets differ.
     """
-    sets = [frozenset(run.frame["task_id"]) for run in runs]
-    if len(set(sets)) < 2:
+    shared = shared_tasks(runs)
+    if shared is None:
         return
-    shared = frozenset.intersection(*sets)
     board = (f"board the {len(shared)} tasks all of them ran with leaderboard.shared_tasks=true"
              if shared else "they share no task")
     raise ReportError(f"runs differ in task set: {task_counts(runs)} ({len(shared)} tasks shared by all); {board}, "
@@ -446,14 +451,13 @@ def on_shared_tasks(runs: list[RunRecords], stream: TextIO | None = None) -> lis
     ReportError
         Entries that share no task.
     """
-    sets = [frozenset(run.frame["task_id"]) for run in runs]
-    if len(set(sets)) < 2:
+    shared = shared_tasks(runs)
+    if shared is None:
         return runs
-    shared = frozenset.intersection(*sets)
     if not shared:
         raise ReportError(f"leaderboard.shared_tasks=true: the runs share no task ({task_counts(runs)})")
     out = [replace(run, frame=run.frame[run.frame["task_id"].isin(shared)].reset_index(drop=True),
-                   unshared=tuple(sorted(tasks - shared))) for run, tasks in zip(runs, sets)]
+                   unshared=tuple(sorted(frozenset(run.frame["task_id"]) - shared))) for run in runs]
     print(f"leaderboard: {task_set_note(entry_tasks(out))}", file=stream or sys.stderr)
     return out
 

@@ -89,6 +89,11 @@ class VerdictError(ReportError):
     different cache precision): one line naming what and where."""
 
 
+def declared_margin(kind: str, margin: float | None) -> float:
+    """A claim's margin: its own where it declares one, else its kind's (:data:`MARGINS`)."""
+    return MARGINS[kind].value if margin is None else margin
+
+
 def check_margin(margin: float | None, where: str) -> float:
     """``margin`` when it lies in (0, 1); else :class:`VerdictError` naming ``where``."""
     if margin is None or (isinstance(margin, float) and math.isnan(margin)):
@@ -191,7 +196,7 @@ class Claim:
 
     @property
     def the_margin(self) -> float:
-        return MARGINS[self.kind].value if self.margin is None else self.margin
+        return declared_margin(self.kind, self.margin)
 
     @property
     def testable(self) -> bool:
