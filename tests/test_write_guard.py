@@ -135,6 +135,24 @@ def test_two_writers_adding_at_once_keep_both_names(tmp_path):
     assert read_marker(tmp_path, "run") == ("run", {"records.shard-0-of-2.jsonl", "records.shard-1-of-2.jsonl"})
 
 
+def test_a_folder_another_writer_is_creating_is_claimed_while_its_marker_is_not_yet_written(tmp_path):
+    """Two processes claiming one new folder at once (two lanes of one calibration): the first has made the
+    folder and holds its marker's lock, or is renaming a temporary file into place, when the second looks.
+    A folder holding only CMBench's transient files is empty, not someone else's."""
+    for n, leftover in enumerate((f".{MARKER}.lock", f".{MARKER}.1234abcd.tmp")):
+        folder = tmp_path / f"calibration{n}"
+        folder.mkdir()
+        (folder / leftover).write_text("")
+        claimed = claim(folder, "calibration", "out_dir's calibration folder", names=["keyed"])
+        claimed.add("keyed")
+        assert read_marker(folder, "out") == ("calibration", {"keyed"})
+    # a hidden file of the user's that only looks like a lock beside the user's work is still theirs
+    folder = tmp_path / "theirs"
+    user_folder(folder, {".notes.lock": "mine"})
+    with pytest.raises(OutputFolderError, match="not empty and not written by CMBench"):
+        claim(folder, "calibration", "out_dir's calibration folder")
+
+
 def test_only_listed_entries_are_removed(tmp_path):
     folder = claim(tmp_path, "leaderboard", "leaderboard.out")
     folder.add("comparisons.csv")

@@ -5,7 +5,8 @@ Every command that writes a folder (``run``, ``score``, ``leaderboard`` and its 
 ``.cmbench-written.json``, naming the kind of folder (``run``, ``score``, ``leaderboard``, ...) and every
 entry (file or sub-folder) CMBench wrote at its top level; CMBench replaces or removes only the entries on
 that list. A claim is refused, in one line naming the folder and what is in the way, when the path is a
-file or a link, when the folder holds something and has no marker (someone else's folder), when its
+file or a link, when the folder holds something and has no marker (someone else's folder; CMBench's own lock
+and temporary files, left there by another process claiming the same new folder, do not count), when its
 marker names another kind (a leaderboard pointed at a run folder), or when a file the command would
 write is there but not on the list (a user's own ``comparisons.csv`` added to a board folder).
 
@@ -198,7 +199,7 @@ def claim(folder: str | Path, kind: str, option: str, *, names: Iterable[str] = 
         if marked_kind != kind:
             held = HOLDS.get(marked_kind, f"a CMBench {marked_kind} folder")
             raise OutputFolderError(f"{named(option, path)}: holds {held}, not {HOLDS.get(kind, kind)}; {hint}")
-    elif entries:
+    elif not all(map(transient, entries)):  # only a writer's lock or temporary file: another process is claiming it
         adopted = legacy.adopt(path, entries) if legacy is not None else None
         if adopted is None:
             raise OutputFolderError(f"{named(option, path)}: not empty and not written by CMBench (it holds "
