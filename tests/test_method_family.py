@@ -34,14 +34,35 @@ def test_every_registered_method_declares_its_family():
         assert method_class(name).family == family, name
 
 
-@pytest.mark.parametrize("declared, quantized, recorded", [
-    ("eviction", False, "eviction"), ("eviction", True, "eviction + quantization"),
-    ("merging", True, "merging + quantization"), ("none", False, "reference"), ("none", True, "quantization"),
-    ("", False, "other"), ("low-rank", False, "low-rank"),
+@pytest.mark.parametrize("declared, storage, recorded", [
+    ("eviction", "fp", "eviction"), ("eviction", "kivi", "eviction + quantization"),
+    ("merging", "qvg", "merging + quantization"), ("none", "fp", "reference"), ("none", "kivi", "quantization"),
+    ("", "fp", "other"), ("low-rank", "fp", "low-rank"),
+    # low-rank keys are their own family, not quantization, alone and under a method
+    ("none", "lowrank", "low-rank"), ("eviction", "lowrank", "eviction + low-rank"), ("low-rank", "lowrank", "low-rank"),
+    ("none", "chunkmean", "quantization"),
 ])
-def test_a_run_records_its_methods_family_and_its_storage(declared, quantized, recorded):
-    assert run_family(declared, quantized) == recorded
+def test_a_run_records_its_methods_family_and_its_storage(declared, storage, recorded):
+    assert run_family(declared, storage) == recorded
     assert recorded in RECORDED
+
+
+def test_every_storage_format_adds_a_family_and_an_unknown_one_is_refused():
+    from cmbench.cache.quantized import FORMATS
+    from cmbench.method_family import STORAGE_FAMILY
+
+    assert set(STORAGE_FAMILY) == set(FORMATS)
+    with pytest.raises(ValueError, match="storage format 'zip' is not one of"):
+        run_family("eviction", "zip")
+
+
+@pytest.mark.parametrize("label, expected", [
+    ("fullkv+lowrank16-r0", "low-rank"), ("decoprune@bytes15+lowrank24-r0", "eviction + low-rank"),
+    ("fullkv+qvg2x1k16-g32-r0", "quantization"), ("decoprune@bytes15+kivi4-g32-r128", "eviction + quantization"),
+    ("fullkv", "reference"), ("streaming+gzip9", "other"),
+])
+def test_a_board_without_a_family_column_reads_the_family_from_the_label(label, expected):
+    assert families.family(label) == expected
 
 
 @dataclass

@@ -7,8 +7,9 @@ method class declares it, so a plug-in method and a relabelled run keep theirs:
 - eviction (``decoprune``, ``streaming``, ``random``, ...): drops tokens, full precision;
 - retrieval (``worldkv``, ``key_retrieval``): evicts to a host store and brings chunks back;
 - merging (``tempcache``): merges similar keys;
-- quantization (``fullkv+kivi2-...``): keeps every token in fewer bits;
-- a method with a quantized format is its family + quantization (e.g. eviction + quantization).
+- quantization (``fullkv+kivi2-...``, ``fullkv+qvg2x1k16-...``): keeps every token in fewer bits;
+- low-rank (``fullkv+lowrank16-r0``): keeps every token, its key projected to a few coefficients;
+- a method in a storage format is its family + the format's (e.g. eviction + quantization, eviction + low-rank).
 
 A board written before records carried the family (no ``family`` column, or an empty cell) falls back to the
 label (``<method>[@<target>][+<storage format>]``): the family the registered method of that name declares.
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cmbench.method_family import run_family
+from cmbench.method_family import STORAGE_FAMILY, UNDECLARED, run_family
 from cmbench.report.precision import bytes_axis
 from cmbench.report.reading import read_table
 
@@ -57,8 +58,9 @@ REFERENCE = "fullkv"
 def family(label: str) -> str:
     """The family of a leaderboard label written before records carried it: the family the registered method the
     label names declares (:mod:`cmbench.method_family`), ``decoprune@bytes15+kivi4-g32-r128`` -> ``eviction +
-    quantization``, ``fullkv+kivi2-g32-r128`` -> ``quantization``, ``fullkv`` -> ``reference``; a label that names
-    no registered method (a plug-in, a relabelled run) is ``other``: boards with a ``family`` column do not ask."""
+    quantization``, ``fullkv+kivi2-g32-r128`` -> ``quantization``, ``fullkv+lowrank16-r0`` -> ``low-rank``,
+    ``fullkv`` -> ``reference``; a label that names no registered method (a plug-in, a relabelled run) or no
+    storage format CMBench knows is ``other``: boards with a ``family`` column do not ask."""
     from cmbench.errors import ConfigError
     from cmbench.methods.registry import method_class
 
@@ -68,7 +70,8 @@ def family(label: str) -> str:
         declared = method_class("kvpress" if method.startswith("kvpress_") else method).family  # kvpress_<Press>
     except ConfigError:
         declared = ""
-    return run_family(declared, bool(match and match["storage"]))
+    stored = re.match(r"[a-z]*", match["storage"])[0] if match and match["storage"] else "fp"  # type: ignore[index]
+    return run_family(declared, stored) if stored in STORAGE_FAMILY else UNDECLARED
 
 
 def entry_families(board: pd.DataFrame) -> list[str]:

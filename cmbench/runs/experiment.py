@@ -156,7 +156,7 @@ def run_experiment(spec: RunSpec, on_lock_wait: Callable[[str], None] | None = N
         **run_file,
         "method": spec.method_name,
         "method_config": spec.method_config,
-        "family": run_family(spec.method.family, spec.generation.settings.storage.quantized),
+        "family": run_family(spec.method.family, spec.generation.settings.storage.name),
         **spec.target_fields,
         "backbone": str(spec.backbone["name"]),
         "scorer": str(spec.scorer["name"]),

@@ -172,8 +172,9 @@ class TaskRecord:
         SHA-256 of the context video's bytes (:mod:`cmbench.data.video_hashes`).
     family : str or None
         The family of KV compression of what ran (:mod:`cmbench.method_family`): the method class's own
-        declaration, ``+ quantization`` with a quantized storage format (``eviction``, ``merging + quantization``,
-        ``reference`` for FullKV, ``other`` for a method that declares none); boards read it from here.
+        declaration, with its storage format's family added (``eviction``, ``merging + quantization``,
+        ``eviction + low-rank``, ``reference`` for FullKV, ``other`` for a method that declares none); boards
+        read it from here.
     config_hash : str
         The run's identity: the hash of its result config (the run directory's name ends with it).
     setup_hash : str
