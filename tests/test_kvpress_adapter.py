@@ -220,6 +220,19 @@ def test_the_listing_and_the_docs_cover_every_press_of_kvpress():
 
 
 @needs_kvpress
+def test_ls_lists_the_presses_under_each_method_that_takes_one(capsys):
+    """``kvpress_decoding`` takes a press too (DecodingPress's base press): ``ls method`` lists the presses under
+    it as under ``kvpress``, and under no other method."""
+    from cmbench.cli.ls import execute, press_listing
+
+    assert execute(["method"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listing = press_listing()
+    under = [lines[i - 1].split()[0] for i, line in enumerate(lines) if line.strip() == listing]
+    assert under == ["kvpress", "kvpress_decoding"]
+
+
+@needs_kvpress
 def test_the_contract_check_passes_with_the_probe():
     """The method contract (``check``) with a press that reads the probe: the loop's query probe reaches
     the compaction (the unit tests above hand the queries over by hand)."""

@@ -7,6 +7,9 @@ import sys
 from cmbench.config_paths import GROUPS, group_entries
 from cmbench.errors import CMBenchError
 
+PRESS_METHODS = ("kvpress", "kvpress_decoding")
+"""The methods whose ``method.press`` names a kvpress press (DecodingPress's base press, for the second)."""
+
 
 def entries(group: str) -> dict[str, dict[str, str]]:
     """The configs of ``group`` as ``ls`` lists them: methods document themselves in their class."""
@@ -36,6 +39,7 @@ def execute(args: list[str]) -> int:
         print(f"cmbench ls: unknown group(s) {', '.join(unknown)}; groups are {', '.join(GROUPS)}", file=sys.stderr)
         return 2
     problems = []
+    listing = None  # the presses, found once: kvpress and kvpress_decoding run the same ones
     for group in args or GROUPS:
         try:
             found = entries(group)
@@ -47,8 +51,9 @@ def execute(args: list[str]) -> int:
         for name, info in found.items():
             paper = f"  [{info['paper']}]" if info["paper"] else ""
             print(f"  {name.ljust(width)}  {info['description']}{paper}")
-            if group == "method" and name == "kvpress":
-                print(f"  {''.ljust(width)}  {press_listing()}")
+            if group == "method" and name in PRESS_METHODS:
+                listing = listing or press_listing()
+                print(f"  {''.ljust(width)}  {listing}")
             if "error" in info:
                 problems.append(info["error"])
     for problem in problems:
