@@ -150,6 +150,32 @@ def test_best_only_where_the_lead_over_the_runner_up_holds():
     assert top_words("a", None, None) == "best a (alone)"
 
 
+def test_an_entry_that_scores_as_the_top_does_is_not_its_runner_up():
+    """WorldKV with its store on the device attends the same rows as with it on the host: the two score the same on
+    every (task, seed). The top's lead is claimed over the next entry that differs, never over its own second
+    reading (a lead of 0 ± 0 that "does not hold"); the second reading is named beside the top."""
+    from cmbench.report.board_claims import families_claims, top_and_runner_up
+
+    def pair(a, b, delta, half, p=0.5):
+        return {"method": a, "versus": b, "delta": delta, "delta_ci95": half, "p_value": p, "n_pairs": 8, "contexts": 8}
+
+    board = pd.DataFrame({"method": ["fullkv", "worldkv@bytes25", "worldkv-on-device@bytes25", "tempcache@bytes25"],
+                          "score": [0.96, 0.95, 0.95, 0.90], "kv_bytes_ratio": [1.0, 0.25, 0.25, 0.25]})
+    pairs = pd.DataFrame([pair("fullkv", m, d, 0.02) for m, d in zip(board["method"][1:], (0.01, 0.01, 0.06))]
+                         + [pair("worldkv@bytes25", "worldkv-on-device@bytes25", 0.0, 0.0, 1.0),
+                            pair("worldkv@bytes25", "tempcache@bytes25", 0.05, 0.01, 1e-5),
+                            pair("worldkv-on-device@bytes25", "tempcache@bytes25", 0.05, 0.01, 1e-5)])
+    assert top_and_runner_up(list(board["method"][1:]), pairs) == (
+        "worldkv@bytes25", "tempcache@bytes25", ["worldkv-on-device@bytes25"])
+    leads = [c for c in families_claims(board, pairs, "t.csv") if c.kind == LEAD]
+    assert [(c.a, c.b) for c in leads] == [("worldkv@bytes25", "tempcache@bytes25")]
+    # a difference of 0 on average with a spread is not one setup read twice: that entry is the runner-up
+    spread = pairs.copy()
+    spread.loc[spread["versus"] == "worldkv-on-device@bytes25", "delta_ci95"] = 0.03
+    assert top_and_runner_up(list(board["method"][1:]), spread)[1:] == ("worldkv-on-device@bytes25", [])
+    assert top_and_runner_up(["a"], pairs) == ("a", None, [])
+
+
 # ------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize(("margin", "message"), [
     (0.0, "margin 0.0 is outside (0, 1)"), (1.0, "margin 1.0 is outside (0, 1)"),

@@ -14,7 +14,7 @@ import pandas as pd
 
 from cmbench.paper.findings import Finding, page, summary_lines
 from cmbench.report import verdicts
-from cmbench.report.board_claims import KVPRESS_DECOPRUNE, KVPRESS_RANDOM
+from cmbench.report.board_claims import KVPRESS_DECOPRUNE, KVPRESS_RANDOM, top_and_runner_up
 from cmbench.report.families import LANDING_TOLERANCE, board_axis, bytes_target, entry_families, on_target
 from cmbench.report.verdicts import said, top_words
 
@@ -128,10 +128,13 @@ def families_block(root: Path) -> str:
                 f"{r.method} ({r.kv_bytes_ratio:.3f} at {r.target:g}, {100 * (r.kv_bytes_ratio / r.target - 1):+.0f}%)"
                 for r in group.itertuples()) + ".")
             continue
-        top, runner = group.iloc[0], (group.iloc[1] if len(group) > 1 else None)
-        lead = None if runner is None else decided.get((top["method"], runner["method"]))
-        head = top_words(f"{top['method']} ({top['family']}) {top['score']:.3f}",
-                         None if runner is None else f"{runner['method']} {runner['score']:.3f}",
+        named, runner_name, same = top_and_runner_up(list(group["method"]), pairs)
+        top, runner = group.set_index("method").loc[named], None
+        lead = None if runner_name is None else decided.get((named, runner_name))
+        if runner_name is not None:
+            runner = f"{runner_name} {group.set_index('method').loc[runner_name, 'score']:.3f}"
+        twice = f" (scored the same on every task and seed: {', '.join(same)})" if same else ""
+        head = top_words(f"{named} ({top['family']}) {top['score']:.3f}{twice}", runner,
                          None if lead is None else str(lead["verdict"]))
         groups = [f"{w}: {', '.join(entries)}" for (order, w), entries in against.items() if order == target]
         where = "The formats alone" if target < 0 else f"At {target:g} of FullKV's bytes"

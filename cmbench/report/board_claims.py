@@ -6,7 +6,8 @@ leaderboard``); its claims are what the README and the board's markdown say abou
 - **families** (results/miniworld/families_bytes*): each entry against FullKV is an *equivalent* claim ("level
   with FullKV" only where it holds; "below/above FullKV by more than the margin" where it does not; "not
   resolved" otherwise), and at each bytes target (and for the storage formats alone) the top entry's *lead*
-  over the runner-up ("best" only where it holds, else "top group (not resolved)");
+  over the runner-up ("best" only where it holds, else "top group (not resolved)"); an entry that scores the same
+  as the top on every (task, seed), one setup read twice, is named beside it, never its runner-up;
 - **kvpress** (results/miniworld/kvpress_*): each press against Random at DeCoPrune's per-chunk counts is an
   *equivalent* claim, and against DeCoPrune a *deficit* claim;
 - **retrieval** (``scripts/retrieval_comparison.py --verdicts``, from the run folders): at each target PR, each
@@ -72,15 +73,33 @@ def target_groups(board: pd.DataFrame) -> list[tuple[float | None, pd.DataFrame]
     return [(None if order < 0 else float(order), group) for order, group in rows.groupby("order", sort=False)]
 
 
+def same_scores(pairs: pd.DataFrame, a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` scored the same on every (task, seed) they share: their paired difference is 0 with
+    no spread. One setup read twice (WorldKV with its store on the host and on the device: the same rows attend),
+    or two rules that keep the same tokens; no lead of one over the other can be claimed."""
+    rows = pairs[((pairs["method"] == a) & (pairs["versus"] == b)) | ((pairs["method"] == b) & (pairs["versus"] == a))]
+    return bool(len(rows)) and all(r.n_pairs > 0 and r.delta == 0 and r.delta_ci95 == 0 for r in rows.itertuples())
+
+
+def top_and_runner_up(group: Sequence[str], pairs: pd.DataFrame) -> tuple[str, str | None, list[str]]:
+    """The top entry of a group sorted by score, its runner-up (None when there is none) and the entries that
+    score the same as the top on every (task, seed) (:func:`same_scores`): those are not its runner-up."""
+    top, rest = group[0], list(group[1:])
+    same = [m for m in rest if same_scores(pairs, top, m)]
+    runner = next((m for m in rest if m not in same), None)
+    return top, runner, same
+
+
 def families_claims(board: pd.DataFrame, pairs: pd.DataFrame, where: str) -> list[Claim]:
     """The families board's claims: every entry level with FullKV (off its target or not), then each target's top
-    entry ahead of its runner-up among the entries that landed there (a pair the comparisons lack is listed,
+    entry ahead of its runner-up among the entries that landed there, an entry that scores the same as the top on
+    every (task, seed) not counted as one (:func:`top_and_runner_up`; a pair the comparisons lack is listed,
     untested)."""
     claims = [claim_of_pair(pairs, str(m), REFERENCE, EQUIVALENT, f"{m} level with {REFERENCE}", where)
               for m in board["method"] if str(m) != REFERENCE]
     for _, group in target_groups(board):
-        if len(group) > 1:
-            top, runner = (str(m) for m in group["method"].iloc[:2])
+        top, runner, _ = top_and_runner_up([str(m) for m in group["method"]], pairs)
+        if runner is not None:
             claims.append(claim_of_pair(pairs, top, runner, LEAD, f"{top} ahead of {runner}", where))
     return claims
 
