@@ -30,6 +30,8 @@ def drawn(tmp_path, monkeypatch, board):
 
 
 def crowded_board(n=9):
+    """A layout fixture, not results: nine long labels at one PR, their scores in two tight clusters with a tie
+    (the shape of a kvpress board, where every press runs at the same PR)."""
     methods = [f"kvpress_{name}Press@pr85" for name in ("Random", "KeyDiff", "CUR", "ObservedAttention", "TOVA",
                                                           "Knorm", "LagKV", "StreamingLLM", "SnapKV")][:n]
     scores = [0.825, 0.813, 0.767, 0.445, 0.419, 0.389, 0.324, 0.324, 0.3][:n]
