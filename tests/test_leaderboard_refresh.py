@@ -117,7 +117,7 @@ def test_the_gate_verdict_is_derived_from_its_numbers_and_labels_are_escaped(tmp
     board.to_csv(out / "leaderboard.csv", index=False)
     refresh_matched_column(out)
     md = (out / "leaderboard.md").read_text()
-    assert "- WARN &lt;script&gt;x&lt;/script&gt;: warning: FullKV is not above the no-context control" in md
+    assert "- WARN &lt;script&gt;x&lt;/script&gt;: warning: FullKV is level with the no-context control" in md
     assert "all fine" not in md and "<script>" not in md and "<img>" not in md
     assert "| a\\|&lt;img&gt; | 0.5000 ± " in md
 

@@ -13,7 +13,8 @@ import pytest
 
 from cmbench.paper.criteria import BY_NUMBER, FAILS, HOLDS, INCONCLUSIVE
 from cmbench.paper.findings import Finding, summary_lines
-from cmbench.paper.readme import FINDINGS, QUALITY, REFERENCE, TABLE, blocks, committed_page, quality_block, with_blocks
+from cmbench.paper.readme import (FINDINGS, QUALITY, REFERENCE, RESULT_TABLES, TABLE, blocks, committed_page,
+                                  quality_block, with_blocks, with_table)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,6 +95,30 @@ def test_summary_pairs_the_two_worlds_by_finding_number():
     first, second = text.splitlines()
     assert first.startswith("1. ") and first.endswith(f"**{HOLDS}**; second world: **{HOLDS}**. why 1.")
     assert second == f"2. {BY_NUMBER[2].name}: **{INCONCLUSIVE}**; second world: **{FAILS}**. why 2."
+
+
+@pytest.mark.parametrize("marker", sorted(RESULT_TABLES))
+def test_each_results_table_in_the_readme_is_its_committed_file(marker):
+    """The reference leaderboard, the PR at scale and the speed table are the files their scripts wrote (put there
+    by ``scripts/update_readme_results.py FILE --marker NAME``)."""
+    readme = (REPO / "README.md").read_text()
+    assert with_table(readme, marker, (REPO / RESULT_TABLES[marker]).read_text(), "README.md") == readme, \
+        f"README.md is stale: run python scripts/update_readme_results.py {RESULT_TABLES[marker]} --marker {marker}"
+
+
+def test_the_script_puts_a_table_into_its_block_and_leaves_the_rest(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("update_readme_results", REPO / "scripts/update_readme_results.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (tmp_path / "README.md").write_text("a\n<!-- results:speed -->\nold\n<!-- /results:speed -->\nb\n")
+    (tmp_path / "t.md").write_text("| new |\n")
+    monkeypatch.setattr(script, "ROOT", tmp_path)
+    assert script.main([str(tmp_path / "t.md"), "--marker", "speed"]) == 0
+    assert (tmp_path / "README.md").read_text() == "a\n<!-- results:speed -->\n| new |\n<!-- /results:speed -->\nb\n"
+    with pytest.raises(ValueError, match="README.md: no <!-- results:miniworld --> .* the miniworld results"):
+        script.main([str(tmp_path / "t.md")])
 
 
 def test_a_missing_marker_names_the_file_and_block():

@@ -861,9 +861,11 @@ def test_the_page_shows_its_tables_with_their_titles_and_notes_gate_first(page):
              "both ran).")
     assert notes == {
         "gate": f"FullKV minus Streaming with recent_chunks=0 (the sink only), paired by task and seed, 95% CI "
-                f"clustered by context; a backbone passes when the CI's lower end is >= {MARGIN}. A backbone that "
-                "fails does not use its context: comparing compression methods on it says nothing about memory "
-                "(the paper's reason for choosing LingBot World v2).",
+                f"clustered by context; decided by the verdict rule as one family (docs/verdicts.md): a backbone "
+                f"passes when all of its simultaneous interval lies above +{MARGIN:g}, fails when it lies within "
+                f"±{MARGIN:g} (level with forgetting) or below, and is inconclusive otherwise. A backbone that does "
+                "not pass has not shown that it uses its context: comparing compression methods on it says nothing "
+                "about memory (the paper's reason for choosing LingBot World v2).",
         "leaderboard": board_note + " score_at_85pr: " + MATCHED_NOTE.split(": ", 1)[1] + mixed.format("fullkv 3, sink 3, deco 2"),
         "leaderboard-more": "Each entry's other measures (quality, fidelity to FullKV, host store, context PR, FLOPs, "
                             "tasks ...), in the leaderboard's row order.",

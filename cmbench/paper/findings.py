@@ -361,7 +361,7 @@ def gate_finding(folder: Path) -> Reading:
     if gate.empty:
         return Reading("—", verdict=NOT_RUN, note="FullKV and the no-context control are both needed")
     measured = "; ".join(f"{r.backbone}: FullKV − no context {_ci(r.delta, r.delta_ci95)} ({r.n_pairs} pairs), "
-                         f"gate {'passes' if r.passes else 'fails'}" for r in gate.itertuples())
+                         f"gate {r.verdict}" for r in gate.itertuples())
     return Reading(measured, verdict=UNTESTABLE, note=f"needs {BY_NUMBER[6].needs}; the gate here only shows the "
                                                       "tiny backbone uses its context")
 

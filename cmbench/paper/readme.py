@@ -38,6 +38,11 @@ RETRIEVAL = (Path("results/miniworld/retrieval_comparison.csv"),
 KVPRESS_BOARD = Path("results/miniworld/kvpress_leaderboard.csv")
 KVPRESS_PAIRS = Path("results/miniworld/kvpress_comparisons.csv")
 KVPRESS_VERDICTS = Path("results/miniworld/kvpress_verdicts.csv")
+RESULT_TABLES = {"miniworld": Path("results/miniworld/leaderboard.md"), "pr_at_scale": Path("results/pr_at_scale.md"),
+                 "speed": Path("results/bench_speed_768.md")}
+"""The tables the README carries as written by a script, by their block's marker (``<!-- results:<marker> -->``): the
+reference leaderboard (``scripts/reproduce_results.sh``), the PR at the paper's scale (``scripts/pr_at_scale.py``) and
+the speed benchmark at 768 frames (``scripts/bench_speed.py``)."""
 MARKERS = {"findings": ("<!-- findings -->", "<!-- /findings -->"), "quality": ("<!-- quality -->", "<!-- /quality -->"),
            "families": ("<!-- families -->", "<!-- /families -->"), "kvpress": ("<!-- kvpress -->", "<!-- /kvpress -->"),
            "retrieval": ("<!-- retrieval -->", "<!-- /retrieval -->")}
@@ -235,9 +240,22 @@ def blocks(root: Path, findings: list[Finding], second: list[Finding] | None) ->
 def with_blocks(text: str, generated: dict[str, str], where: str) -> str:
     """``text`` with each marked block replaced; ``where`` names the file in the error for a missing marker."""
     for name, body in generated.items():
-        start, end = MARKERS[name]
-        if start not in text or end not in text:
-            raise ValueError(f"{where}: no {start} ... {end} block to write the {name} paragraph into")
-        head, rest = text.split(start, 1)
-        text = f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+        text = _replaced(text, *MARKERS[name], body, f"the {name} paragraph", where)
     return text
+
+
+def with_table(text: str, marker: str, table: str, where: str) -> str:
+    """``text`` with its ``<!-- results:<marker> -->`` block replaced by ``table`` (:data:`RESULT_TABLES`)."""
+    return _replaced(text, *result_markers(marker), table.strip(), f"the {marker} results", where)
+
+
+def result_markers(marker: str) -> tuple[str, str]:
+    """The start and end markers of a results table's block."""
+    return f"<!-- results:{marker} -->", f"<!-- /results:{marker} -->"
+
+
+def _replaced(text: str, start: str, end: str, body: str, what: str, where: str) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"{where}: no {start} ... {end} block to write {what} into")
+    head, rest = text.split(start, 1)
+    return f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"

@@ -571,10 +571,12 @@ def _write_page(runs: list[RunRecords], tasks: dict[str, tuple[Task, DatasetAdap
     gated = backbone_gate(runs)
     if len(gated):  # first: a failed gate says the rest of the page measures nothing about memory
         tables.insert(0, table("gate", "Backbone gate: FullKV against the no-context control", gated,
-                               f"FullKV minus Streaming with recent_chunks=0 (the sink only), paired by task and seed, "
-                               f"95% CI clustered by context; a backbone passes when the CI's lower end is >= {MARGIN}. "
-                               "A backbone that fails does not use its context: comparing compression methods on it "
-                               "says nothing about memory (the paper's reason for choosing LingBot World v2)."))
+                               f"FullKV minus Streaming with recent_chunks=0 (the sink only), paired by task and seed, 95% CI "
+                               f"clustered by context; decided by the verdict rule as one family (docs/verdicts.md): a "
+                               f"backbone passes when all of its simultaneous interval lies above +{MARGIN:g}, fails when it "
+                               f"lies within ±{MARGIN:g} (level with forgetting) or below, and is inconclusive otherwise. "
+                               "A backbone that does not pass has not shown that it uses its context: comparing compression "
+                               "methods on it says nothing about memory (the paper's reason for choosing LingBot World v2)."))
     plots = [
         {"src": str(pareto_plot(board, out / IMAGES / "pareto.png").relative_to(out)),
          "alt": "pruning ratio against score, one point per method"},
