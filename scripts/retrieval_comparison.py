@@ -6,6 +6,10 @@
         runs_cmp/miniworld/<fullkv run> --out results/miniworld/retrieval_comparison.csv \
         --verdicts results/miniworld/retrieval_comparison_verdicts.csv
 
+``scripts/retrieval_comparison.sh`` runs every point of the committed comparison again at the knob value its
+calibration found, writes the points (the curves' columns: method, target_pr, knob, knob_value, run_dir) and both
+tables with their verdicts (``--methods`` picks each table's methods), and commits the records behind them.
+
 For each point of the curves (one method at one target device PR, its knob calibrated on the
 calibration world) and for FullKV: the realised device PR, the mean score over all tasks and per task
 type (Reappear, Revisit), the peak device KV, the peak host-store bytes and the bytes moved host <->
@@ -61,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("fullkv", help="the FullKV run folder of the same tasks")
     parser.add_argument("--out", required=True, help="CSV to write")
     parser.add_argument("--verdicts", default=None, help="where to write the verdict CSV of its claims")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated methods of the curves to compare (default: every method there)")
     args = parser.parse_args(argv)
     try:
         curves = pd.read_csv(args.curves)
+        if args.methods:
+            curves = curves[curves["method"].isin(args.methods.split(","))]
         rows = [{"method": "fullkv", "target_pr": 0.0, "knob": "", "knob_value": float("nan"),
                  **summarise(args.fullkv)}]
         ran = []
