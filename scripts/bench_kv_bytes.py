@@ -34,22 +34,18 @@ from cmbench.runs.runner import select_tasks
 from cmbench.spec import resolve_run
 
 WANTED = (REFERENCE, "streaming", "decoprune", "worldkv", "tempcache")
-QVG_ITERS = 1
-"""Quant VideoGen's k-means iterations here (its default is 10): the CPU profiler keeps every allocation event, and
-ten iterations' events outgrow a 24 GiB machine; each iteration frees what it allocates, so the peak is one
-iteration's and the stored bytes do not depend on the count."""
-STORAGE = {"kivi": ({"bits": 4}, {"bits": 2}), "qvg": ({"iters": QVG_ITERS},)}  # FullKV in each format the cache knows
+STORAGE = {"kivi": ({"bits": 4}, {"bits": 2}), "qvg": ({},)}  # FullKV in each format the cache knows
 
 
-def arms(backbone: str, device: str, cache_dtype: str | None = None) -> list[Arm]:
-    """The arms this checkout can run: the methods of :data:`WANTED` that are registered, then FullKV in
-    each quantized format of :data:`STORAGE` the cache knows; every cache in ``cache_dtype`` (``cache.dtype``;
+def arms(backbone: str, device: str, cache_dtype: str | None = None, formats: bool = True) -> list[Arm]:
+    """The arms this checkout can run: the methods of :data:`WANTED` that are registered, then (``formats``) FullKV
+    in each quantized format of :data:`STORAGE` the cache knows; every cache in ``cache_dtype`` (``cache.dtype``;
     ``None``: the model's own precision)."""
     base = [f"backbone={backbone}", f"backbone.device={device}", "save_videos=false", "progress=false",
             f"cache.dtype={cache_dtype or 'null'}"]
     wanted = [(m, []) for m in WANTED if m in METHODS]
     wanted += [(REFERENCE, [f"storage={fmt}", *(f"storage.{k}={v}" for k, v in knobs.items())])
-               for fmt, options in STORAGE.items() if fmt in FORMATS for knobs in options]
+               for fmt, options in STORAGE.items() if fmt in FORMATS and formats for knobs in options]
     out = []
     for method, extra in wanted:
         spec = resolve_run(compose_config(method, [*base, *extra]))
@@ -67,9 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dtype", default=None, choices=CACHE_DTYPES,
                         help="the precision the KV cache stores its rows in (cache.dtype; default: the model's own)")
     parser.add_argument("--out", type=Path, help="write <out>.csv (one row per arm and task) and <out>.md")
+    parser.add_argument("--no-formats", action="store_true",
+                        help="the methods only, not FullKV in each storage format (on a CPU the profiler's record of "
+                             "a quantized format's allocations can outgrow a 24 GiB machine: Quant VideoGen's did)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    runs = arms(args.backbone, args.device, args.cache_dtype)
+    runs = arms(args.backbone, args.device, args.cache_dtype, formats=not args.no_formats)
     data = runs[0].spec.data
     build_adapter(data.config).ensure()
     tasks = select_tasks(load_manifest(str(data.root), data.manifest), limit=args.tasks,
@@ -90,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
              f"ledger's peak stored KV bytes. Measured: peak tensor memory held during the continuation, counted "
              f"from before the context's prefill ({meter}). Prefill: peak tensor memory held while the context was read, "
              f"encoded and prefilled (the temporal re-index included), from the same point. Ratios: per task "
-             f"against {REFERENCE}'s, then the mean. Quant VideoGen runs {QVG_ITERS} k-means iteration(s) per stage "
-             f"(its default 10: the profiler's events of ten outgrow the machine; its peak is one iteration's).",
+             f"against {REFERENCE}'s, then the mean.",
              "", "| arm | PR | nominal MB | nominal / FullKV | measured MB | measured / FullKV | "
              "measured - nominal MB | held at start MB | host store MB | prefill MB | prefill / FullKV |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
