@@ -658,7 +658,7 @@ def test_the_gate_is_written_and_a_failing_backbone_warned_about(tmp_path, capsy
     assert "- PASS tiny:" in good["leaderboard.md"].read_text()
     flat = lb.write_reports(gate_runs(tmp_path / "f", "flat", *FLAT), tmp_path / "flat")
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("leaderboard: warning: FullKV is not above the no-context control")
+    assert len(err) == 1 and err[0].startswith("leaderboard: warning: FullKV is level with the no-context control")
     assert "- WARN flat:" in flat["leaderboard.md"].read_text()
 
 
@@ -724,7 +724,7 @@ def test_refilling_reads_the_gate_again_from_its_numbers(tmp_path):
     gate.loc[0, ["delta", "delta_ci95"]] = [0.01, 0.02]  # too small: a warning whatever the file's verdict says
     gate.to_csv(out / "backbone_gate.csv", index=False)
     lb.refresh_matched_column(out)
-    assert "- WARN tiny: warning: FullKV is not above" in (out / "leaderboard.md").read_text()
+    assert "- WARN tiny: warning: FullKV is level with" in (out / "leaderboard.md").read_text()
     (out / "backbone_gate.csv").unlink()
     lb.refresh_matched_column(out)
     assert "Backbone gate" not in (out / "leaderboard.md").read_text()
