@@ -111,5 +111,10 @@ cp "$out/board/comparisons.csv" results/miniworld/families_bytes_comparisons.csv
 "$py" scripts/families_figure.py "$out/board/leaderboard.csv" results/miniworld/families_bytes.png \
   --table results/miniworld/families_bytes.csv
 # the records behind the board, so that it recomputes from the repository: BOARD_ONLY=1 OUT=results/miniworld/families_runs
-"$py" scripts/paper_findings.py --copy-evidence "$out/miniworld" results/miniworld/families_runs/miniworld
+if [ "$out" != results/miniworld/families_runs ]; then
+  "$py" scripts/paper_findings.py --copy-evidence "$out/miniworld" results/miniworld/families_runs/miniworld
+  # and the calibration logs behind each bytes target (value, calibration bytes, probes: families_bytes.md quotes them)
+  rm -rf results/miniworld/families_runs/calibration && mkdir -p results/miniworld/families_runs/calibration
+  cp "$out"/calibration/*.json results/miniworld/families_runs/calibration/
+fi
 "$py" scripts/update_readme_results.py
