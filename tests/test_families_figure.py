@@ -152,6 +152,31 @@ def test_memory_columns_give_host_store_and_total_bytes_against_fullkvs_peak_by_
     assert bool(out.loc["worldkv@bytes8", "on_target"]) and not bool(out.loc["decoprune@bytes8", "on_target"])
 
 
+def test_a_store_kept_on_the_device_counts_in_its_device_bytes_and_where_it_lands():
+    """WorldKV with its bank on the device attends the same rows as with it on the host (kv_bytes_ratio 0.255 both)
+    but holds its 60 MB store on the device and moves nothing: its device bytes are 0.255 + 0.60, far off the 0.25
+    target, so it is not ranked there and no claim ranks it; the host-store reading lands."""
+    from cmbench.report.board_claims import target_groups
+
+    rows = pd.DataFrame([
+        {"method": "fullkv", "score": 0.95, "kv_bytes_ratio": 1.0, "peak_kv_bytes": 100e6},
+        {"method": "worldkv@bytes25", "score": 0.949, "kv_bytes_ratio": 0.255, "peak_kv_bytes": 26e6,
+         "peak_store_bytes": 60e6, "moved_bytes_per_chunk": 6e6},
+        {"method": "worldkv-on-device@bytes25", "score": 0.949, "kv_bytes_ratio": 0.255, "peak_kv_bytes": 26e6,
+         "peak_store_bytes": 60e6, "moved_bytes_per_chunk": 0.0},
+        {"method": "tempcache@bytes25", "score": 0.946, "kv_bytes_ratio": 0.244, "peak_kv_bytes": 25e6}])
+    out = figure.memory_columns(rows).set_index("method")
+    assert list(out["store_on_device"]) == [False, False, True, False]
+    assert out.loc["worldkv-on-device@bytes25", "device_bytes_ratio"] == pytest.approx(0.855)
+    assert out.loc["worldkv@bytes25", "device_bytes_ratio"] == pytest.approx(0.255)
+    assert list(out["on_target"]) == [True, True, False, True]
+    groups = target_groups(rows)
+    assert [list(g["method"]) for _, g in groups] == [["worldkv@bytes25", "tempcache@bytes25"]]
+    drawn = figure.points(figure.memory_columns(rows).assign(family=figure.entry_families(rows), score_ci95=0.01)
+                          ).set_index("method")
+    assert drawn.loc["worldkv-on-device@bytes25", "x"] == pytest.approx(85.5)
+
+
 def test_the_table_and_figure_name_the_precision_and_refuse_a_mixed_board(tmp_path):
     rows = [{**r, "cache_dtype": "bfloat16"} for r in ROWS]
     assert figure.board_axis(figure.read_board(board(tmp_path, rows))) == "bytes relative to FullKV in bfloat16"

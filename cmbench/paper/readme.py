@@ -15,7 +15,7 @@ import pandas as pd
 from cmbench.paper.findings import Finding, page, summary_lines
 from cmbench.report import verdicts
 from cmbench.report.board_claims import KVPRESS_DECOPRUNE, KVPRESS_RANDOM, top_and_runner_up
-from cmbench.report.families import LANDING_TOLERANCE, board_axis, bytes_target, entry_families, on_target
+from cmbench.report.families import LANDING_TOLERANCE, board_axis, entry_families, memory_columns
 from cmbench.report.verdicts import said, top_words
 
 FINDINGS = (Path("results/paper/world0"), Path("results/paper/world2"))
@@ -30,7 +30,7 @@ NAMES = {"light": "memory (light)", "temporal_flickering": "temporal flickering 
 FAMILIES_BOARD = Path("results/miniworld/families_bytes.csv")
 FAMILIES_PAIRS = Path("results/miniworld/families_bytes_comparisons.csv")
 FAMILIES_VERDICTS = Path("results/miniworld/families_bytes_verdicts.csv")
-FAMILIES_SUBSET = "shard 0 of 4 of `miniworld_contexts32` (one task per context)"
+FAMILIES_SUBSET = "`miniworld_contexts32` (one task from each of 32 contexts)"
 """The tasks the committed families comparison ran (scripts/families_bytes.sh, results/miniworld/families_bytes.md)."""
 RETRIEVAL = (Path("results/miniworld/retrieval_comparison.csv"),
              Path("results/miniworld/retrieval_comparison_worldkv_rules.csv"))
@@ -98,10 +98,10 @@ def families_block(root: Path) -> str:
     pairs = pd.read_csv(root / FAMILIES_PAIRS)
     decided = verdict_rows(root, FAMILIES_VERDICTS)
     full = board.set_index("method").loc["fullkv"]
-    rows = board[board["method"] != "fullkv"].copy()
+    rows = memory_columns(board)
+    rows = rows[rows["method"] != "fullkv"].copy()
     rows["family"] = entry_families(rows)
-    rows["target"] = [bytes_target(m) for m in rows["method"]]
-    rows["landed"] = [on_target(t, r) for t, r in zip(rows["target"], rows["kv_bytes_ratio"])]
+    rows["target"], rows["landed"] = rows["bytes_target"], rows["on_target"].astype(bool)
     # the formats alone (no target) after the targets, then the entries off their targets (not ranked)
     rows["order"] = rows["target"].fillna(-1.0).where(rows["landed"], -2.0)
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
@@ -123,14 +123,14 @@ def families_block(root: Path) -> str:
         delta = difference(pairs, "fullkv", row.method)
         target = "format alone" if pd.isna(row.target) else f"{row.target:g}" + ("" if row.landed else " (off)")
         words = said(decided[(row.method, "fullkv")], "FullKV")
-        lines.append(f"| {target} | {row.method} | {row.family} | {row.kv_bytes_ratio:.3f} | "
+        lines.append(f"| {target} | {row.method} | {row.family} | {row.device_bytes_ratio:.3f} | "
                      f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {words} | {row.psnr_vs_fullkv:.1f} dB |")
         against.setdefault((row.order, words), []).append(row.method)
     lines.append("")
     for target, group in rows.groupby("order", sort=False):
         if target == -2.0:
             lines.append("- Off their targets (not ranked): " + ", ".join(
-                f"{r.method} ({r.kv_bytes_ratio:.3f} at {r.target:g}, {100 * (r.kv_bytes_ratio / r.target - 1):+.0f}%)"
+                f"{r.method} ({r.device_bytes_ratio:.3f} at {r.target:g}, {100 * r.bytes_miss:+.0f}%)"
                 for r in group.itertuples()) + ".")
             continue
         named, runner_name, same = top_and_runner_up(list(group["method"]), pairs)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from cmbench.report.comparisons import comparisons
-from cmbench.report.families import bytes_target, on_target
+from cmbench.report.families import bytes_target, memory_columns
 from cmbench.report.reading import read_records, read_table
 from cmbench.report.verdicts import (
     DEFICIT,
@@ -65,9 +65,8 @@ def target_groups(board: pd.DataFrame) -> list[tuple[float | None, pd.DataFrame]
     the landing tolerance (:func:`cmbench.report.families.on_target`) is in no group: it is not ranked there."""
     rows = board[board["method"] != REFERENCE].copy()
     rows["target"] = [bytes_target(str(m)) for m in rows["method"]]
-    if "kv_bytes_ratio" in rows.columns:
-        landed = [on_target(t, float(r)) for t, r in zip(rows["target"], pd.to_numeric(rows["kv_bytes_ratio"]))]
-        rows = rows[landed]
+    if "kv_bytes_ratio" in rows.columns:  # where it lands: its device bytes, a store kept on the device included
+        rows = rows[memory_columns(board).loc[rows.index, "on_target"].astype(bool)]
     rows["order"] = rows["target"].fillna(-1.0)
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
     return [(None if order < 0 else float(order), group) for order, group in rows.groupby("order", sort=False)]

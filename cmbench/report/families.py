@@ -110,18 +110,20 @@ def on_target(target: float | None, realised: float, tolerance: float = LANDING_
 def memory_columns(board: pd.DataFrame) -> pd.DataFrame:
     """``board`` with where each entry lands and its total memory (columns added, rows kept):
 
-    - ``bytes_target``: the label's target (NaN without one), ``bytes_miss``: :func:`bytes_miss`, ``on_target``:
-      :func:`on_target`;
-    - ``store_bytes_ratio``: peak host-store bytes over FullKV's peak device bytes (0 without a store);
-    - ``total_bytes_ratio``: peak device plus peak host-store bytes over FullKV's peak device bytes;
+    - ``store_bytes_ratio``: peak retrieval-store bytes over FullKV's peak device bytes (0 without a store);
+    - ``store_on_device``: whether the store was kept on the device (:func:`store_on_device`);
+    - ``device_bytes_ratio``: what the entry holds on the device over FullKV's: ``kv_bytes_ratio``, plus
+      ``store_bytes_ratio`` where the store was on the device (WorldKV's ``bank_on_device``: the same rows attend
+      as with its store on the host, but the device holds the store too);
+    - ``bytes_target``: the label's target (NaN without one), ``bytes_miss``: :func:`bytes_miss` and ``on_target``:
+      :func:`on_target` of ``device_bytes_ratio``;
+    - ``total_bytes_ratio``: peak device plus peak store bytes over FullKV's peak device bytes;
     - ``moved_bytes_per_chunk``: bytes moved host <-> device per generated chunk (0 without a store).
 
     FullKV's peak is the ``fullkv`` row's ``peak_kv_bytes`` (NaN ratios on a board without it or the column).
     """
     out = board.copy()
-    out["bytes_target"] = [bytes_target(str(m)) for m in out["method"]]
-    out["bytes_miss"] = [bytes_miss(t, r) for t, r in zip(out["bytes_target"], out["kv_bytes_ratio"])]
-    out["on_target"] = [on_target(t, r) for t, r in zip(out["bytes_target"], out["kv_bytes_ratio"])]
+    out["kv_bytes_ratio"] = pd.to_numeric(out["kv_bytes_ratio"], errors="coerce")
     for column in MEMORY_COLUMNS:
         if column not in out.columns:
             out[column] = math.nan
@@ -131,8 +133,22 @@ def memory_columns(board: pd.DataFrame) -> pd.DataFrame:
     store = out["peak_store_bytes"].fillna(0.0)
     out["moved_bytes_per_chunk"] = out["moved_bytes_per_chunk"].fillna(0.0)
     out["store_bytes_ratio"] = store / full_peak
+    out["store_on_device"] = store_on_device(out)
+    out["device_bytes_ratio"] = out["kv_bytes_ratio"] + out["store_bytes_ratio"].where(out["store_on_device"], 0.0)
     out["total_bytes_ratio"] = (out["peak_kv_bytes"] + store) / full_peak
+    out["bytes_target"] = [bytes_target(str(m)) for m in out["method"]]
+    out["bytes_miss"] = [bytes_miss(t, r) for t, r in zip(out["bytes_target"], out["device_bytes_ratio"])]
+    out["on_target"] = [on_target(t, r) for t, r in zip(out["bytes_target"], out["device_bytes_ratio"])]
     return out
+
+
+def store_on_device(board: pd.DataFrame) -> pd.Series:
+    """Whether each entry kept its retrieval store on the device: it has a store (``peak_store_bytes`` > 0) and
+    moved nothing over the host link (``moved_bytes_per_chunk`` 0: WorldKV's ``method.bank_on_device``; a store in
+    host memory moves every row it brings back)."""
+    store = pd.to_numeric(board["peak_store_bytes"], errors="coerce").fillna(0.0)
+    moved = pd.to_numeric(board["moved_bytes_per_chunk"], errors="coerce").fillna(0.0)
+    return (store > 0) & (moved == 0)
 
 
 def read_board(path: Path) -> pd.DataFrame:
@@ -190,7 +206,8 @@ def points(board: pd.DataFrame) -> pd.DataFrame:
     rows = board[board["family"] != "reference"]
     landed = rows["on_target"] if "on_target" in rows.columns else pd.Series(True, index=rows.index)
     total = rows["total_bytes_ratio"] if "total_bytes_ratio" in rows.columns else pd.Series(math.nan, index=rows.index)
-    return pd.DataFrame({"family": rows["family"], "method": rows["method"], "x": 100 * rows["kv_bytes_ratio"],
+    device = rows["device_bytes_ratio"] if "device_bytes_ratio" in rows.columns else rows["kv_bytes_ratio"]
+    return pd.DataFrame({"family": rows["family"], "method": rows["method"], "x": 100 * device,
                          "y": rows["score"], "yerr": rows["score_ci95"].fillna(0.0),
                          "series": [series(str(m)) for m in rows["method"]], "on_target": landed.astype(bool),
                          "total": 100 * total}).sort_values(["family", "x"], kind="stable").reset_index(drop=True)
