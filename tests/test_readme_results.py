@@ -210,10 +210,12 @@ def test_the_findings_verdict_csv_is_what_the_committed_records_give(committed):
                                    rtol=1e-5)
 
 
-def test_the_retrieval_block_reads_the_tightest_budget_of_both_tables_and_states_no_verdict(tmp_path):
+def test_the_retrieval_block_reads_the_tightest_budget_of_both_tables_and_their_verdicts(tmp_path):
     """The fixed-window table and WorldKV's own rule's, at their largest target PR, best score first; a row both
-    tables hold is shown once; FullKV's score from the first table."""
-    from cmbench.paper.readme import RETRIEVAL, retrieval_block
+    tables hold is shown once, with the first table's verdicts; FullKV's score from the first table; each retrieval
+    method's words against FullKV and DeCoPrune are its verdict CSV's, the others have none."""
+    from cmbench.paper.readme import RETRIEVAL, RETRIEVAL_VERDICTS, retrieval_block
+    from cmbench.report.verdicts import EQUIVALENT, LEAD, Claim, decide, write
 
     columns = ["method", "target_pr", "device_pr", "score", "n_tasks", "peak_kv_mb", "peak_store_mb",
                "moved_per_chunk_mb"]
@@ -224,12 +226,22 @@ def test_the_retrieval_block_reads_the_tightest_budget_of_both_tables_and_states
                   ["decoprune", 0.85, 0.86, 0.99, 16, 7.1, None, None]], columns=columns).to_csv(tmp_path / RETRIEVAL[0])
     pd.DataFrame([full, ["worldkv", 0.9, 0.8965, 0.9334, 16, 6.42, 32.77, 3.93], fixed],
                  columns=columns).to_csv(tmp_path / RETRIEVAL[1])
+
+    def claim(a, b, kind, estimate, se):
+        return Claim(f"{a} vs {b}", kind, estimate, se, 16, 16, a=a, b=b)
+
+    write(decide([claim("worldkv_fixed_window@0.9", "fullkv", EQUIVALENT, -0.005, 0.005),
+                  claim("worldkv_fixed_window@0.9", "decoprune@0.9", LEAD, 0.08, 0.01)]), tmp_path / RETRIEVAL_VERDICTS[0])
+    write(decide([claim("worldkv@0.9", "fullkv", EQUIVALENT, -0.004, 0.03),
+                  claim("worldkv_fixed_window@0.9", "fullkv", EQUIVALENT, -0.005, 0.03)]), tmp_path / RETRIEVAL_VERDICTS[1])
     text = retrieval_block(tmp_path)
     assert "At a matched 90% device PR on the 16 tasks of `miniworld_quick16` (FullKV 0.937" in text
-    assert "No verdict is stated here" in text
+    assert f"`{RETRIEVAL_VERDICTS[0]}`: 2 claims at level 97.50%" in text
     rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert rows == ["| worldkv | 0.896 | 0.933 | 6.4 | 32.8 | 3.93 |", "| worldkv_fixed_window | 0.901 | 0.932 | 6.2 | "
-                    "32.1 | 2.62 |", "| decoprune | 0.900 | 0.853 | 5.2 | — | — |"]
+    assert rows == ["| worldkv | 0.896 | 0.933 | 6.4 | 32.8 | 3.93 | not resolved against FullKV | — |",
+                    "| worldkv_fixed_window | 0.901 | 0.932 | 6.2 | 32.1 | 2.62 | level with FullKV (within ±0.05) | "
+                    "ahead of DeCoPrune |",
+                    "| decoprune | 0.900 | 0.853 | 5.2 | — | — | — | — |"]
 
 
 def test_every_rows_words_agree_in_sign_with_its_numbers(committed):

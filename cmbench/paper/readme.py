@@ -35,6 +35,9 @@ FAMILIES_SUBSET = "`miniworld_contexts32` (one task from each of 32 contexts)"
 RETRIEVAL = (Path("results/miniworld/retrieval_comparison.csv"),
              Path("results/miniworld/retrieval_comparison_worldkv_rules.csv"))
 """The committed retrieval comparison: the fixed-window reading and the eviction methods, then WorldKV's own rule."""
+RETRIEVAL_VERDICTS = (Path("results/miniworld/retrieval_comparison_verdicts.csv"),
+                      Path("results/miniworld/retrieval_comparison_worldkv_rules_verdicts.csv"))
+"""Each retrieval table's verdicts (``scripts/retrieval_comparison.py --verdicts``, from the committed records)."""
 KVPRESS_BOARD = Path("results/miniworld/kvpress_leaderboard.csv")
 KVPRESS_PAIRS = Path("results/miniworld/kvpress_comparisons.csv")
 KVPRESS_VERDICTS = Path("results/miniworld/kvpress_verdicts.csv")
@@ -149,25 +152,36 @@ def families_block(root: Path) -> str:
 
 def retrieval_block(root: Path) -> str:
     """The retrieval comparison at its tightest device budget: each method's device PR, score, device KV, host store
-    and bytes moved per chunk (``results/miniworld/retrieval_comparison*.csv``), FullKV's score beside. It states no
-    verdict: the paired differences need the run records, which are not committed (``scripts/retrieval_comparison.py
-    --verdicts`` decides them by the rule when it is rerun)."""
+    and bytes moved per chunk (``results/miniworld/retrieval_comparison*.csv``), FullKV's score beside, and what the
+    verdict rule says of each retrieval method against FullKV and against DeCoPrune at that budget (each table's
+    verdict CSV, its claims one family: :func:`cmbench.report.board_claims.retrieval_verdicts`; a method both tables
+    hold is read from the first)."""
     tables = [pd.read_csv(root / path) for path in RETRIEVAL]
     full = tables[0].set_index("method").loc["fullkv"]
     rows = pd.concat(tables).drop_duplicates(["method", "target_pr"])
     rows = rows[(rows["method"] != "fullkv") & (rows["target_pr"] == rows["target_pr"].max())]
     target = float(rows["target_pr"].iloc[0])
+    decided = [verdict_rows(root, path) for path in RETRIEVAL_VERDICTS]
+    said_of: dict[tuple[str, str], str] = {}
+    for table in reversed(decided):  # the first table's reading wins
+        said_of.update({(a, b): said(row, "FullKV" if b == "fullkv" else "DeCoPrune") for (a, b), row in table.items()})
+    families = "; ".join(f"`{path}`: {int(next(iter(d.values()))['family_size'])} claims at level "
+                         f"{float(next(iter(d.values()))['level']):.2%}" for path, d in zip(RETRIEVAL_VERDICTS, decided))
     lines = [f"At a matched {target:.0%} device PR on the {int(full['n_tasks'])} tasks of `miniworld_quick16` ("
              f"FullKV {full['score']:.3f} with {full['peak_kv_mb']:.1f} MB of device KV; "
-             + ", ".join(f"`{path}`" for path in RETRIEVAL) + "). No verdict is stated here: the paired differences "
-             "need the runs' records, which are not committed (`scripts/retrieval_comparison.py --verdicts` decides "
-             "them by the rule, docs/verdicts.md, when the comparison is rerun).", "",
-             "| method | device PR | score | device KV (MB) | host store (MB) | moved per chunk (MB) |",
-             "|---|---|---|---|---|---|"]
+             + ", ".join(f"`{path}`" for path in RETRIEVAL) + "). Verdicts (docs/verdicts.md): each table's claims "
+             f"(every retrieval method level with FullKV, and ahead of DeCoPrune at the same target where the table "
+             f"has DeCoPrune) are one family, read off Bonferroni-simultaneous intervals ({families}); **level** only "
+             f"where the interval lies within ±{margin(decided[0]):g}.", "",
+             "| method | device PR | score | device KV (MB) | host store (MB) | moved per chunk (MB) | against FullKV | "
+             "against DeCoPrune |", "|---|---|---|---|---|---|---|---|"]
     for r in rows.sort_values("score", ascending=False, kind="stable").itertuples():
         store = "—" if pd.isna(r.peak_store_mb) else f"{r.peak_store_mb:.1f}"
         moved = "—" if pd.isna(r.moved_per_chunk_mb) else f"{r.moved_per_chunk_mb:.2f}"
-        lines.append(f"| {r.method} | {r.device_pr:.3f} | {r.score:.3f} | {r.peak_kv_mb:.1f} | {store} | {moved} |")
+        label = f"{r.method}@{r.target_pr:g}"
+        against = [said_of.get((label, b), "—") for b in ("fullkv", f"decoprune@{r.target_pr:g}")]
+        lines.append(f"| {r.method} | {r.device_pr:.3f} | {r.score:.3f} | {r.peak_kv_mb:.1f} | {store} | {moved} | "
+                     f"{against[0]} | {against[1]} |")
     return "\n".join(lines)
 
 
