@@ -344,6 +344,8 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA's fused ke
     ("cuda", torch.bfloat16, 128, True, "efficient"),
     ("cuda", torch.float32, 128, False, "efficient"),
     ("cuda", torch.bfloat16, 512, False, "efficient"),
+    ("cuda", torch.bfloat16, 256, False, "flash"),  # flash attention's largest head dim, taken
+    ("cuda", torch.bfloat16, 264, False, "efficient"),  # the next multiple of 8, not
     ("cuda", torch.bfloat16, 12, False, "logits"),
     ("cuda", torch.float64, 128, False, "logits"),
     ("mps", torch.float32, 128, False, "logits"),
