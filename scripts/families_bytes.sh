@@ -26,27 +26,21 @@ seeds=("$@")
 read -ra extra <<< "${EXTRA:-}"
 [ ${#seeds[@]} -gt 0 ] || seeds=(2)
 
-run() {  # run SEED OVERRIDE...: one run, its output on stderr; prints its run folder (the last line's last field)
-  local seed=$1 said; shift
-  echo "=== seed $seed: $*" >&2
-  said=$(nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_contexts32 cache.dtype=bfloat16 "seed=$seed" \
-    calibration.tasks=2 progress=false "${extra[@]}" "$@") \
-    || { printf '%s\n' "$said" >&2; echo "families_bytes.sh: the run above failed: $*" >&2; return 1; }
-  printf '%s\n' "$said" >&2
-  printf '%s\n' "$said" | tail -n 1 | sed 's/.*; //'
-}
+common=("out_dir=$out" subset=miniworld_contexts32 cache.dtype=bfloat16 calibration.tasks=2 progress=false)
+# shellcheck source=scripts/board_runs.sh
+source scripts/board_runs.sh  # run OVERRIDE...: one run; prints its run folder
 
 every_seed() {  # every_seed OVERRIDE...: a setup without a bytes target, at every seed
-  for seed in "${seeds[@]}"; do run "$seed" "$@" > /dev/null; done
+  for seed in "${seeds[@]}"; do run "seed=$seed" "$@" > /dev/null; done
 }
 
 calibrated() {  # calibrated KNOB LABEL TARGET OVERRIDE...: calibrated at the first seed, its value at the others;
   local knob=$1 label=$2 target=$3; shift 3  # prints the value
   local folder value
-  folder=$(run "${seeds[0]}" "$@" "method.target_bytes=$target") || return 1
+  folder=$(run "seed=${seeds[0]}" "$@" "method.target_bytes=$target") || return 1
   value=$("$py" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["method"][sys.argv[2]])' \
     "$folder/config.yaml" "$knob")
-  for seed in "${seeds[@]:1}"; do run "$seed" "$@" "method.$knob=$value" "label=$label" > /dev/null; done
+  for seed in "${seeds[@]:1}"; do run "seed=$seed" "$@" "method.$knob=$value" "label=$label" > /dev/null; done
   echo "$value"
 }
 

@@ -25,29 +25,23 @@ read -ra extra <<< "${EXTRA:-}"
 DECOPRUNE_GAMMA=0.0449095  # results/miniworld/curves.csv: decoprune and random calibrated to PR 0.85
 RANDOM_GAMMA=0.0414887
 
-run() {  # run SEED OVERRIDE...: one run, its output on stderr; prints its run folder (the last line's last field)
-  local seed=$1 said; shift
-  echo "=== seed $seed: $*" >&2
-  said=$(nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_quick16 "seed=$seed" progress=false \
-    "${extra[@]}" "$@") \
-    || { printf '%s\n' "$said" >&2; echo "kvpress_board.sh: the run above failed: $*" >&2; return 1; }
-  printf '%s\n' "$said" >&2
-  printf '%s\n' "$said" | tail -n 1 | sed 's/.*; //'
-}
+common=("out_dir=$out" subset=miniworld_quick16 progress=false)
+# shellcheck source=scripts/board_runs.sh
+source scripts/board_runs.sh  # run OVERRIDE...: one run; prints its run folder
 
 if [ "${BOARD_ONLY:-0}" != 1 ]; then
   presses=$("$py" -c 'from cmbench.methods.kvpress_adapter import runnable_presses; print(" ".join(runnable_presses()[1]))')
-  folder=$(run "${seeds[0]}" method=kvpress method.press=KnormPress method.target_pr=0.85 calibration.tasks=2 \
+  folder=$(run "seed=${seeds[0]}" method=kvpress method.press=KnormPress method.target_pr=0.85 calibration.tasks=2 \
     label=kvpress_KnormPress@pr85)
   ratio=$("$py" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["method"]["compression_ratio"])' \
     "$folder/config.yaml")
   echo "compression_ratio=$ratio (KnormPress calibrated to PR 0.85); presses: $presses" >&2
   for seed in "${seeds[@]}"; do
-    run "$seed" method=fullkv > /dev/null
-    run "$seed" method=decoprune "method.gamma=$DECOPRUNE_GAMMA" label=decoprune@pr85 > /dev/null
-    run "$seed" method=random "method.gamma=$RANDOM_GAMMA" label=random@pr85 > /dev/null
+    run "seed=$seed" method=fullkv > /dev/null
+    run "seed=$seed" method=decoprune "method.gamma=$DECOPRUNE_GAMMA" label=decoprune@pr85 > /dev/null
+    run "seed=$seed" method=random "method.gamma=$RANDOM_GAMMA" label=random@pr85 > /dev/null
     for press in $presses; do
-      run "$seed" method=kvpress "method.press=$press" "method.compression_ratio=$ratio" "label=kvpress_$press@pr85" \
+      run "seed=$seed" method=kvpress "method.press=$press" "method.compression_ratio=$ratio" "label=kvpress_$press@pr85" \
         > /dev/null
     done
   done

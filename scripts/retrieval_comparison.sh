@@ -18,14 +18,9 @@ read -ra extra <<< "${EXTRA:-}"
 tables=(results/miniworld/retrieval_comparison.csv results/miniworld/retrieval_comparison_worldkv_rules.csv)
 points="$out/points.csv"  # method, target_pr, knob, knob_value, run_dir: what scripts/retrieval_comparison.py reads
 
-run() {  # run OVERRIDE...: one run on the subset, its output on stderr; prints its run folder (the last line's last field)
-  local said
-  echo "=== $*" >&2
-  said=$(nice -n 10 "$py" -m cmbench run "out_dir=$out" subset=miniworld_quick16 seed=2 progress=false "${extra[@]}" "$@") \
-    || { printf '%s\n' "$said" >&2; echo "retrieval_comparison.sh: the run above failed: $*" >&2; return 1; }
-  printf '%s\n' "$said" >&2
-  printf '%s\n' "$said" | tail -n 1 | sed 's/.*; //'
-}
+common=("out_dir=$out" subset=miniworld_quick16 seed=2 progress=false)
+# shellcheck source=scripts/board_runs.sh
+source scripts/board_runs.sh  # run OVERRIDE...: one run; prints its run folder
 
 if [ "${BOARD_ONLY:-0}" != 1 ]; then
   mkdir -p "$out"
