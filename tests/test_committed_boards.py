@@ -49,16 +49,16 @@ def test_the_committed_board_is_what_its_committed_records_give(name, tmp_path):
 def test_the_committed_retrieval_tables_and_verdicts_are_what_their_records_give(table, methods, tmp_path, monkeypatch):
     """Both retrieval tables and their verdict CSVs, rebuilt from results/miniworld/retrieval_runs (its points.csv:
     the run folder of every point) as scripts/retrieval_comparison.sh builds them."""
-    import importlib.util
+    import subprocess
+    import sys
 
-    spec = importlib.util.spec_from_file_location("retrieval_comparison", REPO / "scripts/retrieval_comparison.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     monkeypatch.chdir(REPO)  # the points name their run folders relative to the repository
     points = pd.read_csv("results/miniworld/retrieval_runs/points.csv")
     fullkv = str(points.loc[points["method"] == "fullkv", "run_dir"].iloc[0])
-    assert script.main(["results/miniworld/retrieval_runs/points.csv", fullkv, "--methods", methods,
-                        "--out", str(tmp_path / "t.csv"), "--verdicts", str(tmp_path / "v.csv")]) == 0
+    done = subprocess.run([sys.executable, "scripts/retrieval_comparison.py", "results/miniworld/retrieval_runs/points.csv",
+                           fullkv, "--methods", methods, "--out", str(tmp_path / "t.csv"), "--verdicts",
+                           str(tmp_path / "v.csv")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     fresh, committed = pd.read_csv(tmp_path / "t.csv"), pd.read_csv(f"results/miniworld/{table}.csv")
     assert list(fresh["method"]) == list(committed["method"])
     for column in ("device_pr", "score", "score_reappear", "score_revisit", "peak_kv_mb", "peak_store_mb"):

@@ -106,19 +106,12 @@ def test_each_results_table_in_the_readme_is_its_committed_file(marker):
         f"README.md is stale: run python scripts/update_readme_results.py {RESULT_TABLES[marker]} --marker {marker}"
 
 
-def test_the_script_puts_a_table_into_its_block_and_leaves_the_rest(tmp_path, monkeypatch):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("update_readme_results", REPO / "scripts/update_readme_results.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    (tmp_path / "README.md").write_text("a\n<!-- results:speed -->\nold\n<!-- /results:speed -->\nb\n")
-    (tmp_path / "t.md").write_text("| new |\n")
-    monkeypatch.setattr(script, "ROOT", tmp_path)
-    assert script.main([str(tmp_path / "t.md"), "--marker", "speed"]) == 0
-    assert (tmp_path / "README.md").read_text() == "a\n<!-- results:speed -->\n| new |\n<!-- /results:speed -->\nb\n"
+def test_a_table_goes_into_its_results_block_and_nothing_else_changes():
+    text = "a\n<!-- results:speed -->\nold\n<!-- /results:speed -->\nb\n"
+    assert with_table(text, "speed", "| new |\n", "README.md") == \
+        "a\n<!-- results:speed -->\n| new |\n<!-- /results:speed -->\nb\n"
     with pytest.raises(ValueError, match="README.md: no <!-- results:miniworld --> .* the miniworld results"):
-        script.main([str(tmp_path / "t.md")])
+        with_table(text, "miniworld", "| new |\n", "README.md")
 
 
 def test_a_missing_marker_names_the_file_and_block():
