@@ -39,13 +39,12 @@ for r in rows[rows["method"] != "fullkv"].itertuples():
   mv "$points.tmp" "$points"
 fi
 [ "${BOARD:-1}" != 0 ] || exit 0
-fullkv=$(awk -F, '$1 == "fullkv" {print $5}' "$points")
 if [ "$out" != results/miniworld/retrieval_runs ]; then  # the records behind the tables, and where each point's are
   "$py" scripts/paper_findings.py --copy-evidence "$out/miniworld" results/miniworld/retrieval_runs/miniworld
   sed "s#,$out/miniworld/#,results/miniworld/retrieval_runs/miniworld/#" "$points" > results/miniworld/retrieval_runs/points.csv
   points=results/miniworld/retrieval_runs/points.csv
-  fullkv=$(awk -F, '$1 == "fullkv" {print $5}' "$points")
 fi
+fullkv=$(awk -F, '$1 == "fullkv" {print $5}' "$points")
 "$py" scripts/retrieval_comparison.py "$points" "$fullkv" \
   --methods worldkv_fixed_window,key_retrieval,decoprune,random,streaming \
   --out results/miniworld/retrieval_comparison.csv --verdicts results/miniworld/retrieval_comparison_verdicts.csv

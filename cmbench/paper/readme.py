@@ -104,9 +104,9 @@ def families_block(root: Path) -> str:
     rows = memory_columns(board)
     rows = rows[rows["method"] != "fullkv"].copy()
     rows["family"] = entry_families(rows)
-    rows["target"], rows["landed"] = rows["bytes_target"], rows["on_target"].astype(bool)
+    rows["on_target"] = rows["on_target"].astype(bool)
     # the formats alone (no target) after the targets, then the entries off their targets (not ranked)
-    rows["order"] = rows["target"].fillna(-1.0).where(rows["landed"], -2.0)
+    rows["order"] = rows["bytes_target"].fillna(-1.0).where(rows["on_target"], -2.0)
     rows = rows.sort_values(["order", "score"], ascending=[False, False], kind="stable")
     seeds = int(full["seeds"])
     lines = [f"{int(full['n_tasks'])} (task, seed) pairs: the {int(full['n_tasks']) // seeds} tasks of "
@@ -124,7 +124,7 @@ def families_block(root: Path) -> str:
     against: dict[tuple[float, str], list[str]] = {}  # (order, words against FullKV) -> entries
     for row in rows.itertuples():
         delta = difference(pairs, "fullkv", row.method)
-        target = "format alone" if pd.isna(row.target) else f"{row.target:g}" + ("" if row.landed else " (off)")
+        target = "format alone" if pd.isna(row.bytes_target) else f"{row.bytes_target:g}" + ("" if row.on_target else " (off)")
         words = said(decided[(row.method, "fullkv")], "FullKV")
         lines.append(f"| {target} | {row.method} | {row.family} | {row.device_bytes_ratio:.3f} | "
                      f"{row.score:.3f} ± {row.score_ci95:.3f} | {delta} | {words} | {row.psnr_vs_fullkv:.1f} dB |")
@@ -133,14 +133,14 @@ def families_block(root: Path) -> str:
     for target, group in rows.groupby("order", sort=False):
         if target == -2.0:
             lines.append("- Off their targets (not ranked): " + ", ".join(
-                f"{r.method} ({r.device_bytes_ratio:.3f} at {r.target:g}, {100 * r.bytes_miss:+.0f}%)"
+                f"{r.method} ({r.device_bytes_ratio:.3f} at {r.bytes_target:g}, {100 * r.bytes_miss:+.0f}%)"
                 for r in group.itertuples()) + ".")
             continue
-        named, runner_name, same = top_and_runner_up(list(group["method"]), pairs)
-        top, runner = group.set_index("method").loc[named], None
+        by_method = group.set_index("method")
+        named, runner_name, same = top_and_runner_up(list(by_method.index), pairs)
+        top = by_method.loc[named]
+        runner = None if runner_name is None else f"{runner_name} {by_method.loc[runner_name, 'score']:.3f}"
         lead = None if runner_name is None else decided.get((named, runner_name))
-        if runner_name is not None:
-            runner = f"{runner_name} {group.set_index('method').loc[runner_name, 'score']:.3f}"
         twice = f" (scored the same on every task and seed: {', '.join(same)})" if same else ""
         head = top_words(f"{named} ({top['family']}) {top['score']:.3f}{twice}", runner,
                          None if lead is None else str(lead["verdict"]))

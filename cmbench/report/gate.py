@@ -68,7 +68,7 @@ def backbone_gate(runs: Sequence[RunRecords]) -> pd.DataFrame:
         rows.append({"backbone": backbone, "fullkv": full.label, "no_context": control.label,
                      "delta": float(pair["delta"]), "delta_ci95": float(pair["delta_ci95"]),
                      "n_pairs": int(pair["n_pairs"]), "contexts": int(pair["contexts"])})
-    return decided_table(pd.DataFrame(rows, columns=list(COLUMNS[:7])))
+    return decided_table(pd.DataFrame(rows, columns=[*READ, "contexts"]))
 
 
 def decided_table(rows: pd.DataFrame) -> pd.DataFrame:
